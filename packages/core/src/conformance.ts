@@ -1,0 +1,283 @@
+/**
+ * The store conformance suite (in the style of Auth.js `runBasicTests`): call it from your
+ * store's test file, under vitest, and every rule of the store contract is checked against
+ * your real backend.
+ *
+ * ```ts
+ * import { runStoreConformance } from '@idem/core/conformance';
+ * runStoreConformance({ name: 'my store', createStore: async () => new MyStore(...) });
+ * ```
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createEngine } from './engine.ts';
+import { FingerprintMismatchError, RequestInProgressError } from './errors.ts';
+import type { ClaimRequest, ClaimResult, IdempotencyStore } from './store.ts';
+
+export interface StoreConformanceOptions {
+  /** Shown in the describe block. */
+  name: string;
+  /** Returns a ready store (migrated, empty or not: every test uses fresh keys). */
+  createStore: () => Promise<IdempotencyStore>;
+  /** Closes connections after the suite. */
+  teardown?: () => Promise<void>;
+  /**
+   * Short durations the suite waits out for lease and retention expiry, in ms.
+   * Defaults to 300 (lease/retention) with 150 ms of slack for clock granularity.
+   */
+  shortMs?: number;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export function runStoreConformance({ name, createStore, teardown, shortMs = 300 }: StoreConformanceOptions): void {
+  describe(`store conformance: ${name}`, () => {
+    let store: IdempotencyStore;
+    const scope = `conformance/${randomUUID()}`;
+    const wait = () => sleep(shortMs + 150);
+
+    beforeAll(async () => {
+      store = await createStore();
+    });
+    afterAll(async () => {
+      await teardown?.();
+    });
+
+    const request = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => ({
+      scope,
+      key: randomUUID(),
+      fingerprint: 'fp-1',
+      token: randomUUID(),
+      leaseMs: 30_000,
+      retentionMs: 60_000,
+      expiredReuse: 'execute',
+      ...overrides,
+    });
+    const claimed = (result: ClaimResult) => {
+      expect(result.outcome).toBe('claimed');
+      if (result.outcome !== 'claimed') throw new Error('not claimed');
+      return result;
+    };
+    const existing = (result: ClaimResult) => {
+      expect(result.outcome).toBe('existing');
+      if (result.outcome !== 'existing') throw new Error('not existing');
+      return result;
+    };
+    const success = (body: string) => ({ kind: 'success' as const, status: 200, body });
+
+    it('E1: claims a new key as generation 1, processing, with lease and retention from the store clock (R1)', async () => {
+      const req = request({ leaseMs: 5_000, retentionMs: 3_600_000 });
+      const { record } = claimed(await store.claim(req));
+      expect(record).toMatchObject({ scope, key: req.key, generation: 1, state: 'processing', token: req.token, fingerprint: 'fp-1', takeovers: 0, outcome: null, completedAt: null, archivedAt: null });
+      expect(record.leaseUntil.getTime() - record.createdAt.getTime()).toBeCloseTo(5_000, -2);
+      expect(record.expiresAt.getTime() - record.createdAt.getTime()).toBeCloseTo(3_600_000, -2);
+    });
+
+    it('E1: exactly one of 25 concurrent claims of one key wins', async () => {
+      const key = randomUUID();
+      const results = await Promise.all(Array.from({ length: 25 }, () => store.claim(request({ key }))));
+      expect(results.filter((r) => r.outcome === 'claimed')).toHaveLength(1);
+      expect(results.filter((r) => r.outcome === 'existing')).toHaveLength(24);
+    });
+
+    it('S1: the same key in another scope is another record', async () => {
+      const key = randomUUID();
+      claimed(await store.claim(request({ key })));
+      claimed(await store.claim(request({ key, scope: `${scope}/other` })));
+    });
+
+    it('E2: stores the outcome for the owner and answers existing with it, body byte-identical', async () => {
+      const req = request();
+      claimed(await store.claim(req));
+      const body = '{"z":1,"a":{"é":"✓ 日本","b":[3,1,2]},"m":null}';
+      expect(await store.complete({ scope, key: req.key, token: req.token, outcome: success(body) })).toBe(true);
+      const again = existing(await store.claim(request({ key: req.key })));
+      expect(again.expired).toBe(false);
+      expect(again.record.state).toBe('completed');
+      expect(again.record.outcome).toEqual({ kind: 'success', status: 200, body });
+      expect(again.record.completedAt).toBeInstanceOf(Date);
+      expect(again.now).toBeInstanceOf(Date);
+      expect((await store.get(scope, req.key))?.outcome?.body).toBe(body);
+    });
+
+    it('E4: stores error outcomes with their status', async () => {
+      const req = request();
+      claimed(await store.claim(req));
+      const outcome = { kind: 'error' as const, status: 500, body: '{"message":"boom"}' };
+      expect(await store.complete({ scope, key: req.key, token: req.token, outcome })).toBe(true);
+      expect((await store.get(scope, req.key))?.outcome).toEqual(outcome);
+    });
+
+    it('E6: refuses complete and release from a token that does not own the claim', async () => {
+      const req = request();
+      claimed(await store.claim(req));
+      expect(await store.complete({ scope, key: req.key, token: randomUUID(), outcome: success('1') })).toBe(false);
+      expect(await store.release({ scope, key: req.key, token: randomUUID() })).toBe(false);
+      expect((await store.get(scope, req.key))?.state).toBe('processing');
+    });
+
+    it('E3: answers existing while the lease of a processing claim is live', async () => {
+      const req = request();
+      claimed(await store.claim(req));
+      const other = existing(await store.claim(request({ key: req.key })));
+      expect(other.record.state).toBe('processing');
+      expect(other.record.token).toBe(req.token);
+      expect(other.record.leaseUntil.getTime()).toBeGreaterThan(other.now.getTime());
+    });
+
+    it('E4: a released claim is taken over as new, with the new fingerprint, in the same generation', async () => {
+      const req = request();
+      claimed(await store.claim(req));
+      expect(await store.release({ scope, key: req.key, token: req.token })).toBe(true);
+      expect((await store.get(scope, req.key))?.state).toBe('released');
+      const next = claimed(await store.claim(request({ key: req.key, fingerprint: 'fp-2' })));
+      expect(next.record).toMatchObject({ generation: 1, state: 'processing', fingerprint: 'fp-2' });
+      expect(next.takeover).toBeUndefined();
+      expect(next.expired).toBeUndefined();
+    });
+
+    it('E6: after the lease passes a matching request takes over with a new token; the stale owner is fenced out', async () => {
+      const first = request({ leaseMs: shortMs });
+      claimed(await store.claim(first));
+      await wait();
+      const second = request({ key: first.key });
+      const takeover = claimed(await store.claim(second));
+      expect(takeover.takeover?.previousToken).toBe(first.token);
+      expect(takeover.record).toMatchObject({ token: second.token, takeovers: 1, generation: 1 });
+      expect(await store.complete({ scope, key: first.key, token: first.token, outcome: success('"stale"') })).toBe(false);
+      expect(await store.complete({ scope, key: first.key, token: second.token, outcome: success('"fresh"') })).toBe(true);
+      expect((await store.get(scope, first.key))?.outcome?.body).toBe('"fresh"');
+    });
+
+    it('E6/F3: a stale claim is not taken over by a request with another fingerprint', async () => {
+      const first = request({ leaseMs: shortMs });
+      claimed(await store.claim(first));
+      await wait();
+      const other = existing(await store.claim(request({ key: first.key, fingerprint: 'fp-other' })));
+      expect(other.record.token).toBe(first.token);
+    });
+
+    it('F2: a null fingerprint matches any for takeover', async () => {
+      const first = request({ leaseMs: shortMs, fingerprint: null });
+      claimed(await store.claim(first));
+      await wait();
+      claimed(await store.claim(request({ key: first.key, fingerprint: 'anything' })));
+    });
+
+    it('R2: past retention a reuse archives the earlier generation and claims generation 2', async () => {
+      const first = request({ retentionMs: shortMs, leaseMs: shortMs });
+      claimed(await store.claim(first));
+      await store.complete({ scope, key: first.key, token: first.token, outcome: success('{"charge":1}') });
+      await wait();
+      const reuse = claimed(await store.claim(request({ key: first.key, fingerprint: 'fp-different' })));
+      expect(reuse.record).toMatchObject({ generation: 2, state: 'processing', fingerprint: 'fp-different' });
+      expect(reuse.expired).toMatchObject({ generation: 1, state: 'archived', fingerprint: 'fp-1' });
+      expect(reuse.expired?.outcome?.status).toBe(200);
+      expect(reuse.expired?.completedAt).toBeInstanceOf(Date);
+      expect(reuse.expired?.archivedAt).toBeInstanceOf(Date);
+      const timeline = await store.timeline(scope, first.key);
+      expect(timeline.map((entry) => entry.generation)).toEqual([1, 2]);
+      expect(timeline[0]).toMatchObject({ state: 'archived', status: 200, outcomeKind: 'success', fingerprint: 'fp-1' });
+      expect(timeline[0]?.reusedAt).toBeInstanceOf(Date);
+      expect(timeline[1]).toMatchObject({ state: 'processing', status: null, reusedAt: null });
+    });
+
+    it('R2: exactly one of concurrent reuses of an expired key claims the next generation', async () => {
+      const first = request({ retentionMs: shortMs, leaseMs: shortMs });
+      claimed(await store.claim(first));
+      await store.complete({ scope, key: first.key, token: first.token, outcome: success('1') });
+      await wait();
+      const results = await Promise.all(Array.from({ length: 10 }, () => store.claim(request({ key: first.key }))));
+      expect(results.filter((r) => r.outcome === 'claimed')).toHaveLength(1);
+      expect((await store.timeline(scope, first.key)).map((entry) => entry.generation)).toEqual([1, 2]);
+    });
+
+    it('R2: with expiredReuse reject, an expired key answers existing/expired and nothing changes', async () => {
+      const first = request({ retentionMs: shortMs, leaseMs: shortMs });
+      claimed(await store.claim(first));
+      await store.complete({ scope, key: first.key, token: first.token, outcome: success('1') });
+      await wait();
+      const answer = existing(await store.claim(request({ key: first.key, expiredReuse: 'reject' })));
+      expect(answer.expired).toBe(true);
+      expect(answer.record.generation).toBe(1);
+      expect(await store.timeline(scope, first.key)).toHaveLength(1);
+    });
+
+    it('R3: sweep archives expired records in batches, dropping bodies and keeping status and fingerprint', async () => {
+      // Drain whatever earlier tests left expired, so counts below are ours.
+      while ((await store.sweep({ batchSize: 1000 })).archived > 0);
+      const keys = await Promise.all(
+        Array.from({ length: 3 }, async () => {
+          const req = request({ retentionMs: shortMs, leaseMs: shortMs });
+          claimed(await store.claim(req));
+          await store.complete({ scope, key: req.key, token: req.token, outcome: success('{"secret":true}') });
+          return req.key;
+        }),
+      );
+      const live = request();
+      claimed(await store.claim(live));
+      await wait();
+      const first = await store.sweep({ batchSize: 2 });
+      const second = await store.sweep({ batchSize: 2 });
+      expect(first.archived).toBe(2);
+      expect(first.archived + second.archived).toBeGreaterThanOrEqual(3);
+      for (const key of keys) {
+        const record = await store.get(scope, key);
+        expect(record).toMatchObject({ state: 'archived', fingerprint: 'fp-1' });
+        expect(record?.outcome).toEqual({ kind: 'success', status: 200, body: null });
+        expect(record?.archivedAt).toBeInstanceOf(Date);
+      }
+      expect((await store.get(scope, live.key))?.state).toBe('processing');
+      const reuse = claimed(await store.claim(request({ key: keys[0]! })));
+      expect(reuse.record.generation).toBe(2);
+      expect(reuse.expired?.outcome?.status).toBe(200);
+    });
+
+    it('R3: purge deletes only archived records older than the horizon', async () => {
+      const req = request({ retentionMs: shortMs, leaseMs: shortMs });
+      claimed(await store.claim(req));
+      await store.complete({ scope, key: req.key, token: req.token, outcome: success('1') });
+      await wait();
+      claimed(await store.claim(request({ key: req.key })));
+      expect((await store.purge({ olderThanMs: 3_600_000 })).deleted).toBe(0);
+      expect(await store.timeline(scope, req.key)).toHaveLength(2);
+      await sleep(50);
+      const { deleted } = await store.purge({ olderThanMs: 1 });
+      expect(deleted).toBeGreaterThanOrEqual(1);
+      const timeline = await store.timeline(scope, req.key);
+      expect(timeline.map((entry) => entry.generation)).toEqual([2]);
+    });
+
+    it('answers ping when reachable', async () => {
+      await expect(store.ping()).resolves.toBeUndefined();
+    });
+
+    describe('through the engine', () => {
+      const engine = () => createEngine({ store });
+
+      it('E2: replays the stored result and does not run the handler again', async () => {
+        const key = randomUUID();
+        let calls = 0;
+        const handler = async () => ({ id: ++calls, at: 'x' });
+        const first = await engine().execute({ scope, key, fingerprint: 'a' }, handler);
+        const second = await engine().execute({ scope, key, fingerprint: 'a' }, handler);
+        expect(first).toMatchObject({ ok: true, replayed: false, value: { id: 1 } });
+        expect(second).toMatchObject({ ok: true, replayed: true, value: { id: 1 } });
+        expect(calls).toBe(1);
+      });
+
+      it('E3/F3: answers 409 while processing and 422 for another payload', async () => {
+        const key = randomUUID();
+        let release!: () => void;
+        const gate = new Promise<void>((resolve) => (release = resolve));
+        const running = engine().execute({ scope, key, fingerprint: 'a' }, () => gate.then(() => 'done'));
+        await sleep(20);
+        await expect(engine().execute({ scope, key, fingerprint: 'a' }, () => 'x')).rejects.toBeInstanceOf(RequestInProgressError);
+        await expect(engine().execute({ scope, key, fingerprint: 'b' }, () => 'x')).rejects.toBeInstanceOf(FingerprintMismatchError);
+        release();
+        expect(await running).toMatchObject({ ok: true, value: 'done' });
+        await expect(engine().execute({ scope, key, fingerprint: 'b' }, () => 'x')).rejects.toBeInstanceOf(FingerprintMismatchError);
+      });
+    });
+  });
+}

@@ -1,0 +1,276 @@
+import { randomUUID } from 'node:crypto';
+import { FingerprintMismatchError, KeyExpiredError, RequestInProgressError, StoreUnavailableError, DEFAULT_DOCUMENTATION_URL } from './errors.ts';
+import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration } from './events.ts';
+import { defaultErrorCodec, deserializeValue, serializeValue, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.ts';
+import type { IdempotencyRecord, IdempotencyStore, StoredOutcome } from './store.ts';
+import { toMilliseconds, type Duration } from './duration.ts';
+
+/** Retention and lease rules of one endpoint; every field falls back to the engine's. */
+export interface EndpointPolicy {
+  /** R1: how long an outcome is kept and replayed. Defaults to 24 hours (Stripe v1). */
+  retention?: Duration;
+  /**
+   * E6: how long a `processing` claim belongs to its owner. Past it, with no outcome stored,
+   * the next request with the same key and payload takes over and runs the handler again
+   * (the `staleTakeover` event). Set it above your handler's longest run: a handler still
+   * running when its lease ends can run twice. Defaults to 30 seconds.
+   */
+  lease?: Duration;
+  /**
+   * R2: what a reuse of a key whose retention has passed does. `'execute'` runs it as new
+   * and emits `expiredKeyReused`; `'reject'` answers 422 `idempotency_key_expired`.
+   * Defaults to `'execute'` (the draft allows reuse after expiry).
+   */
+  expiredReuse?: 'execute' | 'reject';
+}
+
+export interface EngineOptions extends EndpointPolicy {
+  /** Where records live. */
+  store: IdempotencyStore;
+  /** Serializer for stored success values: `JSON` (default) or anything with `stringify`/`parse`, such as `superjson`. */
+  serializer?: OutcomeSerializer;
+  /** One hook for every event (claimed, replayed, conflict, …). Defaults to none. */
+  onEvent?: IdempotencyEventHandler;
+  /** The `type` of problem bodies: the published policy (R4). Defaults to `'/idempotency'`. */
+  documentationUrl?: string;
+  /** `Retry-After` seconds on 409. Capped by the lease's remaining time, at least 1. Defaults to 1. */
+  conflictRetryAfter?: number;
+  /** `Retry-After` seconds on 503. Defaults to 2. */
+  unavailableRetryAfter?: number;
+}
+
+export interface ExecuteRequest extends EndpointPolicy {
+  /** The record's scope; build it with `formatScope(operation, principal)` (S1). */
+  scope: string;
+  key: string;
+  /** The request's fingerprint (see `computeFingerprint`); null for none (F2). */
+  fingerprint: string | null;
+  /** Overrides the engine's serializer for this endpoint. */
+  serializer?: OutcomeSerializer;
+  /** How this endpoint's errors are stored and rebuilt. Defaults to {@link defaultErrorCodec}. */
+  errors?: ErrorCodec;
+}
+
+/** What the handler is told about its claim. */
+export interface ClaimContext {
+  scope: string;
+  key: string;
+  generation: number;
+  /** The fencing token of this execution (E6). */
+  token: string;
+}
+
+/** The outcome the client gets: a value or an error, and whether it was replayed (E2). */
+export type ExecuteResult<T> =
+  | { ok: true; value: T; replayed: boolean; generation: number }
+  | { ok: false; error: unknown; replayed: boolean; generation: number };
+
+/**
+ * Throw this (wrapping the real error) from a handler whose real work has not started yet —
+ * an authorization or rate-limit check, say — and the engine releases the claim instead of
+ * storing the failure (E4), then rethrows `cause`, so the client can retry with the same key.
+ */
+export class HandlerNotStartedError extends Error {
+  constructor(override readonly cause: unknown) {
+    super('[idem] the handler did not start', { cause });
+    this.name = 'HandlerNotStartedError';
+  }
+}
+
+export interface IdempotencyEngine {
+  /**
+   * Runs `handler` at most once per (scope, key) within the retention: claim → run → store
+   * the outcome (E1, E4), or replay a stored one (E2). Throws an `IdempotencyError` for 409,
+   * 422 and 503; handler failures are returned (`ok: false`), not thrown.
+   */
+  execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext) => Promise<T> | T): Promise<ExecuteResult<T>>;
+  /** The resolved engine-wide policy, in milliseconds. */
+  readonly policy: { retentionMs: number; leaseMs: number; expiredReuse: 'execute' | 'reject'; documentationUrl: string };
+  readonly store: IdempotencyStore;
+  /** Resolves when background retries of outcome writes (E7) have settled. */
+  drain(): Promise<void>;
+}
+
+export const DEFAULT_RETENTION: Duration = '24h';
+export const DEFAULT_LEASE: Duration = '30s';
+
+/** Builds a scope (S1): `<principal>/<operation>`, the principal percent-encoded. */
+export function formatScope(operation: string, principal: string): string {
+  return `${encodeURIComponent(principal)}/${operation}`;
+}
+
+export function createEngine(options: EngineOptions): IdempotencyEngine {
+  const {
+    store,
+    serializer: defaultSerializer = JSON,
+    onEvent,
+    documentationUrl = DEFAULT_DOCUMENTATION_URL,
+    retention = DEFAULT_RETENTION,
+    lease = DEFAULT_LEASE,
+    expiredReuse: defaultExpiredReuse = 'execute',
+    conflictRetryAfter = 1,
+    unavailableRetryAfter = 2,
+  } = options;
+  const policy = { retentionMs: toMilliseconds(retention), leaseMs: toMilliseconds(lease), expiredReuse: defaultExpiredReuse, documentationUrl };
+  const pending = new Set<Promise<void>>();
+
+  const emit = (event: IdempotencyEvent) => {
+    if (!onEvent) return;
+    try {
+      onEvent(event);
+    } catch {
+      // A logging hook must never change the outcome of a request.
+    }
+  };
+
+  async function storeOutcome(scope: string, key: string, record: IdempotencyRecord, outcome: StoredOutcome): Promise<void> {
+    const { token, generation } = record;
+    const attempt = async () => {
+      const owned = await store.complete({ scope, key, token, outcome });
+      if (owned) emit({ type: 'completed', scope, key, generation, status: outcome.status, outcomeKind: outcome.kind });
+      else emit({ type: 'fenced', scope, key, generation });
+    };
+    try {
+      await attempt();
+    } catch (error) {
+      // E7: the client gets its real outcome now; the write is retried until the lease ends,
+      // and until then no one else can take the claim over.
+      const deadline = record.leaseUntil.getTime();
+      emit({ type: 'storeError', scope, key, operation: 'complete', error, willRetry: Date.now() < deadline });
+      const retry = retryUntil(deadline, attempt, (retryError, willRetry) =>
+        emit({ type: 'storeError', scope, key, operation: 'complete', error: retryError, willRetry }),
+      );
+      pending.add(retry);
+      void retry.finally(() => pending.delete(retry));
+    }
+  }
+
+  return {
+    policy,
+    store,
+    drain: async () => {
+      while (pending.size > 0) await Promise.allSettled([...pending]);
+    },
+    async execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext) => Promise<T> | T): Promise<ExecuteResult<T>> {
+      const { scope, key, fingerprint } = request;
+      const serializer = request.serializer ?? defaultSerializer;
+      const errors = request.errors ?? defaultErrorCodec;
+      const leaseMs = request.lease === undefined ? policy.leaseMs : toMilliseconds(request.lease);
+      const retentionMs = request.retention === undefined ? policy.retentionMs : toMilliseconds(request.retention);
+      const expiredReuse = request.expiredReuse ?? policy.expiredReuse;
+
+      let claim;
+      try {
+        claim = await store.claim({ scope, key, fingerprint, token: randomUUID(), leaseMs, retentionMs, expiredReuse });
+      } catch (error) {
+        emit({ type: 'storeError', scope, key, operation: 'claim', error, willRetry: false });
+        throw new StoreUnavailableError(unavailableRetryAfter, error);
+      }
+
+      if (claim.outcome === 'existing') {
+        const { record, now, expired } = claim;
+        if (expired) {
+          const previous = describeGeneration(record);
+          emit({ type: 'expiredKeyRejected', scope, key, previous });
+          throw new KeyExpiredError({ firstSeenAt: record.createdAt, completedAt: record.completedAt, expiresAt: record.expiresAt, status: previous.status });
+        }
+        if (record.fingerprint !== null && fingerprint !== null && record.fingerprint !== fingerprint) {
+          emit({ type: 'mismatch', scope, key });
+          throw new FingerprintMismatchError();
+        }
+        if (record.state === 'completed' && record.outcome && record.outcome.body !== null) {
+          const { kind, status, body } = record.outcome;
+          emit({ type: 'replayed', scope, key, generation: record.generation, status });
+          if (kind === 'success') return { ok: true, value: deserializeValue(serializer, body) as T, replayed: true, generation: record.generation };
+          return { ok: false, error: errors.revive(JSON.parse(body) as StoredErrorDescription), replayed: true, generation: record.generation };
+        }
+        const leaseLeft = Math.ceil((record.leaseUntil.getTime() - now.getTime()) / 1000);
+        const retryAfter = Math.max(1, Math.min(conflictRetryAfter, leaseLeft));
+        emit({ type: 'conflict', scope, key, retryAfter });
+        throw new RequestInProgressError(retryAfter);
+      }
+
+      const { record } = claim;
+      if (claim.expired) {
+        emit({ type: 'expiredKeyReused', scope, key, generation: record.generation, previous: describeGeneration(claim.expired) });
+      }
+      if (claim.takeover) {
+        emit({ type: 'staleTakeover', scope, key, generation: record.generation, previousLeaseUntil: claim.takeover.previousLeaseUntil, takeovers: record.takeovers });
+      }
+      emit({ type: 'claimed', scope, key, generation: record.generation });
+
+      let result: ExecuteResult<T>;
+      try {
+        const value = await handler({ scope, key, generation: record.generation, token: record.token });
+        result = { ok: true, value, replayed: false, generation: record.generation };
+      } catch (error) {
+        if (error instanceof HandlerNotStartedError) {
+          await releaseClaim(scope, key, record);
+          throw error.cause;
+        }
+        result = { ok: false, error, replayed: false, generation: record.generation };
+      }
+
+      await storeOutcome(scope, key, record, toStoredOutcome(result, serializer, errors));
+      return result;
+    },
+  };
+
+  async function releaseClaim(scope: string, key: string, record: IdempotencyRecord) {
+    try {
+      if (await store.release({ scope, key, token: record.token })) emit({ type: 'released', scope, key, generation: record.generation });
+    } catch (error) {
+      // The claim then stays until its lease passes, and a retry takes it over (E6).
+      emit({ type: 'storeError', scope, key, operation: 'release', error, willRetry: false });
+    }
+  }
+}
+
+function toStoredOutcome<T>(result: ExecuteResult<T>, serializer: OutcomeSerializer, errors: ErrorCodec): StoredOutcome {
+  if (result.ok) {
+    try {
+      return { kind: 'success', status: 200, body: serializeValue(serializer, result.value) };
+    } catch (error) {
+      // E4: the handler ran, so something must be stored; a value the serializer cannot
+      // write is replayed as a 500 naming the cause rather than executed twice.
+      const description: StoredErrorDescription = {
+        name: 'IdempotencySerializationError',
+        message: `[idem] the handler's result could not be serialized for replay: ${error instanceof Error ? error.message : String(error)}`,
+        code: 'INTERNAL_SERVER_ERROR',
+        status: 500,
+      };
+      return { kind: 'error', status: 500, body: JSON.stringify(description) };
+    }
+  }
+  const description = errors.describe(result.error);
+  return { kind: 'error', status: description.status, body: JSON.stringify(description) };
+}
+
+function describeGeneration(record: IdempotencyRecord): ExpiredGeneration {
+  return {
+    generation: record.generation,
+    state: record.state,
+    firstSeenAt: record.createdAt,
+    completedAt: record.completedAt,
+    expiresAt: record.expiresAt,
+    archivedAt: record.archivedAt,
+    status: record.outcome?.status ?? null,
+    outcomeKind: record.outcome?.kind ?? null,
+  };
+}
+
+async function retryUntil(deadline: number, attempt: () => Promise<void>, onError: (error: unknown, willRetry: boolean) => void): Promise<void> {
+  let delay = 50;
+  for (;;) {
+    await new Promise((resolve) => setTimeout(resolve, delay).unref?.());
+    try {
+      await attempt();
+      return;
+    } catch (error) {
+      delay = Math.min(delay * 2, 2000);
+      const willRetry = Date.now() + delay < deadline;
+      onError(error, willRetry);
+      if (!willRetry) return;
+    }
+  }
+}

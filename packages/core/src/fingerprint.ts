@@ -1,0 +1,142 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * Canonical serialization used by the default fingerprint (F1). Two inputs that are equal as
+ * values serialize identically, whatever the order of their object keys:
+ *
+ * - objects: keys sorted by code unit; properties whose value is `undefined`, a function or a
+ *   symbol are left out (as `JSON.stringify` does), so `{a: 1, b: undefined}` equals `{a: 1}`;
+ * - arrays: order kept (order is meaningful); `undefined` items become `null`, as in JSON;
+ * - `Date`: `{"$date":"<ISO 8601>"}` (an invalid Date: `{"$date":null}`), so a Date and its ISO
+ *   string differ;
+ * - `bigint`: `{"$bigint":"<decimal>"}`, so `1n` and `1` differ;
+ * - non-finite numbers: `{"$number":"NaN" | "Infinity" | "-Infinity"}`; `-0` is `0`;
+ * - `Map`: `{"$map":[[k, v], ...]}` sorted by the canonical form of `k`; `Set`: `{"$set":[...]}`
+ *   sorted likewise;
+ * - `Uint8Array`/`Buffer`: `{"$bytes":"<base64>"}`;
+ * - objects with `toJSON` (other than the above) are serialized through it;
+ * - a cycle throws a `TypeError`.
+ */
+export function canonicalize(value: unknown): string {
+  return serialize(value, new Set());
+}
+
+function serialize(value: unknown, seen: Set<object>): string {
+  switch (typeof value) {
+    case 'string':
+      return JSON.stringify(value);
+    case 'boolean':
+      return value ? 'true' : 'false';
+    case 'number':
+      if (Number.isFinite(value)) return JSON.stringify(value === 0 ? 0 : value);
+      return `{"$number":${JSON.stringify(String(value))}}`;
+    case 'bigint':
+      return `{"$bigint":${JSON.stringify(value.toString())}}`;
+    case 'undefined':
+    case 'function':
+    case 'symbol':
+      return 'null';
+    case 'object':
+      break;
+  }
+  if (value === null) return 'null';
+  const object = value as object;
+  if (object instanceof Date) {
+    return `{"$date":${Number.isNaN(object.getTime()) ? 'null' : JSON.stringify(object.toISOString())}}`;
+  }
+  if (object instanceof Uint8Array) {
+    return `{"$bytes":${JSON.stringify(Buffer.from(object.buffer, object.byteOffset, object.byteLength).toString('base64'))}}`;
+  }
+  if (seen.has(object)) throw new TypeError('[idem] cannot fingerprint a value with a cycle');
+  seen.add(object);
+  try {
+    if (Array.isArray(object)) {
+      return `[${object.map((item) => serialize(item, seen)).join(',')}]`;
+    }
+    if (object instanceof Map) {
+      const entries = [...object].map(([k, v]) => [serialize(k, seen), serialize(v, seen)] as const);
+      entries.sort(([a], [b]) => compare(a, b));
+      return `{"$map":[${entries.map(([k, v]) => `[${k},${v}]`).join(',')}]}`;
+    }
+    if (object instanceof Set) {
+      const items = [...object].map((item) => serialize(item, seen)).sort(compare);
+      return `{"$set":[${items.join(',')}]}`;
+    }
+    const toJSON = (object as { toJSON?: unknown }).toJSON;
+    if (typeof toJSON === 'function') return serialize(toJSON.call(object), seen);
+    const keys = Object.keys(object).sort(compare);
+    const parts: string[] = [];
+    for (const key of keys) {
+      const item = (object as Record<string, unknown>)[key];
+      if (item === undefined || typeof item === 'function' || typeof item === 'symbol') continue;
+      parts.push(`${JSON.stringify(key)}:${serialize(item, seen)}`);
+    }
+    return `{${parts.join(',')}}`;
+  } finally {
+    seen.delete(object);
+  }
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** SHA-256 (hex) of a string. */
+export function sha256(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
+}
+
+/** The default fingerprint (F1): SHA-256 over {@link canonicalize} of the validated input. */
+export function defaultFingerprint(input: unknown): string {
+  return sha256(canonicalize(input));
+}
+
+/**
+ * How an endpoint fingerprints its input (F2):
+ * - `'default'` (or omitted): {@link defaultFingerprint} of the whole validated input;
+ * - `{ fields: ['amount', 'customer.id'] }`: the default fingerprint over the selected
+ *   (dotted) paths only;
+ * - a function: your own fingerprint (return any string; `null` means none);
+ * - `false`: no fingerprint. The server then cannot tell a retry from a reuse and never
+ *   answers 422 (F2).
+ */
+export type FingerprintOption =
+  | 'default'
+  | false
+  | { fields: readonly string[] }
+  | ((input: unknown) => string | null | Promise<string | null>);
+
+/**
+ * Computes the fingerprint of `input` under an endpoint's option. `exclude` names top-level
+ * input fields left out (the key's own input field, K4/F1).
+ */
+export async function computeFingerprint(
+  input: unknown,
+  option: FingerprintOption = 'default',
+  exclude: readonly string[] = [],
+): Promise<string | null> {
+  if (option === false) return null;
+  const subject = exclude.length > 0 ? omit(input, exclude) : input;
+  if (option === 'default') return defaultFingerprint(subject);
+  if (typeof option === 'function') return option(subject);
+  return defaultFingerprint(pick(subject, option.fields));
+}
+
+function omit(input: unknown, fields: readonly string[]): unknown {
+  if (input === null || typeof input !== 'object' || Array.isArray(input)) return input;
+  const copy: Record<string, unknown> = { ...(input as Record<string, unknown>) };
+  for (const field of fields) delete copy[field];
+  return copy;
+}
+
+function pick(input: unknown, paths: readonly string[]): Record<string, unknown> {
+  const picked: Record<string, unknown> = {};
+  for (const path of paths) {
+    let cursor: unknown = input;
+    for (const segment of path.split('.')) {
+      cursor = cursor !== null && typeof cursor === 'object' ? (cursor as Record<string, unknown>)[segment] : undefined;
+    }
+    picked[path] = cursor;
+  }
+  return picked;
+}

@@ -1,0 +1,21 @@
+export * from './errors.ts';
+export * from './key.ts';
+export * from './fingerprint.ts';
+export * from './duration.ts';
+export * from './outcome.ts';
+export type * from './events.ts';
+export type * from './store.ts';
+export { MemoryStore, fingerprintsMatch, toTimelineEntry, type MemoryStoreOptions } from './memory-store.ts';
+export {
+  createEngine,
+  formatScope,
+  HandlerNotStartedError,
+  DEFAULT_LEASE,
+  DEFAULT_RETENTION,
+  type ClaimContext,
+  type EndpointPolicy,
+  type EngineOptions,
+  type ExecuteRequest,
+  type ExecuteResult,
+  type IdempotencyEngine,
+} from './engine.ts';

@@ -1,0 +1,78 @@
+import { parseItem, serializeItem } from 'structured-headers';
+import { InvalidKeyError, MissingKeyError, AmbiguousKeyError } from './errors.ts';
+
+/** K3: the longest key accepted. */
+export const MAX_KEY_LENGTH = 255;
+
+/** The header name (draft-ietf-httpapi-idempotency-key-header). */
+export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
+
+/**
+ * Parses an `Idempotency-Key` header value leniently (K1–K3): a quoted RFC 9651 sf-string
+ * (parameters ignored) or a bare value; surrounding whitespace trimmed.
+ *
+ * Returns `undefined` when no key was sent (absent, empty or whitespace only): whether that
+ * is an error depends on the endpoint (K2), see {@link requireKey}.
+ *
+ * @throws InvalidKeyError too long (> 255), a character outside 0x21–0x7E, `"` or `\`,
+ *   a malformed quoted string, or several header fields.
+ */
+export function parseIdempotencyKey(raw: string | readonly string[] | null | undefined): string | undefined {
+  if (raw === null || raw === undefined) return undefined;
+  if (typeof raw !== 'string') {
+    const present = raw.filter((value) => value.trim() !== '');
+    if (present.length > 1) throw new InvalidKeyError('multiple', 'Send exactly one Idempotency-Key header field.');
+    return parseIdempotencyKey(present[0]);
+  }
+  const trimmed = raw.trim();
+  if (trimmed === '') return undefined;
+  const value = trimmed.startsWith('"') ? unquote(trimmed) : trimmed;
+  return validateKey(value);
+}
+
+/** Validates a key that did not come from a header (an input field or argument, K4). */
+export function validateKey(value: string): string {
+  if (value === '') throw new MissingKeyError();
+  if (value.length > MAX_KEY_LENGTH) {
+    throw new InvalidKeyError('too_long', `The Idempotency-Key is ${value.length} characters long; at most ${MAX_KEY_LENGTH} are accepted.`);
+  }
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    if (c <= 0x20 || c >= 0x7f || c === 0x22 || c === 0x5c) {
+      throw new InvalidKeyError('charset', 'The Idempotency-Key may only contain visible ASCII characters (0x21-0x7E) other than `"` and `\\`.');
+    }
+  }
+  return value;
+}
+
+function unquote(input: string): string {
+  let item;
+  try {
+    item = parseItem(input);
+  } catch {
+    throw new InvalidKeyError('syntax', 'The Idempotency-Key is not a valid structured-field string (RFC 9651 §3.3.3).');
+  }
+  const [bare] = item;
+  if (typeof bare !== 'string') {
+    throw new InvalidKeyError('syntax', 'The Idempotency-Key must be a string.');
+  }
+  if (bare === '') throw new MissingKeyError();
+  return validateKey(bare);
+}
+
+/**
+ * Chooses the key from its sources (K2, K4): the header and/or an argument.
+ * Both present and different → 400; none and `required` → 400; none and optional → undefined.
+ */
+export function resolveKey(sources: { header?: string | undefined; argument?: string | undefined }, required: boolean): string | undefined {
+  const { header, argument } = sources;
+  if (header !== undefined && argument !== undefined && header !== argument) throw new AmbiguousKeyError();
+  const key = header ?? argument;
+  if (key === undefined && required) throw new MissingKeyError();
+  return key;
+}
+
+/** Strict out (K1): a key formatted as an RFC 9651 sf-string, e.g. `"8e03978e-40d5"`. */
+export function formatIdempotencyKey(key: string): string {
+  return serializeItem(validateKey(key));
+}

@@ -1,0 +1,181 @@
+import type { ClaimRequest, ClaimResult, IdempotencyRecord, IdempotencyStore, StoredOutcome, TimelineEntry } from './store.ts';
+
+export interface MemoryStoreOptions {
+  /** The store's clock, in epoch milliseconds. Defaults to `Date.now`. */
+  now?: () => number;
+}
+
+interface HistoryRecord extends IdempotencyRecord {
+  reusedAt: Date;
+}
+
+/**
+ * An in-memory store for tests and single-process development. Everything is lost on exit
+ * and nothing is shared between processes: use `@idem/drizzle` in production.
+ */
+export class MemoryStore implements IdempotencyStore {
+  readonly #live = new Map<string, IdempotencyRecord>();
+  readonly #history = new Map<string, HistoryRecord[]>();
+  readonly #now: () => number;
+
+  constructor({ now = Date.now }: MemoryStoreOptions = {}) {
+    this.#now = now;
+  }
+
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    const now = this.#now();
+    const id = recordId(request.scope, request.key);
+    const current = this.#live.get(id);
+    if (!current) {
+      const record = fresh(request, now, 1);
+      this.#live.set(id, record);
+      return { outcome: 'claimed', record: copy(record) };
+    }
+    if (current.state === 'archived' || current.expiresAt.getTime() <= now) {
+      if (request.expiredReuse === 'reject') return { outcome: 'existing', record: copy(current), now: new Date(now), expired: true };
+      const archived: HistoryRecord = {
+        ...current,
+        state: 'archived',
+        archivedAt: current.archivedAt ?? new Date(now),
+        outcome: current.outcome && { ...current.outcome, body: null },
+        reusedAt: new Date(now),
+      };
+      const history = this.#history.get(id) ?? [];
+      history.push(archived);
+      this.#history.set(id, history);
+      const record = fresh(request, now, current.generation + 1);
+      this.#live.set(id, record);
+      return { outcome: 'claimed', record: copy(record), expired: copy(archived) };
+    }
+    if (current.state === 'released') {
+      const record = fresh(request, now, current.generation);
+      this.#live.set(id, record);
+      return { outcome: 'claimed', record: copy(record) };
+    }
+    if (current.state === 'processing' && current.leaseUntil.getTime() <= now && fingerprintsMatch(current.fingerprint, request.fingerprint)) {
+      const previous = { previousToken: current.token, previousLeaseUntil: current.leaseUntil };
+      current.token = request.token;
+      current.leaseUntil = new Date(now + request.leaseMs);
+      current.takeovers += 1;
+      return { outcome: 'claimed', record: copy(current), takeover: previous };
+    }
+    return { outcome: 'existing', record: copy(current), now: new Date(now), expired: false };
+  }
+
+  async complete({ scope, key, token, outcome }: { scope: string; key: string; token: string; outcome: StoredOutcome }): Promise<boolean> {
+    const record = this.#owned(scope, key, token);
+    if (!record) return false;
+    record.state = 'completed';
+    record.outcome = { ...outcome };
+    record.completedAt = new Date(this.#now());
+    return true;
+  }
+
+  async release({ scope, key, token }: { scope: string; key: string; token: string }): Promise<boolean> {
+    const record = this.#owned(scope, key, token);
+    if (!record) return false;
+    record.state = 'released';
+    return true;
+  }
+
+  async get(scope: string, key: string): Promise<IdempotencyRecord | null> {
+    const record = this.#live.get(recordId(scope, key));
+    return record ? copy(record) : null;
+  }
+
+  async timeline(scope: string, key: string): Promise<TimelineEntry[]> {
+    const id = recordId(scope, key);
+    const entries: TimelineEntry[] = (this.#history.get(id) ?? []).map((record) => toTimelineEntry(record, record.reusedAt));
+    const live = this.#live.get(id);
+    if (live) entries.push(toTimelineEntry(live, null));
+    return entries;
+  }
+
+  async sweep({ batchSize = 1000 }: { batchSize?: number } = {}): Promise<{ archived: number }> {
+    const now = this.#now();
+    let archived = 0;
+    for (const record of this.#live.values()) {
+      if (archived >= batchSize) break;
+      if (record.state === 'archived' || record.expiresAt.getTime() > now) continue;
+      record.state = 'archived';
+      record.archivedAt = new Date(now);
+      if (record.outcome) record.outcome = { ...record.outcome, body: null };
+      archived++;
+    }
+    return { archived };
+  }
+
+  async purge({ olderThanMs }: { olderThanMs: number }): Promise<{ deleted: number }> {
+    const horizon = this.#now() - olderThanMs;
+    let deleted = 0;
+    const old = (record: IdempotencyRecord) => record.archivedAt !== null && record.archivedAt.getTime() < horizon;
+    for (const [id, history] of this.#history) {
+      const kept = history.filter((record) => !old(record));
+      deleted += history.length - kept.length;
+      if (kept.length === 0) this.#history.delete(id);
+      else this.#history.set(id, kept);
+    }
+    for (const [id, record] of this.#live) {
+      if (record.state === 'archived' && old(record)) {
+        this.#live.delete(id);
+        deleted++;
+      }
+    }
+    return { deleted };
+  }
+
+  async ping(): Promise<void> {}
+
+  #owned(scope: string, key: string, token: string): IdempotencyRecord | undefined {
+    const record = this.#live.get(recordId(scope, key));
+    return record && record.state === 'processing' && record.token === token ? record : undefined;
+  }
+}
+
+/** Rule shared by every store: two fingerprints match when equal or when either is absent (F2). */
+export function fingerprintsMatch(stored: string | null, incoming: string | null): boolean {
+  return stored === null || incoming === null || stored === incoming;
+}
+
+/** Projects a record (live or archived) onto a timeline entry. */
+export function toTimelineEntry(record: IdempotencyRecord, reusedAt: Date | null): TimelineEntry {
+  return {
+    generation: record.generation,
+    state: record.state,
+    fingerprint: record.fingerprint,
+    firstSeenAt: record.createdAt,
+    completedAt: record.completedAt,
+    status: record.outcome?.status ?? null,
+    outcomeKind: record.outcome?.kind ?? null,
+    expiresAt: record.expiresAt,
+    archivedAt: record.archivedAt,
+    reusedAt,
+    takeovers: record.takeovers,
+  };
+}
+
+function recordId(scope: string, key: string): string {
+  return `${scope}\u0000${key}`;
+}
+
+function fresh(request: ClaimRequest, now: number, generation: number): IdempotencyRecord {
+  return {
+    scope: request.scope,
+    key: request.key,
+    generation,
+    fingerprint: request.fingerprint,
+    state: 'processing',
+    token: request.token,
+    createdAt: new Date(now),
+    leaseUntil: new Date(now + request.leaseMs),
+    expiresAt: new Date(now + request.retentionMs),
+    completedAt: null,
+    archivedAt: null,
+    takeovers: 0,
+    outcome: null,
+  };
+}
+
+function copy<T extends IdempotencyRecord>(record: T): T {
+  return { ...record, outcome: record.outcome && { ...record.outcome } };
+}

@@ -1,0 +1,67 @@
+/**
+ * How outcomes become text and back (E2, E4). Success values go through a serializer —
+ * anything with `stringify`/`parse`, so both `JSON` and `superjson` fit as they are. Errors
+ * are described as JSON by an {@link ErrorCodec}, so a replay rethrows the same code,
+ * message and status.
+ */
+export interface OutcomeSerializer {
+  stringify(value: any): string;
+  parse(text: string): any;
+}
+
+/** What is stored of a thrown error. */
+export interface StoredErrorDescription {
+  name: string;
+  message: string;
+  /** A stable code, e.g. tRPC's `INTERNAL_SERVER_ERROR` or a GraphQL `extensions.code`. */
+  code: string;
+  /** HTTP status. 500 for unexpected exceptions. */
+  status: number;
+  /** JSON-safe extras an adapter needs to rebuild the error (e.g. GraphQL extensions). */
+  data?: unknown;
+}
+
+export interface ErrorCodec {
+  describe(error: unknown): StoredErrorDescription;
+  revive(description: StoredErrorDescription): unknown;
+}
+
+/** An error rebuilt from a stored outcome by the default codec. */
+export class ReplayedError extends Error {
+  readonly code: string;
+  readonly status: number;
+  readonly data: unknown;
+  constructor(description: StoredErrorDescription) {
+    super(description.message);
+    this.name = description.name;
+    this.code = description.code;
+    this.status = description.status;
+    this.data = description.data;
+  }
+}
+
+/** The default codec: reads `code` and `status` (or `statusCode`) when an error has them. */
+export const defaultErrorCodec: ErrorCodec = {
+  describe(error) {
+    if (error instanceof Error) {
+      const { code, status, statusCode } = error as Error & { code?: unknown; status?: unknown; statusCode?: unknown };
+      const httpStatus = typeof status === 'number' ? status : typeof statusCode === 'number' ? statusCode : 500;
+      return { name: error.name, message: error.message, code: typeof code === 'string' ? code : 'INTERNAL_SERVER_ERROR', status: httpStatus };
+    }
+    return { name: 'Error', message: String(error), code: 'INTERNAL_SERVER_ERROR', status: 500 };
+  },
+  revive: (description) => new ReplayedError(description),
+};
+
+const UNDEFINED_BODY = '';
+
+export function serializeValue(serializer: OutcomeSerializer, value: unknown): string {
+  if (value === undefined) return UNDEFINED_BODY;
+  const text = serializer.stringify(value);
+  if (typeof text !== 'string') throw new TypeError('[idem] the serializer did not return a string');
+  return text;
+}
+
+export function deserializeValue(serializer: OutcomeSerializer, text: string): unknown {
+  return text === UNDEFINED_BODY ? undefined : serializer.parse(text);
+}
