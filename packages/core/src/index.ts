@@ -19,3 +19,4 @@ export {
   type ExecuteResult,
   type IdempotencyEngine,
 } from './engine.ts';
+export { sharedPrincipal, type AdapterOptions, type KeySource } from './adapter-options.ts';
