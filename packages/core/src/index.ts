@@ -20,3 +20,4 @@ export {
   type IdempotencyEngine,
 } from './engine.ts';
 export { sharedPrincipal, type AdapterOptions, type KeySource } from './adapter-options.ts';
+export { createPolicyDocument, renderPolicyHtml, type EndpointPolicyDescription, type PolicyDocument } from './policy.ts';

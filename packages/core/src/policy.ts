@@ -1,0 +1,87 @@
+import { formatDuration } from './duration.ts';
+
+/** One idempotent endpoint, as published (R4). */
+export interface EndpointPolicyDescription {
+  /** How clients call it, e.g. `tRPC mutation payments.create` or `GraphQL Mutation.createPayment`. */
+  endpoint: string;
+  /** Where the key is read from, e.g. `Idempotency-Key header`, `input field idempotencyKey`. */
+  keySources: string[];
+  /** Whether a request without a key is refused with 400 (K2). */
+  required: boolean;
+  retentionMs: number;
+  leaseMs: number;
+  expiredReuse: 'execute' | 'reject';
+  /** What is stored and replayed, in words. */
+  stored: string;
+  /** What the fingerprint covers, in words (F1/F2). */
+  fingerprint: string;
+}
+
+/** The published retention policy (draft §2.3, SPEC R4), generated from the configuration. */
+export interface PolicyDocument {
+  title: string;
+  /** The URL this document is served at; problem bodies use it as their `type`. */
+  documentationUrl: string;
+  endpoints: Array<EndpointPolicyDescription & { retention: string; lease: string }>;
+  /** Statuses a client can meet, and what to do about each. */
+  statuses: Array<{ status: number; code: string; meaning: string; clientAction: string }>;
+  /** Advice derived from the shortest retention. */
+  clientGuidance: string;
+}
+
+const STATUSES: PolicyDocument['statuses'] = [
+  { status: 400, code: 'idempotency_key_missing', meaning: 'The endpoint requires an Idempotency-Key and none was sent (K2).', clientAction: 'Send a key: a UUID v4 as a quoted string.' },
+  { status: 400, code: 'idempotency_key_invalid', meaning: 'The key is longer than 255 characters or has characters outside visible ASCII, or a quote or backslash (K3).', clientAction: 'Fix the key; nothing was executed.' },
+  { status: 400, code: 'idempotency_key_ambiguous', meaning: 'Two different keys were sent for one operation (K4).', clientAction: 'Send one key.' },
+  { status: 409, code: 'idempotency_request_in_progress', meaning: 'A request with this key is still being processed (E3).', clientAction: 'Wait Retry-After seconds, then retry with the same key and payload.' },
+  { status: 422, code: 'idempotency_key_reused', meaning: 'The key was used with a different payload (F3).', clientAction: 'Do not retry: use a new key for a new request.' },
+  { status: 422, code: 'idempotency_key_expired', meaning: 'The key is past its retention and this endpoint refuses reuse (R2).', clientAction: 'Reconcile the earlier request; send a new request with a new key.' },
+  { status: 503, code: 'idempotency_store_unavailable', meaning: 'The idempotency store is unreachable; nothing was executed (E5).', clientAction: 'Retry after Retry-After seconds with the same key.' },
+];
+
+export function createPolicyDocument(options: { title?: string; documentationUrl: string; endpoints: EndpointPolicyDescription[] }): PolicyDocument {
+  const endpoints = options.endpoints.map((endpoint) => ({ ...endpoint, retention: formatDuration(endpoint.retentionMs), lease: formatDuration(endpoint.leaseMs) }));
+  const shortest = Math.min(...endpoints.map((endpoint) => endpoint.retentionMs));
+  return {
+    title: options.title ?? 'Idempotency policy',
+    documentationUrl: options.documentationUrl,
+    endpoints,
+    statuses: STATUSES,
+    clientGuidance: Number.isFinite(shortest)
+      ? `Keep every retry with the same key within ${formatDuration(shortest)} of the first attempt (the shortest retention here). A retry after an endpoint's retention is executed as a new request${endpoints.some((e) => e.expiredReuse === 'reject') ? ' (or refused with 422 where reuse is rejected)' : ''}: past it, reconcile instead of retrying. Successful responses and errors raised after execution began (5xx included) are replayed with Idempotent-Replayed: true.`
+      : 'No idempotent endpoints are configured.',
+  };
+}
+
+const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+/** Renders the policy as a small, readable HTML page. */
+export function renderPolicyHtml(policy: PolicyDocument): string {
+  const rows = policy.endpoints
+    .map(
+      (e) =>
+        `<tr><td>${escapeHtml(e.endpoint)}</td><td>${escapeHtml(e.retention)}</td><td>${escapeHtml(e.lease)}</td><td>${escapeHtml(e.keySources.join(', '))}${e.required ? ' (required)' : ' (optional)'}</td><td>${escapeHtml(e.expiredReuse === 'execute' ? 'executed as new, recorded' : 'refused (422)')}</td><td>${escapeHtml(e.stored)}</td><td>${escapeHtml(e.fingerprint)}</td></tr>`,
+    )
+    .join('\n');
+  const statuses = policy.statuses
+    .map((s) => `<tr><td>${s.status}</td><td><code>${escapeHtml(s.code)}</code></td><td>${escapeHtml(s.meaning)}</td><td>${escapeHtml(s.clientAction)}</td></tr>`)
+    .join('\n');
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(policy.title)}</title>
+<style>body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;line-height:1.5}table{border-collapse:collapse;width:100%;margin:1rem 0}td,th{border:1px solid #ccc;padding:.4rem .6rem;text-align:left;vertical-align:top}th{background:#f4f4f4}code{font-size:.95em}</style>
+</head><body>
+<h1>${escapeHtml(policy.title)}</h1>
+<p>Send an <code>Idempotency-Key</code> header (a quoted string, e.g. <code>Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"</code>) or the key argument where listed. Keys are scoped per account and endpoint.</p>
+<p><strong>${escapeHtml(policy.clientGuidance)}</strong></p>
+<h2>Endpoints</h2>
+<table><thead><tr><th>Endpoint</th><th>Retention</th><th>Lease</th><th>Key</th><th>Reuse after retention</th><th>Stored and replayed</th><th>Fingerprint</th></tr></thead><tbody>
+${rows}
+</tbody></table>
+<h2>Statuses</h2>
+<table><thead><tr><th>Status</th><th>Code</th><th>Meaning</th><th>What to do</th></tr></thead><tbody>
+${statuses}
+</tbody></table>
+<p>Replays carry <code>Idempotent-Replayed: true</code>. Expired keys are archived, not deleted, so a reuse can be explained.</p>
+</body></html>
+`;
+}
