@@ -19,9 +19,11 @@ export function toMilliseconds(duration: Duration | string): number {
   return Math.round(ms);
 }
 
-/** Formats milliseconds the way a human reads a policy: `24h`, `30s`, `1500ms`. */
+/** Formats milliseconds the way a human reads a policy: `7d`, `24h`, `30s`, `1500ms`. */
 export function formatDuration(ms: number): string {
-  for (const [unit, size] of [['d', 86_400_000], ['h', 3_600_000], ['m', 60_000], ['s', 1000]] as const) {
+  // Days only from two days up: a retention of one day reads as 24h, as Stripe publishes it.
+  if (ms >= 2 * 86_400_000 && ms % 86_400_000 === 0) return `${ms / 86_400_000}d`;
+  for (const [unit, size] of [['h', 3_600_000], ['m', 60_000], ['s', 1000]] as const) {
     if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
   }
   return `${ms}ms`;
