@@ -1,0 +1,80 @@
+/**
+ * The PostgreSQL tables, defined with drizzle's schema builders. Timestamps are
+ * `timestamptz(3)` from the server's clock; bodies are `text`, never `jsonb` (which would
+ * reorder object keys). Tables are not schema-qualified: they live in the connection's
+ * `search_path`. The committed migrations in `migrations/postgres` create the default-named
+ * tables below.
+ */
+import { sql } from 'drizzle-orm';
+import { index, integer, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
+import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
+
+const RECORD_STATES = ['processing', 'completed', 'released', 'archived'] as const;
+const OUTCOME_KINDS = ['success', 'error'] as const;
+
+const instant = (name: string) => timestamp(name, { withTimezone: true, precision: 3, mode: 'date' });
+
+/**
+ * Defines the live table and the history table under the given names, for users who keep
+ * them under other names in their own drizzle schema (and generate their own migrations).
+ */
+export function definePgTables({ keys = DEFAULT_TABLE_NAMES.keys, history = DEFAULT_TABLE_NAMES.history }: Partial<TableNames> = {}) {
+  const liveTable = pgTable(
+    keys,
+    {
+      scope: text('scope').notNull(),
+      key: text('key').notNull(),
+      generation: integer('generation').notNull(),
+      fingerprint: text('fingerprint'),
+      state: text('state', { enum: RECORD_STATES }).notNull(),
+      token: text('token').notNull(),
+      createdAt: instant('created_at').notNull(),
+      leaseUntil: instant('lease_until').notNull(),
+      expiresAt: instant('expires_at').notNull(),
+      completedAt: instant('completed_at'),
+      archivedAt: instant('archived_at'),
+      takeovers: integer('takeovers').notNull().default(0),
+      outcomeKind: text('outcome_kind', { enum: OUTCOME_KINDS }),
+      outcomeStatus: integer('outcome_status'),
+      body: text('body'),
+    },
+    (table) => [
+      primaryKey({ columns: [table.scope, table.key] }),
+      // The sweeper's path (R3). The sweep query repeats this literal predicate so the
+      // planner can prove the partial index applies.
+      index(`${keys}_expires_at_idx`).on(table.expiresAt).where(sql`"state" <> 'archived'`),
+      index(`${keys}_archived_at_idx`).on(table.archivedAt).where(sql`"state" = 'archived'`),
+    ],
+  );
+  const historyTable = pgTable(
+    history,
+    {
+      scope: text('scope').notNull(),
+      key: text('key').notNull(),
+      generation: integer('generation').notNull(),
+      fingerprint: text('fingerprint'),
+      state: text('state', { enum: RECORD_STATES }).notNull(),
+      token: text('token').notNull(),
+      createdAt: instant('created_at').notNull(),
+      leaseUntil: instant('lease_until').notNull(),
+      expiresAt: instant('expires_at').notNull(),
+      completedAt: instant('completed_at'),
+      archivedAt: instant('archived_at').notNull(),
+      takeovers: integer('takeovers').notNull(),
+      outcomeKind: text('outcome_kind', { enum: OUTCOME_KINDS }),
+      outcomeStatus: integer('outcome_status'),
+      body: text('body'),
+      reusedAt: instant('reused_at').notNull(),
+    },
+    (table) => [primaryKey({ columns: [table.scope, table.key, table.generation] }), index(`${history}_archived_at_idx`).on(table.archivedAt)],
+  );
+  return { keys: liveTable, history: historyTable };
+}
+
+export type PgTables = ReturnType<typeof definePgTables>;
+
+const defaults = definePgTables();
+/** The live table `idem_keys`: one row per (scope, key), the current generation. */
+export const idemKeys = defaults.keys;
+/** The history table `idem_key_history`: earlier generations, archived when their key was reused (R2). */
+export const idemKeyHistory = defaults.history;

@@ -1,0 +1,76 @@
+/**
+ * The SQLite tables, defined with drizzle's schema builders. Timestamps are integer epoch
+ * milliseconds taken from SQLite's clock; bodies are text so key order and bytes survive.
+ * The committed migrations in `migrations/sqlite` create the default-named tables below.
+ */
+import { sql } from 'drizzle-orm';
+import { index, integer, primaryKey, sqliteTable, text } from 'drizzle-orm/sqlite-core';
+import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
+
+const RECORD_STATES = ['processing', 'completed', 'released', 'archived'] as const;
+const OUTCOME_KINDS = ['success', 'error'] as const;
+
+/**
+ * Defines the live table and the history table under the given names, for users who keep
+ * them under other names in their own drizzle schema (and generate their own migrations).
+ */
+export function defineSqliteTables({ keys = DEFAULT_TABLE_NAMES.keys, history = DEFAULT_TABLE_NAMES.history }: Partial<TableNames> = {}) {
+  const liveTable = sqliteTable(
+    keys,
+    {
+      scope: text('scope').notNull(),
+      key: text('key').notNull(),
+      generation: integer('generation').notNull(),
+      fingerprint: text('fingerprint'),
+      state: text('state', { enum: RECORD_STATES }).notNull(),
+      token: text('token').notNull(),
+      createdAt: integer('created_at', { mode: 'timestamp_ms' }).notNull(),
+      leaseUntil: integer('lease_until', { mode: 'timestamp_ms' }).notNull(),
+      expiresAt: integer('expires_at', { mode: 'timestamp_ms' }).notNull(),
+      completedAt: integer('completed_at', { mode: 'timestamp_ms' }),
+      archivedAt: integer('archived_at', { mode: 'timestamp_ms' }),
+      takeovers: integer('takeovers').notNull().default(0),
+      outcomeKind: text('outcome_kind', { enum: OUTCOME_KINDS }),
+      outcomeStatus: integer('outcome_status'),
+      body: text('body'),
+    },
+    (table) => [
+      primaryKey({ columns: [table.scope, table.key] }),
+      // The sweeper's path (R3). Literal predicate: SQLite only uses a partial index when the
+      // query repeats the same literal, so the sweep query writes `state <> 'archived'` inline.
+      index(`${keys}_expires_at_idx`).on(table.expiresAt).where(sql`"state" <> 'archived'`),
+      index(`${keys}_archived_at_idx`).on(table.archivedAt).where(sql`"state" = 'archived'`),
+    ],
+  );
+  const historyTable = sqliteTable(
+    history,
+    {
+      scope: text('scope').notNull(),
+      key: text('key').notNull(),
+      generation: integer('generation').notNull(),
+      fingerprint: text('fingerprint'),
+      state: text('state', { enum: RECORD_STATES }).notNull(),
+      token: text('token').notNull(),
+      createdAt: integer('created_at', { mode: 'timestamp_ms' }).notNull(),
+      leaseUntil: integer('lease_until', { mode: 'timestamp_ms' }).notNull(),
+      expiresAt: integer('expires_at', { mode: 'timestamp_ms' }).notNull(),
+      completedAt: integer('completed_at', { mode: 'timestamp_ms' }),
+      archivedAt: integer('archived_at', { mode: 'timestamp_ms' }).notNull(),
+      takeovers: integer('takeovers').notNull(),
+      outcomeKind: text('outcome_kind', { enum: OUTCOME_KINDS }),
+      outcomeStatus: integer('outcome_status'),
+      body: text('body'),
+      reusedAt: integer('reused_at', { mode: 'timestamp_ms' }).notNull(),
+    },
+    (table) => [primaryKey({ columns: [table.scope, table.key, table.generation] }), index(`${history}_archived_at_idx`).on(table.archivedAt)],
+  );
+  return { keys: liveTable, history: historyTable };
+}
+
+export type SqliteTables = ReturnType<typeof defineSqliteTables>;
+
+const defaults = defineSqliteTables();
+/** The live table `idem_keys`: one row per (scope, key), the current generation. */
+export const idemKeys = defaults.keys;
+/** The history table `idem_key_history`: earlier generations, archived when their key was reused (R2). */
+export const idemKeyHistory = defaults.history;
