@@ -1,0 +1,36 @@
+/**
+ * The database clock (R1): every timestamp the store writes and every expiry it compares is
+ * computed by the database, in epoch-millisecond precision, never by the application.
+ */
+import { sql, type SQL } from 'drizzle-orm';
+
+export interface DatabaseClock {
+  /** The database's current time, truncated to milliseconds. */
+  now: SQL;
+  /** `now` plus a duration in milliseconds. */
+  after(ms: SQL): SQL;
+  /** `now` minus a duration in milliseconds. */
+  before(ms: SQL): SQL;
+}
+
+/**
+ * SQLite stores integer epoch milliseconds. `julianday('now')` has millisecond precision and
+ * is fixed for the duration of one statement, so all timestamps a statement writes agree.
+ */
+const sqliteNow = sql`CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)`;
+export const sqliteClock: DatabaseClock = {
+  now: sqliteNow,
+  after: (ms) => sql`(${sqliteNow} + CAST(${ms} AS INTEGER))`,
+  before: (ms) => sql`(${sqliteNow} - CAST(${ms} AS INTEGER))`,
+};
+
+/**
+ * PostgreSQL: `now()` is the transaction's start, the same for every use within a statement
+ * (or within the reuse transaction), truncated to the milliseconds a JS `Date` can carry.
+ */
+const postgresNow = sql`date_trunc('milliseconds', now())`;
+export const postgresClock: DatabaseClock = {
+  now: postgresNow,
+  after: (ms) => sql`(${postgresNow} + ${ms}::double precision * interval '1 millisecond')`,
+  before: (ms) => sql`(${postgresNow} - ${ms}::double precision * interval '1 millisecond')`,
+};

@@ -1,0 +1,34 @@
+/**
+ * Dialect detection, Auth.js `@auth/drizzle-adapter` style: the drizzle instance says which
+ * dialect it speaks. Only `drizzle-orm/pg-core` and `drizzle-orm/sqlite-core` are imported
+ * here, never a driver, so a Postgres app does not need better-sqlite3 installed and vice versa.
+ */
+import { is } from 'drizzle-orm';
+import { PgDatabase, type PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { BaseSQLiteDatabase } from 'drizzle-orm/sqlite-core';
+
+/** Any Postgres drizzle instance: node-postgres, PGlite, postgres.js, … */
+export type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
+/** A synchronous SQLite drizzle instance, such as `drizzle-orm/better-sqlite3`. */
+export type SyncSQLiteDatabase = BaseSQLiteDatabase<'sync', any, any, any>;
+/** The drizzle instances `createDrizzleStore` and `migrate` accept. */
+export type DrizzleDatabase = AnyPgDatabase | SyncSQLiteDatabase;
+
+export type Dialect = 'sqlite' | 'postgres';
+
+export type DetectedDatabase = { dialect: 'postgres'; db: AnyPgDatabase } | { dialect: 'sqlite'; db: SyncSQLiteDatabase };
+
+export function detectDialect(db: unknown): DetectedDatabase {
+  if (is(db, PgDatabase)) return { dialect: 'postgres', db: db as AnyPgDatabase };
+  if (is(db, BaseSQLiteDatabase)) {
+    // `resultKind` is not in drizzle's public types; it is how drizzle itself tells sync from async.
+    const { resultKind } = db as unknown as { resultKind?: string };
+    if (resultKind !== 'sync') {
+      throw new TypeError(
+        '[idem] this SQLite driver is asynchronous; the store needs a synchronous one (drizzle-orm/better-sqlite3) so that its transactions stay atomic',
+      );
+    }
+    return { dialect: 'sqlite', db: db as SyncSQLiteDatabase };
+  }
+  throw new TypeError('[idem] unsupported database: pass a drizzle instance for PostgreSQL (node-postgres, PGlite) or SQLite (better-sqlite3)');
+}

@@ -1,0 +1,143 @@
+/**
+ * `createDrizzleStore`: the store contract over drizzle, for SQLite and PostgreSQL. The rules
+ * of `claim` are evaluated here, once, over the dialect's statements.
+ */
+import { fingerprintsMatch, type ClaimRequest, type ClaimResult, type IdempotencyStore } from '@idem/core';
+import { detectDialect, type Dialect, type DrizzleDatabase } from './dialect.ts';
+import { definePgTables } from './pg-schema.ts';
+import { pgStatements } from './pg-store.ts';
+import { isExpired, toRecord, toTimeline, type LiveRow } from './record-rows.ts';
+import { defineSqliteTables } from './sqlite-schema.ts';
+import { sqliteStatements } from './sqlite-store.ts';
+import type { StoreStatements } from './store-statements.ts';
+import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
+
+export interface DrizzleStoreOptions {
+  /**
+   * Names of the live and history tables. Defaults to `idem_keys` and `idem_key_history`,
+   * the tables `migrate()` creates; with other names, create the tables yourself from
+   * `definePgTables(names)` / `defineSqliteTables(names)` with drizzle-kit.
+   */
+  tables?: Partial<TableNames>;
+}
+
+/** An {@link IdempotencyStore} backed by drizzle, with the dialect and table names it uses. */
+export interface DrizzleStore extends IdempotencyStore {
+  readonly dialect: Dialect;
+  readonly tables: TableNames;
+}
+
+/** How many times a claim re-reads after losing a compare-and-set before it gives up. */
+const MAX_CLAIM_ROUNDS = 8;
+/** Rows deleted per statement by `purge`, so that no single statement holds locks for long. */
+const PURGE_BATCH = 5000;
+const DEFAULT_SWEEP_BATCH = 1000;
+
+/**
+ * Creates the store over a drizzle instance: `drizzle-orm/node-postgres` or
+ * `drizzle-orm/pglite` (PostgreSQL) or `drizzle-orm/better-sqlite3` (SQLite). Run
+ * {@link migrate} once before first use.
+ */
+export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {} }: DrizzleStoreOptions = {}): DrizzleStore {
+  const tables: TableNames = { ...DEFAULT_TABLE_NAMES, ...tableNames };
+  const detected = detectDialect(db);
+  const statements =
+    detected.dialect === 'postgres' ? pgStatements(detected.db, definePgTables(tables)) : sqliteStatements(detected.db, defineSqliteTables(tables));
+  return storeOver(statements, detected.dialect, tables);
+}
+
+function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): DrizzleStore {
+  /** Rules 2–5 of the contract for a live row read at `now`; undefined when a compare-and-set lost. */
+  async function settle(request: ClaimRequest, row: LiveRow, now: Date): Promise<ClaimResult | undefined> {
+    if (isExpired(row, now)) {
+      if (request.expiredReuse === 'reject') return { outcome: 'existing', record: toRecord(row), now, expired: true };
+      const reused = await s.reuseExpired(request, row);
+      return reused && { outcome: 'claimed', record: toRecord(reused.record), expired: toRecord(reused.archived) };
+    }
+    if (row.state === 'released') {
+      const record = await s.reclaimReleased(request, row.token);
+      return record && { outcome: 'claimed', record: toRecord(record) };
+    }
+    if (row.state === 'processing' && row.leaseUntil.getTime() <= now.getTime() && fingerprintsMatch(row.fingerprint, request.fingerprint)) {
+      const record = await s.takeOverStale(request, row.token);
+      return record && { outcome: 'claimed', record: toRecord(record), takeover: { previousToken: row.token, previousLeaseUntil: row.leaseUntil } };
+    }
+    return { outcome: 'existing', record: toRecord(row), now, expired: false };
+  }
+
+  return {
+    dialect,
+    tables,
+
+    async claim(request) {
+      let mayBeNew = true;
+      for (let round = 0; round < MAX_CLAIM_ROUNDS; round++) {
+        if (mayBeNew) {
+          const inserted = await s.insertClaim(request);
+          if (inserted) return { outcome: 'claimed', record: toRecord(inserted) };
+        }
+        const live = await s.readLive(request.scope, request.key);
+        // Purged between the insert and the read: the key is new again.
+        mayBeNew = live === undefined;
+        if (!live) continue;
+        const result = await settle(request, live.row, live.now);
+        if (result) return result;
+      }
+      throw new Error(`[idem] claim did not settle after ${MAX_CLAIM_ROUNDS} rounds of contention on one key`);
+    },
+
+    complete: (args) => s.complete(args),
+    release: (args) => s.release(args),
+
+    async get(scope, key) {
+      const row = await s.getLive(scope, key);
+      return row ? toRecord(row) : null;
+    },
+
+    async timeline(scope, key) {
+      // Live row first: a reuse landing between the two reads then only adds a history row for
+      // the generation already shown live, which is filtered out, instead of hiding it.
+      const live = await s.getLive(scope, key);
+      const history = await s.history(scope, key);
+      return toTimeline(live ? history.filter((row) => row.generation < live.generation) : history, live);
+    },
+
+    async sweep({ batchSize = DEFAULT_SWEEP_BATCH } = {}) {
+      assertPositiveInteger('batchSize', batchSize);
+      return { archived: await s.sweep(batchSize) };
+    },
+
+    async purge({ olderThanMs }) {
+      if (!Number.isFinite(olderThanMs) || olderThanMs < 0) throw new RangeError(`[idem] purge: olderThanMs must be a non-negative number, got ${olderThanMs}`);
+      let deleted = 0;
+      // History first: a live tombstone is never archived earlier than the generations before it.
+      for (const purgeBatch of [s.purgeHistory, s.purgeLive]) {
+        let batch: number;
+        do {
+          batch = await purgeBatch(olderThanMs, PURGE_BATCH);
+          deleted += batch;
+        } while (batch === PURGE_BATCH);
+      }
+      return { deleted };
+    },
+
+    ping: () => s.ping(),
+  };
+}
+
+/**
+ * Runs `store.sweep` until a batch comes back short, and returns how many records were
+ * archived in total. Run it from a scheduled job (R3).
+ */
+export async function sweepAll(store: Pick<IdempotencyStore, 'sweep'>, { batchSize = DEFAULT_SWEEP_BATCH }: { batchSize?: number } = {}): Promise<{ archived: number }> {
+  let archived = 0;
+  for (;;) {
+    const batch = (await store.sweep({ batchSize })).archived;
+    archived += batch;
+    if (batch < batchSize) return { archived };
+  }
+}
+
+function assertPositiveInteger(name: string, value: number): void {
+  if (!Number.isInteger(value) || value <= 0) throw new RangeError(`[idem] ${name} must be a positive integer, got ${value}`);
+}

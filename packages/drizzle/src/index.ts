@@ -1,0 +1,15 @@
+/**
+ * `@idem/drizzle`: the idempotency store over drizzle, for SQLite (better-sqlite3) and
+ * PostgreSQL (node-postgres, PGlite), with its tables, migrations, sweeper and timeline.
+ */
+export { createDrizzleStore, sweepAll, type DrizzleStore, type DrizzleStoreOptions } from './drizzle-store.ts';
+export { migrate, MIGRATIONS_FOLDERS, type MigrateOptions } from './migrate.ts';
+export type { Dialect, DrizzleDatabase } from './dialect.ts';
+export { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
+export { definePgTables, idemKeys as pgIdemKeys, idemKeyHistory as pgIdemKeyHistory, type PgTables } from './pg-schema.ts';
+export {
+  defineSqliteTables,
+  idemKeys as sqliteIdemKeys,
+  idemKeyHistory as sqliteIdemKeyHistory,
+  type SqliteTables,
+} from './sqlite-schema.ts';

@@ -1,0 +1,62 @@
+/**
+ * `migrate(db)`: applies the committed drizzle-kit migrations of the detected dialect with
+ * drizzle's own migrator. Safe to run on every start: applied migrations are recorded in the
+ * journal table `__idem_migrations` (kept apart from your app's `__drizzle_migrations`), and
+ * the SQL itself uses `IF NOT EXISTS`.
+ */
+import { fileURLToPath } from 'node:url';
+import { sql } from 'drizzle-orm';
+import { readMigrationFiles, type MigrationConfig } from 'drizzle-orm/migrator';
+import type { PgDialect } from 'drizzle-orm/pg-core';
+import type { SQLiteSyncDialect } from 'drizzle-orm/sqlite-core';
+import { detectDialect, type AnyPgDatabase, type DrizzleDatabase } from './dialect.ts';
+
+export interface MigrateOptions {
+  /** The journal table recording applied migrations. Defaults to `__idem_migrations`. */
+  migrationsTable?: string;
+  /**
+   * PostgreSQL only: the schema of the journal table. Defaults to the connection's
+   * `current_schema()`, the first schema of its `search_path`, where the tables are created too.
+   */
+  migrationsSchema?: string;
+}
+
+/** The committed migrations, resolved relative to this package so they ship with it. */
+export const MIGRATIONS_FOLDERS = {
+  sqlite: fileURLToPath(new URL('../migrations/sqlite', import.meta.url)),
+  postgres: fileURLToPath(new URL('../migrations/postgres', import.meta.url)),
+} as const;
+
+/**
+ * The same call as drizzle's `migrate` of `drizzle-orm/node-postgres/migrator`,
+ * `drizzle-orm/pglite/migrator` and `drizzle-orm/better-sqlite3/migrator`, which all hand the
+ * migrations to the dialect; calling it directly serves every driver of a dialect without
+ * importing any driver.
+ */
+interface MigratableDatabase<TDialect extends { migrate: (...args: never[]) => unknown }> {
+  dialect: TDialect;
+  session: Parameters<TDialect['migrate']>[1];
+}
+
+/** Creates or updates the store's tables (default names) in the database behind `db`. */
+export async function migrate(db: DrizzleDatabase, { migrationsTable = '__idem_migrations', migrationsSchema }: MigrateOptions = {}): Promise<void> {
+  const detected = detectDialect(db);
+  if (detected.dialect === 'sqlite') {
+    const config: MigrationConfig = { migrationsFolder: MIGRATIONS_FOLDERS.sqlite, migrationsTable };
+    const { dialect, session } = detected.db as unknown as MigratableDatabase<SQLiteSyncDialect>;
+    dialect.migrate(readMigrationFiles(config), session, config);
+    return;
+  }
+  const schema = migrationsSchema ?? (await currentSchema(detected.db));
+  const config: MigrationConfig = { migrationsFolder: MIGRATIONS_FOLDERS.postgres, migrationsTable, migrationsSchema: schema };
+  const { dialect, session } = detected.db as unknown as MigratableDatabase<PgDialect>;
+  await dialect.migrate(readMigrationFiles(config), session, config);
+}
+
+async function currentSchema(db: AnyPgDatabase): Promise<string> {
+  // node-postgres and PGlite both answer `execute` with `{ rows }`.
+  const result = (await db.execute(sql`SELECT current_schema() AS schema`)) as unknown as { rows: Array<{ schema: string | null }> };
+  const schema = result.rows[0]?.schema;
+  if (!schema) throw new Error('[idem] migrate: the connection has no current schema (empty search_path); set one or pass migrationsSchema');
+  return schema;
+}

@@ -1,0 +1,208 @@
+/**
+ * The PostgreSQL statements. The hot path (claim, complete, release) is named prepared
+ * statements, each one atomic statement; the reuse of an expired key is a short transaction
+ * that locks the live row (`SELECT … FOR UPDATE`) and re-checks it, so that of two concurrent
+ * reusers exactly one writes the next generation and the history row.
+ */
+import { and, eq, getTableColumns, getTableName, sql, type Placeholder, type SQL } from 'drizzle-orm';
+import { postgresClock as clock } from './database-clock.ts';
+import type { AnyPgDatabase } from './dialect.ts';
+import type { PgTables } from './pg-schema.ts';
+import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.ts';
+import {
+  archiving,
+  claimParameters,
+  claimPlaceholders,
+  claimValues,
+  completion,
+  freshClaim,
+  historyCopy,
+  outcomeParameters,
+  takeover,
+  type ClaimBindings,
+} from './row-writes.ts';
+import type { StoreStatements } from './store-statements.ts';
+
+const param = sql.placeholder;
+
+/**
+ * The sweeper's candidates: expired live rows, read through the partial expiry index (R3).
+ * `SKIP LOCKED` lets several sweepers (one per app instance) share the work without waiting.
+ */
+export function pgSweepCandidates(db: AnyPgDatabase, { keys }: PgTables, limit: number | Placeholder) {
+  return db
+    .select({ scope: keys.scope, key: keys.key })
+    .from(keys)
+    .where(and(sql`${keys.state} <> 'archived'`, sql`${keys.expiresAt} <= ${clock.now}`))
+    .orderBy(keys.expiresAt)
+    .limit(limit)
+    .for('update', { skipLocked: true });
+}
+
+export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatements {
+  const { keys, history } = tables;
+  // A statement name stands for one text on each connection: the table names keep two stores apart.
+  const name = (statement: string) => `idem:${statement}:${getTableName(keys)}:${getTableName(history)}`;
+  const thisKey = (b: ClaimBindings) => and(eq(keys.scope, b.scope), eq(keys.key, b.key));
+  const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) => sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
+  const b = claimPlaceholders;
+
+  const insertClaim = db
+    .insert(keys)
+    .values({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
+    .onConflictDoNothing({ target: [keys.scope, keys.key] })
+    .returning()
+    .prepare(name('claim'));
+
+  const readLive = db
+    .select({ ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) })
+    .from(keys)
+    .where(thisKey(b))
+    .prepare(name('read'));
+
+  const reclaimReleased = db
+    .update(keys)
+    .set(freshClaim(clock, b))
+    .where(and(thisKey(b), eq(keys.token, b.previousToken), sql`${keys.state} = 'released'`, sql`${keys.expiresAt} > ${clock.now}`))
+    .returning()
+    .prepare(name('reclaim'));
+
+  const takeOverStale = db
+    .update(keys)
+    .set(takeover(clock, b, keys.takeovers))
+    .where(
+      and(
+        thisKey(b),
+        eq(keys.token, b.previousToken),
+        sql`${keys.state} = 'processing'`,
+        sql`${keys.leaseUntil} <= ${clock.now}`,
+        sql`${keys.expiresAt} > ${clock.now}`,
+      ),
+    )
+    .returning()
+    .prepare(name('takeover'));
+
+  const complete = db
+    .update(keys)
+    .set(completion(clock))
+    .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`))
+    .returning({ token: keys.token })
+    .prepare(name('complete'));
+
+  const release = db
+    .update(keys)
+    .set({ state: sql`'released'` })
+    .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`))
+    .returning({ token: keys.token })
+    .prepare(name('release'));
+
+  const getLive = db.select().from(keys).where(thisKey(b)).prepare(name('get'));
+
+  const historyOf = db
+    .select()
+    .from(history)
+    .where(and(eq(history.scope, b.scope), eq(history.key, b.key)))
+    .orderBy(history.generation)
+    .prepare(name('history'));
+
+  const sweep = db
+    .update(keys)
+    .set(archiving(clock))
+    .where(sql`(${keys.scope}, ${keys.key}) IN ${pgSweepCandidates(db, tables, param('limit'))}`)
+    .returning({ token: keys.token })
+    .prepare(name('sweep'));
+
+  const purgeLive = db
+    .delete(keys)
+    .where(
+      sql`(${keys.scope}, ${keys.key}) IN ${db
+        .select({ scope: keys.scope, key: keys.key })
+        .from(keys)
+        .where(and(sql`${keys.state} = 'archived'`, archivedBefore(keys.archivedAt)))
+        .limit(param('limit'))
+        .for('update', { skipLocked: true })}`,
+    )
+    .returning({ token: keys.token })
+    .prepare(name('purge_live'));
+
+  const purgeHistory = db
+    .delete(history)
+    .where(
+      sql`(${history.scope}, ${history.key}, ${history.generation}) IN ${db
+        .select({ scope: history.scope, key: history.key, generation: history.generation })
+        .from(history)
+        .where(archivedBefore(sql`${history.archivedAt}`))
+        .limit(param('limit'))
+        .for('update', { skipLocked: true })}`,
+    )
+    .returning({ token: history.token })
+    .prepare(name('purge_history'));
+
+  return {
+    async insertClaim(request) {
+      const [row] = await insertClaim.execute(claimParameters(request));
+      return row as LiveRow | undefined;
+    },
+    async readLive(scope, key) {
+      const [found] = await readLive.execute({ scope, key });
+      if (!found) return undefined;
+      const { now, ...row } = found;
+      return { row: row as LiveRow, now };
+    },
+    async reclaimReleased(request, releasedToken) {
+      const [row] = await reclaimReleased.execute(claimParameters(request, releasedToken));
+      return row as LiveRow | undefined;
+    },
+    async takeOverStale(request, staleToken) {
+      const [row] = await takeOverStale.execute(claimParameters(request, staleToken));
+      return row as LiveRow | undefined;
+    },
+    async reuseExpired(request, seen) {
+      const v = claimValues(request, seen.token);
+      return db.transaction(async (tx) => {
+        const [locked] = await tx
+          .select({ ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) })
+          .from(keys)
+          .where(thisKey(v))
+          .for('update');
+        if (!locked || !isStillExpiredGeneration(locked as LiveRow, seen, locked.now)) return undefined;
+        const [archived] = await tx
+          .insert(history)
+          .select(tx.select(historyCopy(getTableColumns(keys), clock)).from(keys).where(thisKey(v)))
+          .returning();
+        const [record] = await tx
+          .update(keys)
+          .set({ ...freshClaim(clock, v), generation: sql`${keys.generation} + 1` })
+          .where(and(thisKey(v), eq(keys.token, v.previousToken)))
+          .returning();
+        if (!archived || !record) throw new Error('[idem] the locked row vanished during the reuse of an expired key');
+        return { record: record as LiveRow, archived: archived as HistoryRow };
+      });
+    },
+    async complete({ scope, key, token, outcome }) {
+      return (await complete.execute({ scope, key, token, ...outcomeParameters(outcome) })).length === 1;
+    },
+    async release({ scope, key, token }) {
+      return (await release.execute({ scope, key, token })).length === 1;
+    },
+    async getLive(scope, key) {
+      const [row] = await getLive.execute({ scope, key });
+      return row as LiveRow | undefined;
+    },
+    async history(scope, key) {
+      return (await historyOf.execute({ scope, key })) as HistoryRow[];
+    },
+    async sweep(limit) {
+      return (await sweep.execute({ limit })).length;
+    },
+    async purgeLive(olderThanMs, limit) {
+      return (await purgeLive.execute({ olderThanMs, limit })).length;
+    },
+    async purgeHistory(olderThanMs, limit) {
+      return (await purgeHistory.execute({ olderThanMs, limit })).length;
+    },
+    async ping() {
+      await db.execute(sql`SELECT 1`);
+    },
+  };
+}

@@ -1,0 +1,113 @@
+/**
+ * The column assignments both dialects write, as drizzle `SET` lists and selections. Values
+ * are SQL so that the same list serves a prepared statement (placeholders) and a one-off
+ * statement inside a transaction (bound values).
+ */
+import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
+import type { ClaimRequest, StoredOutcome } from '@idem/core';
+import type { DatabaseClock } from './database-clock.ts';
+
+/** The inputs of a claim statement, each as SQL. */
+export interface ClaimBindings {
+  scope: SQL;
+  key: SQL;
+  fingerprint: SQL;
+  token: SQL;
+  leaseMs: SQL;
+  retentionMs: SQL;
+  /** The owner the compare-and-set expects to replace. */
+  previousToken: SQL;
+}
+
+const placeholder = (name: string) => sql`${sql.placeholder(name)}`;
+
+/** Bindings for prepared statements; fill them with {@link claimParameters}. */
+export const claimPlaceholders: ClaimBindings = {
+  scope: placeholder('scope'),
+  key: placeholder('key'),
+  fingerprint: placeholder('fingerprint'),
+  token: placeholder('token'),
+  leaseMs: placeholder('leaseMs'),
+  retentionMs: placeholder('retentionMs'),
+  previousToken: placeholder('previousToken'),
+};
+
+export function claimParameters(request: ClaimRequest, previousToken = '') {
+  const { scope, key, fingerprint, token, leaseMs, retentionMs } = request;
+  return { scope, key, fingerprint, token, leaseMs, retentionMs, previousToken };
+}
+
+/** Bindings carrying the values themselves, for statements that are not prepared. */
+export function claimValues(request: ClaimRequest, previousToken: string): ClaimBindings {
+  const values = claimParameters(request, previousToken);
+  return {
+    scope: sql`${values.scope}`,
+    key: sql`${values.key}`,
+    fingerprint: sql`${values.fingerprint}`,
+    token: sql`${values.token}`,
+    leaseMs: sql`${values.leaseMs}`,
+    retentionMs: sql`${values.retentionMs}`,
+    previousToken: sql`${values.previousToken}`,
+  };
+}
+
+/** A `processing` claim owned by the request, with lease and retention from now (rules 1–3). */
+export function freshClaim(clock: DatabaseClock, b: ClaimBindings) {
+  return {
+    fingerprint: b.fingerprint,
+    state: sql`'processing'`,
+    token: b.token,
+    createdAt: clock.now,
+    leaseUntil: clock.after(b.leaseMs),
+    expiresAt: clock.after(b.retentionMs),
+    completedAt: sql`NULL`,
+    archivedAt: sql`NULL`,
+    takeovers: sql`0`,
+    outcomeKind: sql`NULL`,
+    outcomeStatus: sql`NULL`,
+    body: sql`NULL`,
+  };
+}
+
+/** Rule 4: a new owner and lease for a stale claim; everything else is kept. */
+export function takeover(clock: DatabaseClock, b: ClaimBindings, takeovers: SQLWrapper) {
+  return { token: b.token, leaseUntil: clock.after(b.leaseMs), takeovers: sql`${takeovers} + 1` };
+}
+
+/** The outcome bindings of `complete`. */
+export const outcomePlaceholders = { kind: placeholder('kind'), status: placeholder('status'), body: placeholder('body') };
+
+export function outcomeParameters(outcome: StoredOutcome) {
+  return { kind: outcome.kind, status: outcome.status, body: outcome.body };
+}
+
+export function completion(clock: DatabaseClock) {
+  return {
+    state: sql`'completed'`,
+    completedAt: clock.now,
+    outcomeKind: outcomePlaceholders.kind,
+    outcomeStatus: outcomePlaceholders.status,
+    body: outcomePlaceholders.body,
+  };
+}
+
+/** R3: archived in place; the body goes, status, fingerprint and timestamps stay. */
+export function archiving(clock: DatabaseClock) {
+  return { state: sql`'archived'`, archivedAt: clock.now, body: sql`NULL` };
+}
+
+/**
+ * R2: the live row's columns (from `getTableColumns`) as they go into the history table. The
+ * history table has the live table's columns in the same order plus `reused_at` last, which
+ * drizzle's insert-select checks.
+ */
+export function historyCopy<TColumns extends { archivedAt: SQLWrapper }>(columns: TColumns, clock: DatabaseClock) {
+  const copy = {
+    ...columns,
+    state: sql<'archived'>`'archived'`.as('state'),
+    archivedAt: sql<Date>`coalesce(${columns.archivedAt}, ${clock.now})`.as('archived_at'),
+    body: sql<null>`NULL`.as('body'),
+    reusedAt: sql<Date>`${clock.now}`.as('reused_at'),
+  };
+  return copy as Omit<TColumns, 'state' | 'archivedAt' | 'body'> & Pick<typeof copy, 'state' | 'archivedAt' | 'body' | 'reusedAt'>;
+}

@@ -1,0 +1,197 @@
+/**
+ * The SQLite statements, prepared once per store. SQLite has a single writer, so each
+ * statement is atomic on its own; the reuse of an expired key runs in a synchronous
+ * `BEGIN IMMEDIATE` transaction (a better-sqlite3 transaction must not contain an `await`).
+ */
+import { and, eq, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
+import { sqliteClock as clock } from './database-clock.ts';
+import type { SyncSQLiteDatabase } from './dialect.ts';
+import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.ts';
+import {
+  archiving,
+  claimParameters,
+  claimPlaceholders as b,
+  completion,
+  freshClaim,
+  historyCopy,
+  outcomeParameters,
+  takeover,
+} from './row-writes.ts';
+import type { SqliteTables } from './sqlite-schema.ts';
+import type { StoreStatements } from './store-statements.ts';
+
+const param = sql.placeholder;
+
+/** The sweeper's candidates: expired live rows, read through the partial expiry index (R3). */
+export function sqliteSweepCandidates(db: SyncSQLiteDatabase, { keys }: SqliteTables, limit: number | Placeholder) {
+  return db
+    .select({ scope: keys.scope, key: keys.key })
+    .from(keys)
+    .where(and(sql`${keys.state} <> 'archived'`, sql`${keys.expiresAt} <= ${clock.now}`))
+    .orderBy(keys.expiresAt)
+    .limit(limit);
+}
+
+export function sqliteStatements(db: SyncSQLiteDatabase, tables: SqliteTables): StoreStatements {
+  const { keys, history } = tables;
+  const thisKey = and(eq(keys.scope, b.scope), eq(keys.key, b.key));
+  const ownedBy = (token: SQL) => eq(keys.token, token);
+  const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) => sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
+
+  const insertClaim = db
+    .insert(keys)
+    .values({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
+    .onConflictDoNothing({ target: [keys.scope, keys.key] })
+    .returning()
+    .prepare();
+
+  const readLive = db
+    .select({ ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) })
+    .from(keys)
+    .where(thisKey)
+    .prepare();
+
+  const reclaimReleased = db
+    .update(keys)
+    .set(freshClaim(clock, b))
+    .where(and(thisKey, ownedBy(b.previousToken), sql`${keys.state} = 'released'`, sql`${keys.expiresAt} > ${clock.now}`))
+    .returning()
+    .prepare();
+
+  const takeOverStale = db
+    .update(keys)
+    .set(takeover(clock, b, keys.takeovers))
+    .where(
+      and(
+        thisKey,
+        ownedBy(b.previousToken),
+        sql`${keys.state} = 'processing'`,
+        sql`${keys.leaseUntil} <= ${clock.now}`,
+        sql`${keys.expiresAt} > ${clock.now}`,
+      ),
+    )
+    .returning()
+    .prepare();
+
+  const archiveIntoHistory = db
+    .insert(history)
+    .select(db.select(historyCopy(getTableColumns(keys), clock)).from(keys).where(thisKey))
+    .returning()
+    .prepare();
+
+  const nextGeneration = db
+    .update(keys)
+    .set({ ...freshClaim(clock, b), generation: sql`${keys.generation} + 1` })
+    .where(and(thisKey, ownedBy(b.previousToken)))
+    .returning()
+    .prepare();
+
+  const complete = db
+    .update(keys)
+    .set(completion(clock))
+    .where(and(thisKey, ownedBy(b.token), sql`${keys.state} = 'processing'`))
+    .returning({ token: keys.token })
+    .prepare();
+
+  const release = db
+    .update(keys)
+    .set({ state: sql`'released'` })
+    .where(and(thisKey, ownedBy(b.token), sql`${keys.state} = 'processing'`))
+    .returning({ token: keys.token })
+    .prepare();
+
+  const getLive = db.select().from(keys).where(thisKey).prepare();
+
+  const historyOf = db
+    .select()
+    .from(history)
+    .where(and(eq(history.scope, b.scope), eq(history.key, b.key)))
+    .orderBy(history.generation)
+    .prepare();
+
+  const sweep = db
+    .update(keys)
+    .set(archiving(clock))
+    .where(sql`(${keys.scope}, ${keys.key}) IN ${sqliteSweepCandidates(db, tables, param('limit'))}`)
+    .returning({ token: keys.token })
+    .prepare();
+
+  const purgeLive = db
+    .delete(keys)
+    .where(
+      sql`(${keys.scope}, ${keys.key}) IN ${db
+        .select({ scope: keys.scope, key: keys.key })
+        .from(keys)
+        .where(and(sql`${keys.state} = 'archived'`, archivedBefore(keys.archivedAt)))
+        .limit(param('limit'))}`,
+    )
+    .returning({ token: keys.token })
+    .prepare();
+
+  const purgeHistory = db
+    .delete(history)
+    .where(
+      sql`(${history.scope}, ${history.key}, ${history.generation}) IN ${db
+        .select({ scope: history.scope, key: history.key, generation: history.generation })
+        .from(history)
+        .where(archivedBefore(sql`${history.archivedAt}`))
+        .limit(param('limit'))}`,
+    )
+    .returning({ token: history.token })
+    .prepare();
+
+  return {
+    async insertClaim(request) {
+      return insertClaim.get(claimParameters(request)) as LiveRow | undefined;
+    },
+    async readLive(scope, key) {
+      const found = readLive.get({ scope, key });
+      if (!found) return undefined;
+      const { now, ...row } = found;
+      return { row: row as LiveRow, now };
+    },
+    async reclaimReleased(request, releasedToken) {
+      return reclaimReleased.get(claimParameters(request, releasedToken)) as LiveRow | undefined;
+    },
+    async takeOverStale(request, staleToken) {
+      return takeOverStale.get(claimParameters(request, staleToken)) as LiveRow | undefined;
+    },
+    async reuseExpired(request, seen) {
+      const parameters = claimParameters(request, seen.token);
+      return db.transaction(
+        () => {
+          const locked = readLive.get(parameters);
+          if (!locked || !isStillExpiredGeneration(locked as LiveRow, seen, locked.now)) return undefined;
+          const archived = archiveIntoHistory.get(parameters) as HistoryRow;
+          const record = nextGeneration.get(parameters) as LiveRow;
+          return { record, archived };
+        },
+        { behavior: 'immediate' },
+      );
+    },
+    async complete({ scope, key, token, outcome }) {
+      return complete.all({ scope, key, token, ...outcomeParameters(outcome) }).length === 1;
+    },
+    async release({ scope, key, token }) {
+      return release.all({ scope, key, token }).length === 1;
+    },
+    async getLive(scope, key) {
+      return getLive.get({ scope, key }) as LiveRow | undefined;
+    },
+    async history(scope, key) {
+      return historyOf.all({ scope, key }) as HistoryRow[];
+    },
+    async sweep(limit) {
+      return sweep.all({ limit }).length;
+    },
+    async purgeLive(olderThanMs, limit) {
+      return purgeLive.all({ olderThanMs, limit }).length;
+    },
+    async purgeHistory(olderThanMs, limit) {
+      return purgeHistory.all({ olderThanMs, limit }).length;
+    },
+    async ping() {
+      db.get(sql`SELECT 1`);
+    },
+  };
+}

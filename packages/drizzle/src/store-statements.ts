@@ -1,0 +1,36 @@
+/**
+ * What a dialect provides: the store's statements, each one SQL statement (or, for the rare
+ * reuse of an expired key, one transaction) evaluated with the database clock. The rules that
+ * choose between them live once, in `drizzle-store.ts`.
+ */
+import type { ClaimRequest, StoredOutcome } from '@idem/core';
+import type { HistoryRow, LiveRow } from './record-rows.ts';
+
+export interface StoreStatements {
+  /** Rule 1: `INSERT … ON CONFLICT (scope, key) DO NOTHING RETURNING *`; undefined when the key exists. */
+  insertClaim(request: ClaimRequest): Promise<LiveRow | undefined>;
+  /** The live row together with the database clock, or undefined when there is none. */
+  readLive(scope: string, key: string): Promise<{ row: LiveRow; now: Date } | undefined>;
+  /** Rule 3, compare-and-set on the released owner's token; undefined when the CAS lost. */
+  reclaimReleased(request: ClaimRequest, releasedToken: string): Promise<LiveRow | undefined>;
+  /** Rule 4, compare-and-set on the stale owner's token and lease; undefined when the CAS lost. */
+  takeOverStale(request: ClaimRequest, staleToken: string): Promise<LiveRow | undefined>;
+  /**
+   * Rule 2: in one transaction, if `seen` is still the live generation and still expired, copy
+   * it into history and turn the live row into generation + 1 owned by the request;
+   * undefined when another claimant got there first.
+   */
+  reuseExpired(request: ClaimRequest, seen: LiveRow): Promise<{ record: LiveRow; archived: HistoryRow } | undefined>;
+  complete(args: { scope: string; key: string; token: string; outcome: StoredOutcome }): Promise<boolean>;
+  release(args: { scope: string; key: string; token: string }): Promise<boolean>;
+  getLive(scope: string, key: string): Promise<LiveRow | undefined>;
+  /** History rows of (scope, key), oldest generation first. */
+  history(scope: string, key: string): Promise<HistoryRow[]>;
+  /** Archives up to `batchSize` expired live rows in place; returns how many. */
+  sweep(batchSize: number): Promise<number>;
+  /** Deletes up to `limit` archived live rows archived before now - `olderThanMs`; returns how many. */
+  purgeLive(olderThanMs: number, limit: number): Promise<number>;
+  /** Deletes up to `limit` history rows archived before now - `olderThanMs`; returns how many. */
+  purgeHistory(olderThanMs: number, limit: number): Promise<number>;
+  ping(): Promise<void>;
+}
