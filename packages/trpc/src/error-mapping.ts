@@ -1,0 +1,60 @@
+import { TRPCError, type TRPC_ERROR_CODE_KEY, type TRPCErrorFormatter, type TRPCErrorShape } from '@trpc/server';
+import type { IdempotencyError, ProblemDetails } from '@idem/core';
+
+/** X2: the tRPC code of each idempotency status, so the HTTP status is 400/409/422/503. */
+const TRPC_CODE_BY_STATUS: Record<IdempotencyError['status'], TRPC_ERROR_CODE_KEY> = {
+  400: 'BAD_REQUEST',
+  409: 'CONFLICT',
+  422: 'UNPROCESSABLE_CONTENT',
+  503: 'SERVICE_UNAVAILABLE',
+};
+
+/**
+ * What `error.data.idempotency` holds for an idempotency error (X2): the problem details
+ * (RFC 9457) with the stable `code` and, on 409 and 503, `retryAfter` in seconds.
+ */
+export type IdempotencyErrorData = ProblemDetails;
+
+/** A `TRPCError` raised by the middleware for an idempotency error. Its `cause` is that error. */
+class IdempotencyTRPCError extends TRPCError {
+  readonly problem: ProblemDetails;
+  constructor(error: IdempotencyError, documentationUrl: string) {
+    super({ code: TRPC_CODE_BY_STATUS[error.status], message: error.message, cause: error });
+    this.problem = error.toProblem(documentationUrl);
+  }
+}
+
+/** Turns an idempotency error into the `TRPCError` the client gets. */
+export function toTRPCError(error: IdempotencyError, documentationUrl: string): TRPCError {
+  return new IdempotencyTRPCError(error, documentationUrl);
+}
+
+/**
+ * The idempotency problem carried by a tRPC error, or `undefined` when the error is not an
+ * idempotency error. Use it to compose with your own `errorFormatter`:
+ *
+ * ```ts
+ * errorFormatter: ({ shape, error }) => ({ ...shape, data: { ...shape.data, idempotency: idempotencyErrorData(error), zod: ... } })
+ * ```
+ */
+export function idempotencyErrorData(error: unknown): IdempotencyErrorData | undefined {
+  return error instanceof IdempotencyTRPCError ? { ...error.problem } : undefined;
+}
+
+/** The shape {@link idempotencyErrorFormatter} returns: tRPC's, with `data.idempotency` on idempotency errors. */
+export type IdempotencyErrorShape<TShape extends TRPCErrorShape = Parameters<TRPCErrorFormatter<unknown, TRPCErrorShape>>[0]['shape']> = TShape & {
+  data: TShape['data'] & { idempotency?: IdempotencyErrorData };
+};
+
+/**
+ * X2: an `errorFormatter` that adds `data.idempotency = { code, type, title, detail, status, retryAfter? }`
+ * to idempotency errors and leaves every other error's shape as it is.
+ *
+ * ```ts
+ * const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
+ * ```
+ */
+export const idempotencyErrorFormatter = <TShape extends TRPCErrorShape>({ shape, error }: { shape: TShape; error: TRPCError }): IdempotencyErrorShape<TShape> => {
+  const idempotency = idempotencyErrorData(error);
+  return idempotency === undefined ? shape : { ...shape, data: { ...shape.data, idempotency } };
+};

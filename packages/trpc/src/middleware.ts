@@ -1,0 +1,137 @@
+import type { TRPCMiddlewareFunction } from '@trpc/server';
+import {
+  AmbiguousKeyError,
+  HandlerNotStartedError,
+  IDEMPOTENCY_KEY_HEADER,
+  InvalidKeyError,
+  computeFingerprint,
+  createEngine,
+  formatScope,
+  isIdempotencyError,
+  parseIdempotencyKey,
+  resolveKey,
+  validateKey,
+  type IdempotencyEngine,
+  type IdempotencyError,
+} from '@idem/core';
+import { getTransport, type IdempotencyTransport } from './context.ts';
+import { trpcErrorCodec } from './error-codec.ts';
+import { toTRPCError } from './error-mapping.ts';
+import { replayedResult } from './middleware-result.ts';
+import { DEFAULT_KEY_FIELD, type IdempotencyOptions } from './options.ts';
+
+/** E2: the response header that marks a replayed outcome. */
+export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
+
+type MiddlewareOptions<TContext> = Omit<Parameters<TRPCMiddlewareFunction<object, any, object, object, unknown>>[0], 'ctx'> & { ctx: TContext };
+type MiddlewareReturn = ReturnType<TRPCMiddlewareFunction<any, any, object, object, unknown>>;
+
+/**
+ * The middleware {@link idempotency} returns: pass it to `.use()`. `engine` is the engine it
+ * runs on (`engine.drain()` on shutdown waits for outcome writes being retried, E7).
+ */
+export interface IdempotencyMiddleware<TContext> {
+  (opts: MiddlewareOptions<TContext>): MiddlewareReturn;
+  readonly engine: IdempotencyEngine;
+}
+
+/**
+ * Makes mutations idempotent: the first call with a key runs and its outcome (output or error)
+ * is stored; a retry with the same key and input replays it without running the resolver (E2),
+ * a concurrent one gets 409 with `Retry-After` (E3), one with another input 422 (F3).
+ * Queries and subscriptions pass through untouched.
+ *
+ * Place it last, right before the resolver, after `.input()` and your auth middlewares: the
+ * fingerprint is taken over the validated input (F1), errors raised before it are never stored,
+ * and errors of middlewares placed after it are stored as outcomes (E4).
+ *
+ * ```ts
+ * const idempotent = idempotency({ store, principal: (ctx) => ctx.user.id });
+ * const createOrder = authed.input(orderSchema).use(idempotent).mutation(({ input }) => ...);
+ * ```
+ */
+export function idempotency<TContext extends object = object>(options: IdempotencyOptions<TContext>): IdempotencyMiddleware<TContext> {
+  const { principal, required = true, fingerprint = 'default', key: keyOptions = {}, ttl, retention = ttl, ...engineOptions } = options;
+  const { from = 'header', field = DEFAULT_KEY_FIELD } = keyOptions;
+  if (ttl !== undefined && options.retention !== undefined && ttl !== options.retention) {
+    throw new TypeError('[idem] `ttl` is an alias of `retention`: pass one of them');
+  }
+  if (typeof principal !== 'function') {
+    throw new TypeError('[idem] `principal(ctx)` is required (S1): return the caller\'s tenant, account or user id, or pass `sharedPrincipal` for keys shared by every caller');
+  }
+  const engine = createEngine(retention === undefined ? engineOptions : { ...engineOptions, retention });
+  const { documentationUrl } = engine.policy;
+  const fingerprintExclude = from === 'header' ? [] : [field];
+
+  async function readKey(opts: MiddlewareOptions<TContext>, transport: IdempotencyTransport | undefined): Promise<string | undefined> {
+    let header: string | undefined;
+    if (from !== 'input') {
+      if (!transport && from === 'header') {
+        throw new Error('[idem] the Idempotency-Key header cannot be read: spread `idempotencyContext(opts)` into what createContext returns');
+      }
+      header = parseIdempotencyKey(transport?.requestHeader(IDEMPOTENCY_KEY_HEADER));
+      const mutations = countMutationCalls(transport);
+      if (header !== undefined && mutations > 1) {
+        throw new AmbiguousKeyError(
+          `One Idempotency-Key header was sent with ${mutations} mutation calls in one batch, so it cannot identify one operation; nothing was executed. Send each keyed mutation in its own request, or put the key in the \`${field}\` input field.`,
+        );
+      }
+    }
+    const argument = from === 'header' ? undefined : await readInputKey(opts);
+    return resolveKey({ header, argument }, required);
+  }
+
+  async function readInputKey(opts: MiddlewareOptions<TContext>): Promise<string | undefined> {
+    let value = fieldOf(opts.input, field);
+    if (value === undefined) value = fieldOf(await opts.getRawInput(), field);
+    if (value === undefined || value === null || value === '') return undefined;
+    if (typeof value !== 'string') throw new InvalidKeyError('syntax', `The \`${field}\` input field must be a string.`);
+    return validateKey(value);
+  }
+
+  const middleware = async (opts: MiddlewareOptions<TContext>): MiddlewareReturn => {
+    if (opts.type !== 'mutation') return opts.next();
+    const transport = getTransport(opts.ctx);
+    try {
+      const key = await readKey(opts, transport);
+      if (key === undefined) return await opts.next();
+      const scope = formatScope(opts.path, await principal(opts.ctx));
+      const requestFingerprint = await computeFingerprint(opts.input, fingerprint, fingerprintExclude);
+
+      let executed: Awaited<MiddlewareReturn> | undefined;
+      const result = await engine.execute({ scope, key, fingerprint: requestFingerprint, errors: trpcErrorCodec }, async () => {
+        executed = await opts.next();
+        if (executed.ok) return executed.data;
+        // tRPC wraps what a resolver throws; a HandlerNotStartedError must reach the engine
+        // as itself so it releases the claim instead of storing the failure (E4).
+        throw executed.error.cause instanceof HandlerNotStartedError ? executed.error.cause : executed.error;
+      });
+      if (!result.replayed && executed) return executed;
+      transport?.setResponseHeader(IDEMPOTENT_REPLAYED_HEADER, 'true');
+      if (result.ok) return replayedResult(result.value);
+      throw result.error;
+    } catch (error) {
+      if (!isIdempotencyError(error)) throw error;
+      setRetryAfter(transport, error);
+      throw toTRPCError(error, documentationUrl);
+    }
+  };
+  return Object.assign(middleware, { engine });
+}
+
+/** Mutation calls in this HTTP request: more than one means a batch (`httpBatchLink`). */
+function countMutationCalls(transport: IdempotencyTransport | undefined): number {
+  return transport?.info?.calls.filter((call) => call.procedure?._def.type === 'mutation').length ?? 1;
+}
+
+/** E3/E5: `Retry-After` on 409 and 503. In a batch, the longest wait wins. */
+function setRetryAfter(transport: IdempotencyTransport | undefined, error: IdempotencyError): void {
+  if (!transport || error.retryAfter === undefined) return;
+  const current = Number(transport.responseHeader('Retry-After'));
+  const seconds = Number.isFinite(current) ? Math.max(current, error.retryAfter) : error.retryAfter;
+  transport.setResponseHeader('Retry-After', String(seconds));
+}
+
+function fieldOf(input: unknown, field: string): unknown {
+  return input !== null && typeof input === 'object' && !Array.isArray(input) ? (input as Record<string, unknown>)[field] : undefined;
+}

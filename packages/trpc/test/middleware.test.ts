@@ -1,0 +1,130 @@
+/**
+ * What does not depend on the store: fail-closed on an unreachable store, pass-through of
+ * queries and subscriptions, configuration errors, and composing the error formatter.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { initTRPC } from '@trpc/server';
+import { z } from 'zod';
+import { MemoryStore, type IdempotencyStore } from '@idem/core';
+import { idempotency, idempotencyErrorData, idempotencyErrorFormatter, sharedPrincipal, type IdempotencyContext } from '../src/index.ts';
+import { mutate, newKey, startStandalone, type RunningServer } from './http.ts';
+
+type Context = IdempotencyContext & { user: string };
+
+const servers: RunningServer[] = [];
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((server) => server.close()));
+});
+
+async function serve(...args: Parameters<typeof startStandalone>): Promise<string> {
+  const server = await startStandalone(...args);
+  servers.push(server);
+  return server.url;
+}
+
+/** A store whose backend is down: every call rejects. */
+function unreachableStore(): IdempotencyStore {
+  const down = () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432'));
+  return Object.assign(Object.create(new MemoryStore()) as IdempotencyStore, { claim: down, complete: down, release: down, get: down });
+}
+
+describe('@idem/trpc middleware', () => {
+  it('E5: an unreachable store answers 503 SERVICE_UNAVAILABLE with Retry-After, and the resolver does not run', async () => {
+    let runs = 0;
+    const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
+    const router = t.router({
+      pay: t.procedure
+        .input(z.object({ amount: z.number() }))
+        .use(idempotency({ store: unreachableStore(), principal: (ctx: Context) => ctx.user }))
+        .mutation(() => ++runs),
+    });
+    const response = await mutate(await serve(router), 'pay', { amount: 1 }, { 'idempotency-key': newKey() });
+    expect(response.status).toBe(503);
+    expect(response.headers.get('retry-after')).toBe('2');
+    expect(response.body.error.data).toMatchObject({
+      code: 'SERVICE_UNAVAILABLE',
+      httpStatus: 503,
+      idempotency: { code: 'idempotency_store_unavailable', status: 503, retryAfter: 2 },
+    });
+    expect(runs).toBe(0);
+  });
+
+  it('queries and subscriptions pass through untouched, even without idempotencyContext in the context', async () => {
+    const t = initTRPC.context<{ user: string }>().create();
+    const idempotent = idempotency({ store: new MemoryStore(), principal: (ctx: { user: string }) => ctx.user });
+    let queries = 0;
+    const router = t.router({
+      count: t.procedure.use(idempotent).query(() => ++queries),
+      ticks: t.procedure.use(idempotent).subscription(async function* () {
+        yield 1;
+        yield 2;
+      }),
+    });
+    const caller = t.createCallerFactory(router)({ user: 'alice' });
+    expect([await caller.count(), await caller.count()]).toEqual([1, 2]);
+    const ticks: number[] = [];
+    for await (const tick of await caller.ticks()) ticks.push(tick);
+    expect(ticks).toEqual([1, 2]);
+  });
+
+  it('an input-field key works without HTTP (server-side caller), with no response headers to set', async () => {
+    const t = initTRPC.context<{ user: string }>().create();
+    let runs = 0;
+    const router = t.router({
+      pay: t.procedure
+        .input(z.object({ amount: z.number(), idempotencyKey: z.string() }))
+        .use(idempotency({ store: new MemoryStore(), principal: (ctx: { user: string }) => ctx.user, key: { from: 'input' } }))
+        .mutation(({ input }) => ({ run: ++runs, amount: input.amount })),
+    });
+    const caller = t.createCallerFactory(router)({ user: 'alice' });
+    const idempotencyKey = newKey();
+    const first = await caller.pay({ amount: 1, idempotencyKey });
+    expect(await caller.pay({ amount: 1, idempotencyKey })).toEqual(first);
+    expect(runs).toBe(1);
+  });
+
+  it('a header key without idempotencyContext in the context fails with an [idem] configuration error, and the resolver does not run', async () => {
+    let runs = 0;
+    const t = initTRPC.context<{ user: string }>().create();
+    const router = t.router({
+      pay: t.procedure.use(idempotency({ store: new MemoryStore(), principal: sharedPrincipal })).mutation(() => ++runs),
+    });
+    const response = await mutate(await serve(router, () => ({ user: 'alice' })), 'pay', undefined, { 'idempotency-key': newKey() });
+    expect(response.status).toBe(500);
+    expect(response.body.error.message).toMatch(/^\[idem\] .*idempotencyContext/);
+    expect(runs).toBe(0);
+  });
+
+  it('S1: principal is required; sharedPrincipal is the explicit opt-out', () => {
+    expect(() => idempotency({ store: new MemoryStore() } as never)).toThrow(/^\[idem\] `principal\(ctx\)` is required/);
+    expect(() => idempotency({ store: new MemoryStore(), principal: sharedPrincipal })).not.toThrow();
+  });
+
+  it('R1: ttl is an alias of retention; both with different values is refused', () => {
+    const store = new MemoryStore();
+    expect(idempotency({ store, principal: sharedPrincipal, ttl: '2h' }).engine.policy.retentionMs).toBe(7_200_000);
+    expect(idempotency({ store, principal: sharedPrincipal, retention: '3h' }).engine.policy.retentionMs).toBe(10_800_000);
+    expect(idempotency({ store, principal: sharedPrincipal }).engine.policy.retentionMs).toBe(86_400_000);
+    expect(() => idempotency({ store, principal: sharedPrincipal, ttl: '2h', retention: '3h' })).toThrow(/^\[idem\] `ttl` is an alias of `retention`/);
+  });
+
+  it('X2: idempotencyErrorData composes with your own errorFormatter, and documentationUrl is the problem type', async () => {
+    const t = initTRPC.context<Context>().create({
+      errorFormatter: ({ shape, error }) => ({ ...shape, data: { ...shape.data, idempotency: idempotencyErrorData(error), mine: true } }),
+    });
+    const router = t.router({
+      pay: t.procedure
+        .use(idempotency({ store: new MemoryStore(), principal: (ctx: Context) => ctx.user, documentationUrl: 'https://api.example.com/idempotency' }))
+        .mutation(() => 1),
+    });
+    const response = await mutate(await serve(router), 'pay', undefined);
+    expect(response.body.error.data).toMatchObject({
+      mine: true,
+      idempotency: { code: 'idempotency_key_missing', type: 'https://api.example.com/idempotency', status: 400, title: 'Idempotency-Key is missing' },
+    });
+  });
+
+  it('X2: idempotencyErrorData is undefined for every other error', () => {
+    expect(idempotencyErrorData(new Error('boom'))).toBeUndefined();
+  });
+});
