@@ -96,7 +96,10 @@ export function idempotency<TContext extends object = object>(options: Idempoten
       const key = await readKey(opts, transport);
       if (key === undefined) return await opts.next();
       const scope = formatScope(opts.path, await principal(opts.ctx));
-      const requestFingerprint = await computeFingerprint(opts.input, fingerprint, fingerprintExclude);
+      // F1: the validated input. None means the middleware sits before `.input()` (or the procedure
+      // takes none): the raw input then, so a different payload is still never replayed (F3).
+      const subject = opts.input === undefined ? await opts.getRawInput() : opts.input;
+      const requestFingerprint = await computeFingerprint(subject, fingerprint, fingerprintExclude);
 
       let executed: Awaited<MiddlewareReturn> | undefined;
       const result = await engine.execute({ scope, key, fingerprint: requestFingerprint, errors: trpcErrorCodec }, async () => {
@@ -119,9 +122,12 @@ export function idempotency<TContext extends object = object>(options: Idempoten
   return Object.assign(middleware, { engine });
 }
 
-/** Mutation calls in this HTTP request: more than one means a batch (`httpBatchLink`). */
+/**
+ * Mutation calls in this HTTP request (`httpBatchLink` sends several in one). tRPC refuses a
+ * request that mixes procedure types, so every call of a request that reached a mutation is one.
+ */
 function countMutationCalls(transport: IdempotencyTransport | undefined): number {
-  return transport?.info?.calls.filter((call) => call.procedure?._def.type === 'mutation').length ?? 1;
+  return transport?.info?.calls.length ?? 1;
 }
 
 /** E3/E5: `Retry-After` on 409 and 503. In a batch, the longest wait wins. */

@@ -95,6 +95,23 @@ describe('@idem/trpc middleware', () => {
     expect(runs).toBe(0);
   });
 
+  it('F3: placed before .input(), the raw input is fingerprinted, so another payload still gets 422', async () => {
+    let runs = 0;
+    const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
+    const router = t.router({
+      pay: t.procedure
+        .use(idempotency({ store: new MemoryStore(), principal: (ctx: Context) => ctx.user }))
+        .input(z.object({ amount: z.number() }))
+        .mutation(({ input }) => ({ run: ++runs, amount: input.amount })),
+    });
+    const url = await serve(router);
+    const headers = { 'idempotency-key': newKey() };
+    expect((await mutate(url, 'pay', { amount: 1 }, headers)).status).toBe(200);
+    const changed = await mutate(url, 'pay', { amount: 2 }, headers);
+    expect(changed.status).toBe(422);
+    expect(runs).toBe(1);
+  });
+
   it('S1: principal is required; sharedPrincipal is the explicit opt-out', () => {
     expect(() => idempotency({ store: new MemoryStore() } as never)).toThrow(/^\[idem\] `principal\(ctx\)` is required/);
     expect(() => idempotency({ store: new MemoryStore(), principal: sharedPrincipal })).not.toThrow();
