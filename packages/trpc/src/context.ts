@@ -50,9 +50,13 @@ interface FetchRequestLike {
  * standalone and Express (`{ req, res, info }`), fetch (`{ req, resHeaders, info }`).
  */
 export interface IdempotencyContextOptions {
+  /** The request: a Node.js `IncomingMessage` (standalone, Express) or a Fetch API `Request`. Required. */
   req: NodeRequestLike | FetchRequestLike;
+  /** Node.js adapters: the response, for `Idempotent-Replayed` and `Retry-After`. Defaults to none (no headers set). */
   res?: NodeResponseLike;
+  /** Fetch adapter: the response headers tRPC copies into its `Response`. Preferred over `res` when both are given. */
   resHeaders?: Headers;
+  /** tRPC's request description, for the batch rule. Defaults to none: the request counts as one call. */
   info?: TRPCRequestInfo;
 }
 

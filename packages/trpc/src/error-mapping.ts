@@ -1,4 +1,4 @@
-import { TRPCError, type TRPC_ERROR_CODE_KEY, type TRPCErrorFormatter, type TRPCErrorShape } from '@trpc/server';
+import { TRPCError, type TRPC_ERROR_CODE_KEY, type TRPCDefaultErrorShape, type TRPCErrorShape } from '@trpc/server';
 import type { IdempotencyError, ProblemDetails } from '@idem/core';
 
 /** X2: the tRPC code of each idempotency status, so the HTTP status is 400/409/422/503. */
@@ -42,7 +42,7 @@ export function idempotencyErrorData(error: unknown): IdempotencyErrorData | und
 }
 
 /** The shape {@link idempotencyErrorFormatter} returns: tRPC's, with `data.idempotency` on idempotency errors. */
-export type IdempotencyErrorShape<TShape extends TRPCErrorShape = Parameters<TRPCErrorFormatter<unknown, TRPCErrorShape>>[0]['shape']> = TShape & {
+export type IdempotencyErrorShape<TShape extends TRPCErrorShape = TRPCDefaultErrorShape> = TShape & {
   data: TShape['data'] & { idempotency?: IdempotencyErrorData };
 };
 

@@ -5,6 +5,5 @@ export { idempotency, IDEMPOTENT_REPLAYED_HEADER, type IdempotencyMiddleware } f
 export type { IdempotencyOptions, IdempotencyKeyOptions, IdempotencyKeySource } from './options.ts';
 export { idempotencyContext, type IdempotencyContext, type IdempotencyContextOptions, type IdempotencyTransport } from './context.ts';
 export { idempotencyErrorFormatter, idempotencyErrorData, type IdempotencyErrorData, type IdempotencyErrorShape } from './error-mapping.ts';
-export { trpcErrorCodec } from './error-codec.ts';
 // What tRPC users need from the core without a second import.
 export { sharedPrincipal, HandlerNotStartedError, IDEMPOTENCY_KEY_HEADER, type Duration, type FingerprintOption, type IdempotencyErrorCode } from '@idem/core';

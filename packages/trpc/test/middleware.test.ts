@@ -2,6 +2,7 @@
  * What does not depend on the store: fail-closed on an unreachable store, pass-through of
  * queries and subscriptions, configuration errors, and composing the error formatter.
  */
+import { request } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { initTRPC } from '@trpc/server';
 import { z } from 'zod';
@@ -110,6 +111,25 @@ describe('@idem/trpc middleware', () => {
     const changed = await mutate(url, 'pay', { amount: 2 }, headers);
     expect(changed.status).toBe(422);
     expect(runs).toBe(1);
+  });
+
+  it('K1: two Idempotency-Key header fields get 400 idempotency_key_invalid', async () => {
+    const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
+    let runs = 0;
+    const router = t.router({ pay: t.procedure.use(idempotency({ store: new MemoryStore(), principal: sharedPrincipal })).mutation(() => ++runs) });
+    const { port } = new URL(await serve(router));
+    const response = await new Promise<{ status: number; body: any }>((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port, path: '/pay', method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': [newKey(), newKey()] } }, (res) => {
+        let text = '';
+        res.on('data', (chunk: Buffer) => (text += chunk.toString()));
+        res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    expect(response.status).toBe(400);
+    expect(response.body.error.data.idempotency).toMatchObject({ code: 'idempotency_key_invalid', detail: 'Send exactly one Idempotency-Key header field.' });
+    expect(runs).toBe(0);
   });
 
   it('S1: principal is required; sharedPrincipal is the explicit opt-out', () => {
