@@ -1,0 +1,15 @@
+import { runStoreConformance } from '@idem/core/conformance';
+import { createDrizzleStore, migrate } from '../src/index.ts';
+import { isServerReachable, openPostgresTarget, postgresRequired, type PostgresTarget } from './pg-target.ts';
+
+let target: PostgresTarget | undefined;
+
+runStoreConformance({
+  name: (await isServerReachable()) || postgresRequired() ? 'drizzle, PostgreSQL server (own schema)' : 'drizzle, PostgreSQL on PGlite (no server reachable)',
+  async createStore() {
+    target = await openPostgresTarget();
+    await migrate(target.db);
+    return createDrizzleStore(target.db);
+  },
+  teardown: async () => target?.close(),
+});

@@ -1,0 +1,105 @@
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { sql } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { describe, expect, it } from 'vitest';
+import { createDrizzleStore, definePgTables, migrate } from '../src/index.ts';
+import { pgSweepCandidates } from '../src/pg-store.ts';
+import { isServerReachable, openPostgresTarget, postgresRequired, type PostgresTarget } from './pg-target.ts';
+import { describeStoreBehaviour } from './store-behaviour.ts';
+
+const where = (await isServerReachable()) || postgresRequired() ? 'PostgreSQL server, own schema' : 'PostgreSQL on PGlite (no server reachable)';
+
+const rowsOf = async <T>(target: PostgresTarget, query: Parameters<PostgresTarget['db']['execute']>[0]) =>
+  ((await target.db.execute(query)) as unknown as { rows: T[] }).rows;
+
+describeStoreBehaviour(where, async () => {
+  const target = await openPostgresTarget();
+  return {
+    dialect: 'postgres',
+    db: target.db,
+    rows: (query) => rowsOf(target, query),
+    exec: async (statement) => void (await target.db.execute(sql.raw(statement))),
+    close: () => target.close(),
+  };
+});
+
+describe(`drizzle store on ${where}`, () => {
+  it('R3: the sweeper selects expired rows through the partial expiry index (EXPLAIN)', async () => {
+    const target = await openPostgresTarget();
+    try {
+      await migrate(target.db);
+      // Enough rows, mostly not expired or already archived, that a sequential scan would lose.
+      await target.db.execute(sql`
+        INSERT INTO idem_keys (scope, key, generation, state, token, created_at, lease_until, expires_at, archived_at)
+        SELECT 'plan', 'k' || i, 1, CASE WHEN i % 3 = 0 THEN 'archived' ELSE 'completed' END, 't', now(), now(),
+               now() + (i - 100) * interval '1 second', CASE WHEN i % 3 = 0 THEN now() END
+        FROM generate_series(1, 20000) AS i`);
+      await target.db.execute(sql`ANALYZE idem_keys`);
+      const candidates = pgSweepCandidates(target.db, definePgTables(), 1000).getSQL();
+      const plan = (await rowsOf<{ 'QUERY PLAN': string }>(target, sql`EXPLAIN ${candidates}`)).map((row) => row['QUERY PLAN']).join('\n');
+      expect(plan).toMatch(/Index Scan using idem_keys_expires_at_idx on idem_keys/);
+      expect(plan).not.toMatch(/Seq Scan/);
+    } finally {
+      await target.close();
+    }
+  });
+
+  it('keeps tables and the migrations journal in the connection schema, bodies as text and timestamps as timestamptz', async () => {
+    const target = await openPostgresTarget();
+    try {
+      await migrate(target.db);
+      const tables = await rowsOf<{ table_name: string }>(
+        target,
+        sql`SELECT table_name FROM information_schema.tables WHERE table_schema = ${target.schema} ORDER BY table_name`,
+      );
+      expect(tables.map((row) => row.table_name)).toEqual(['__idem_migrations', 'idem_key_history', 'idem_keys']);
+      const columns = await rowsOf<{ column_name: string; data_type: string }>(
+        target,
+        sql`SELECT column_name, data_type FROM information_schema.columns
+            WHERE table_schema = ${target.schema} AND table_name = 'idem_keys' AND column_name IN ('body', 'expires_at') ORDER BY column_name`,
+      );
+      expect(columns).toEqual([
+        { column_name: 'body', data_type: 'text' },
+        { column_name: 'expires_at', data_type: 'timestamp with time zone' },
+      ]);
+    } finally {
+      await target.close();
+    }
+  });
+
+  it('R1: lease and retention are counted from the database clock to the millisecond', async () => {
+    const target = await openPostgresTarget();
+    try {
+      await migrate(target.db);
+      const store = createDrizzleStore(target.db);
+      const key = randomUUID();
+      const result = await store.claim({ scope: 's', key, fingerprint: null, token: 't', leaseMs: 1234, retentionMs: 86_400_000, expiredReuse: 'execute' });
+      if (result.outcome !== 'claimed') throw new Error('not claimed');
+      const [row] = await rowsOf<{ lease: string; retention: string; skew: string }>(
+        target,
+        sql`SELECT (lease_until - created_at)::text AS lease, (expires_at - created_at)::text AS retention,
+                   abs(extract(epoch FROM created_at - now())) AS skew FROM idem_keys WHERE key = ${key}`,
+      );
+      expect(row).toMatchObject({ lease: '00:00:01.234', retention: '1 day' });
+      expect(Number(row?.skew)).toBeLessThan(5);
+      expect(result.record.leaseUntil.getTime() - result.record.createdAt.getTime()).toBe(1234);
+    } finally {
+      await target.close();
+    }
+  });
+
+  it('E5: every method rejects when the server cannot be reached', async () => {
+    const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/unreachable', connectionTimeoutMillis: 500 });
+    const store = createDrizzleStore(drizzle(pool));
+    try {
+      await expect(store.claim({ scope: 's', key: 'k', fingerprint: null, token: 't', leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' })).rejects.toThrow();
+      await expect(store.release({ scope: 's', key: 'k', token: 't' })).rejects.toThrow();
+      await expect(store.timeline('s', 'k')).rejects.toThrow();
+      await expect(store.purge({ olderThanMs: 0 })).rejects.toThrow();
+      await expect(store.ping()).rejects.toThrow();
+    } finally {
+      await pool.end();
+    }
+  });
+});

@@ -1,0 +1,78 @@
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { createDrizzleStore, defineSqliteTables, migrate } from '../src/index.ts';
+import { sqliteSweepCandidates } from '../src/sqlite-store.ts';
+import { openSqliteTarget } from './sqlite-target.ts';
+import { describeStoreBehaviour } from './store-behaviour.ts';
+
+describeStoreBehaviour('SQLite file in WAL mode', async () => {
+  const target = await openSqliteTarget();
+  return {
+    dialect: 'sqlite',
+    db: target.db,
+    rows: async (query) => target.db.all(query),
+    exec: async (statement) => void target.client.exec(statement),
+    close: () => target.close(),
+  };
+});
+
+describe('drizzle store on SQLite', () => {
+  it('R3: the sweeper selects expired rows through the partial expiry index (EXPLAIN QUERY PLAN)', async () => {
+    const target = await openSqliteTarget();
+    try {
+      await migrate(target.db);
+      const query = sqliteSweepCandidates(target.db, defineSqliteTables(), 1000).toSQL();
+      const plan = target.client
+        .prepare(`EXPLAIN QUERY PLAN ${query.sql}`)
+        .all(...(query.params as unknown[]))
+        .map((row) => (row as { detail: string }).detail)
+        .join('\n');
+      expect(plan).toContain('SEARCH idem_keys USING INDEX idem_keys_expires_at_idx (expires_at<?)');
+      expect(plan).not.toContain('TEMP B-TREE');
+    } finally {
+      await target.close();
+    }
+  });
+
+  it('R1: timestamps are SQLite clock milliseconds stored as integers, bodies as text', async () => {
+    const target = await openSqliteTarget();
+    try {
+      await migrate(target.db);
+      const store = createDrizzleStore(target.db);
+      const key = randomUUID();
+      await store.claim({ scope: 's', key, fingerprint: null, token: 't', leaseMs: 1000, retentionMs: 5000, expiredReuse: 'execute' });
+      await store.complete({ scope: 's', key, token: 't', outcome: { kind: 'success', status: 200, body: '{"b":1,"a":2}' } });
+      const row = target.client
+        .prepare(
+          `SELECT typeof(created_at) AS created, typeof(body) AS body, lease_until - created_at AS lease, expires_at - created_at AS retention,
+                  abs(created_at - CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)) AS skew
+           FROM idem_keys WHERE key = ?`,
+        )
+        .get(key);
+      expect(row).toMatchObject({ created: 'integer', body: 'text', lease: 1000, retention: 5000 });
+      expect((row as { skew: number }).skew).toBeLessThan(5000);
+    } finally {
+      await target.close();
+    }
+  });
+
+  it('E5: every method rejects (never throws synchronously, never swallows) once the database is closed', async () => {
+    const target = await openSqliteTarget();
+    await migrate(target.db);
+    const store = createDrizzleStore(target.db);
+    target.client.close();
+    try {
+      await expect(store.claim({ scope: 's', key: 'k', fingerprint: null, token: 't', leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' })).rejects.toThrow();
+      await expect(store.complete({ scope: 's', key: 'k', token: 't', outcome: { kind: 'success', status: 200, body: '' } })).rejects.toThrow();
+      await expect(store.get('s', 'k')).rejects.toThrow();
+      await expect(store.sweep()).rejects.toThrow();
+      await expect(store.ping()).rejects.toThrow();
+    } finally {
+      await target.close();
+    }
+  });
+
+  it('refuses a database that is not a drizzle instance', () => {
+    expect(() => createDrizzleStore({} as never)).toThrow(/\[idem\] unsupported database/);
+  });
+});
