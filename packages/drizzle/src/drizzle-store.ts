@@ -125,11 +125,16 @@ function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): Dr
   };
 }
 
+export interface SweepAllOptions {
+  /** Records archived per statement (each batch is one short transaction). Defaults to 1000. */
+  batchSize?: number;
+}
+
 /**
  * Runs `store.sweep` until a batch comes back short, and returns how many records were
- * archived in total. Run it from a scheduled job (R3).
+ * archived in total. Run it from a scheduled job (R3); any store of the contract works.
  */
-export async function sweepAll(store: Pick<IdempotencyStore, 'sweep'>, { batchSize = DEFAULT_SWEEP_BATCH }: { batchSize?: number } = {}): Promise<{ archived: number }> {
+export async function sweepAll(store: Pick<IdempotencyStore, 'sweep'>, { batchSize = DEFAULT_SWEEP_BATCH }: SweepAllOptions = {}): Promise<{ archived: number }> {
   let archived = 0;
   for (;;) {
     const batch = (await store.sweep({ batchSize })).archived;

@@ -2,7 +2,7 @@
  * `@idem/drizzle`: the idempotency store over drizzle, for SQLite (better-sqlite3) and
  * PostgreSQL (node-postgres, PGlite), with its tables, migrations, sweeper and timeline.
  */
-export { createDrizzleStore, sweepAll, type DrizzleStore, type DrizzleStoreOptions } from './drizzle-store.ts';
+export { createDrizzleStore, sweepAll, type DrizzleStore, type DrizzleStoreOptions, type SweepAllOptions } from './drizzle-store.ts';
 export { migrate, MIGRATIONS_FOLDERS, type MigrateOptions } from './migrate.ts';
 export type { Dialect, DrizzleDatabase } from './dialect.ts';
 export { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
