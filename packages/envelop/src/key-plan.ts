@@ -1,0 +1,95 @@
+import { getArgumentValues, getDirectiveValues, type GraphQLDirective } from 'graphql';
+import { AmbiguousKeyError, MissingKeyError, resolveKey, validateKey } from '@idem/core';
+import { isRequiredField, type RequiredKeyOption } from './options.ts';
+import type { RootField } from './root-fields.ts';
+
+/**
+ * Which unit of idempotency an operation gets:
+ * - `none`: no key anywhere, none required: the operation runs as it would without the plugin;
+ * - `operation`: a header key and no field keys: the whole operation is one record;
+ * - `field`: at least one root field has an argument or directive key: each root field is its
+ *   own record under its key (the header key, if any, covers the fields that have none).
+ */
+export type KeyPlan =
+  | { unit: 'none' }
+  | { unit: 'operation'; key: string }
+  | { unit: 'field'; keys: ReadonlyMap<string, string | undefined> };
+
+export interface KeySources {
+  /** Whether the `Idempotency-Key` header is read at all. */
+  headerEnabled: boolean;
+  /** The parsed `Idempotency-Key` header, if the header is read and was sent. */
+  header: string | undefined;
+  /** The key argument's name, or false. */
+  argument: string | false;
+  /** The `@idempotent` directive definition, or undefined when directive keys are off. */
+  directive: GraphQLDirective | undefined;
+  required: RequiredKeyOption;
+  variables: Record<string, unknown>;
+  /** Names the schema coordinate in error details, e.g. `Mutation`. */
+  rootTypeName: string;
+}
+
+/**
+ * Reads every key of a mutation operation before anything executes, so that a missing (K2),
+ * invalid (K3) or ambiguous (K4) key refuses the whole operation with 400 and runs nothing.
+ * Throws an `IdempotencyError`; a GraphQLError from argument coercion is left to execution.
+ */
+export function planKeys(rootFields: readonly RootField[], sources: KeySources): KeyPlan {
+  const fieldKeys = rootFields.map((field) => fieldKey(field, sources));
+  if (fieldKeys.some((key) => key !== undefined)) {
+    const keys = new Map<string, string | undefined>();
+    rootFields.forEach((field, index) => {
+      if (!field.definition) return keys.set(field.responseKey, undefined);
+      const required = isRequiredField(sources.required, field.fieldName);
+      try {
+        keys.set(field.responseKey, resolveKey({ header: sources.header, argument: fieldKeys[index] }, required));
+      } catch (error) {
+        if (error instanceof MissingKeyError) throw missingKey(field, sources);
+        throw error;
+      }
+    });
+    return { unit: 'field', keys };
+  }
+  if (sources.header !== undefined) return { unit: 'operation', key: sources.header };
+  const unkeyed = rootFields.find((field) => field.definition && isRequiredField(sources.required, field.fieldName));
+  if (unkeyed) throw missingKey(unkeyed, sources);
+  return { unit: 'none' };
+}
+
+/** The key a root field carries in its argument or `@idempotent` directive (K4); undefined if none. */
+function fieldKey(field: RootField, sources: KeySources): string | undefined {
+  const { definition, nodes } = field;
+  if (!definition) return undefined;
+  const found = new Set<string>();
+  const { argument, directive, variables } = sources;
+  if (argument !== false && definition.args.some((arg) => arg.name === argument)) {
+    const key = keyValue(getArgumentValues(definition, nodes[0]!, variables)[argument]);
+    if (key !== undefined) found.add(key);
+  }
+  if (directive) {
+    for (const node of nodes) {
+      const key = keyValue(getDirectiveValues(directive, node, variables)?.['key']);
+      if (key !== undefined) found.add(key);
+    }
+  }
+  if (found.size > 1) {
+    throw new AmbiguousKeyError(`${sources.rootTypeName}.${field.fieldName} carries two different idempotency keys (argument and @idempotent directive); send one key.`);
+  }
+  return found.values().next().value;
+}
+
+/** K2/K3 for argument keys: absent, null or empty means no key; anything else must be a valid key. */
+function keyValue(value: unknown): string | undefined {
+  if (value === undefined || value === null || value === '') return undefined;
+  return validateKey(String(value));
+}
+
+function missingKey(field: RootField, sources: KeySources): MissingKeyError {
+  const ways = [
+    sources.headerEnabled ? 'an Idempotency-Key header' : null,
+    sources.argument !== false && field.definition?.args.some((arg) => arg.name === sources.argument) ? `an \`${sources.argument}\` argument` : null,
+    sources.directive ? 'an @idempotent(key:) directive' : null,
+  ].filter((way): way is string => way !== null);
+  return new MissingKeyError(`${sources.rootTypeName}.${field.fieldName} is idempotent and requires a key: send ${ways.join(' or ')}.`);
+}

@@ -1,0 +1,312 @@
+import {
+  getArgumentValues,
+  getOperationAST,
+  getVariableValues,
+  GraphQLError,
+  isNonNullType,
+  type DocumentNode,
+  type ExecutionArgs,
+  type ExecutionResult,
+  type FragmentDefinitionNode,
+  type GraphQLObjectType,
+  type GraphQLSchema,
+  type OperationDefinitionNode,
+} from 'graphql';
+import { isAsyncIterable, type Plugin } from '@envelop/core';
+import {
+  AmbiguousKeyError,
+  computeFingerprint,
+  createEngine,
+  formatScope,
+  HandlerNotStartedError,
+  isIdempotencyError,
+  parseIdempotencyKey,
+  type ExecuteRequest,
+  type IdempotencyError,
+} from '@idem/core';
+import { IdempotentDirectivePlacementRule } from './directive-placement-rule.ts';
+import { IDEMPOTENT_DIRECTIVE_NAME } from './directive.ts';
+import { idempotencyGraphQLError } from './error-mapping.ts';
+import { planKeys } from './key-plan.ts';
+import { documentForField, fragmentsOf, normalizedOperation, normalizedSelection } from './normalized-document.ts';
+import { DEFAULT_KEY_ARGUMENT, type FingerprintInput, type IdempotencyOptions } from './options.ts';
+import { headersOf, idempotencyKeyHeader, requestOf } from './request-headers.ts';
+import { collectRootFields, type RootField } from './root-fields.ts';
+import { asGraphQLError, fromStoredResult, graphqlErrorCodec, storedResultSerializer, type StoredExecutionResult } from './stored-result.ts';
+
+/**
+ * `extensions.idempotency` of a response that contains replayed outcomes (E2).
+ * Operation unit: `{ replayed: true }`. Field unit: `replayedFields` lists the response keys
+ * (aliases or field names) whose stored outcome was replayed; `replayed` is true only when every
+ * root field was replayed, i.e. nothing executed for this response.
+ */
+export interface IdempotencyResultExtension {
+  replayed: boolean;
+  replayedFields?: string[];
+}
+
+/** What a host layer (the Yoga plugin) tells the Envelop plugin about the HTTP request. */
+export interface HostIntegration {
+  /** How many mutation operations share this context's HTTP request (a Yoga batch); undefined when it is not a batch. */
+  batchedMutations?(context: unknown): number | undefined;
+}
+
+type ExecuteFn = (args: ExecutionArgs) => unknown;
+
+/** Marks a result whose execution never reached a resolver (variable coercion failed): not stored (E4). */
+class UnstartedExecution {
+  constructor(readonly result: ExecutionResult) {}
+}
+
+/**
+ * Idempotent GraphQL mutations as a plain Envelop plugin (SPEC K, S, F, E, X3). Queries and
+ * subscriptions pass through. Errors are GraphQLErrors with `extensions.code` and
+ * `extensions.http`, so it works in any Envelop host; with GraphQL Yoga use
+ * {@link useYogaIdempotency}, which adds the `Idempotent-Replayed` header and the batching rule.
+ *
+ * - `Idempotency-Key` header → the mutation operation is one record;
+ * - `idempotencyKey` argument or `@idempotent(key:)` → each keyed root field is its own record.
+ */
+export function useIdempotency<TContext extends Record<string, any> = Record<string, any>>(options: IdempotencyOptions<TContext>): Plugin<TContext> {
+  return createIdempotencyPlugin(options, {});
+}
+
+export function createIdempotencyPlugin<TContext extends Record<string, any>>(options: IdempotencyOptions<TContext>, host: HostIntegration): Plugin<TContext> {
+  const {
+    principal,
+    header = true,
+    getHeaders = headersOf,
+    argument = DEFAULT_KEY_ARGUMENT,
+    directive = true,
+    required = false,
+    fingerprint = 'default',
+    serializer = JSON,
+    ttl,
+    retention = ttl,
+    ...engineOptions
+  } = options;
+  if (typeof principal !== 'function') {
+    throw new TypeError('[idem] useIdempotency needs a `principal(context)` function (S1); pass `sharedPrincipal` for keys shared by every caller');
+  }
+  const engine = createEngine({ ...engineOptions, serializer, ...(retention === undefined ? {} : { retention }) });
+  const { documentationUrl } = engine.policy;
+  const resultSerializer = storedResultSerializer(serializer);
+  /** HTTP requests whose `Idempotency-Key` header a mutation operation already took. */
+  const headerTaken = new WeakSet<object>();
+
+  const refuse = (error: IdempotencyError, operation?: OperationDefinitionNode): ExecutionResult => ({
+    errors: [idempotencyGraphQLError(error, { documentationUrl, ...(operation ? { nodes: [operation] } : {}) })],
+  });
+
+  /**
+   * Batching rule: one header key covers one mutation operation. In a Yoga batch with several
+   * mutation operations every one of them is refused (the Yoga layer counts them up front);
+   * without the Yoga layer, a second operation of the same request taking the header is refused.
+   */
+  const takeHeader = (context: unknown) => {
+    const batched = host.batchedMutations?.(context);
+    if (batched !== undefined && batched > 1) {
+      throw new AmbiguousKeyError(
+        `The Idempotency-Key header covers ${batched} mutation operations of one batched request, so it identifies none of them; nothing was executed. Send each mutation in its own request, or put keys in arguments.`,
+      );
+    }
+    const request = requestOf(context);
+    if (!request) return;
+    if (headerTaken.has(request)) {
+      throw new AmbiguousKeyError('Another mutation operation of this request already used its Idempotency-Key header; one header key covers one operation. Put keys in arguments instead.');
+    }
+    headerTaken.add(request);
+  };
+
+  const executeStarted = async (execute: ExecuteFn, args: ExecutionArgs): Promise<ExecutionResult> => {
+    const result = await execute(args);
+    if (isAsyncIterable(result)) throw new TypeError('[idem] incremental delivery (@defer, @stream) is not supported on idempotent mutations');
+    const executionResult = result as ExecutionResult;
+    if (executionResult.data === undefined) throw new HandlerNotStartedError(new UnstartedExecution(executionResult));
+    return executionResult;
+  };
+
+  const endpoint = (scope: string, key: string, fingerprintValue: string | null, source: DocumentNode['loc']): ExecuteRequest => ({
+    scope,
+    key,
+    fingerprint: fingerprintValue,
+    serializer: resultSerializer,
+    errors: graphqlErrorCodec(source?.source),
+  });
+
+  async function runOperation(args: ExecutionArgs, execute: ExecuteFn, mutation: Mutation, key: string, principalId: string): Promise<ExecutionResult> {
+    const { operation, fragments, variables, rootFields } = mutation;
+    const names = [...new Set(rootFields.filter((field) => field.definition).map((field) => field.fieldName))].sort();
+    const scope = formatScope(`mutation:${names.join(',')}`, principalId);
+    const input: FingerprintInput = { unit: 'operation', document: normalizedOperation(operation, fragments), variables };
+    const source = args.document.loc?.source;
+    try {
+      const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document.loc), () => executeStarted(execute, args));
+      const result: ExecutionResult = !outcome.ok
+        ? { errors: [asGraphQLError(outcome.error)] }
+        : outcome.replayed
+          ? fromStoredResult(outcome.value as StoredExecutionResult, source)
+          : (outcome.value as ExecutionResult);
+      return outcome.replayed ? withIdempotencyExtension(result, { replayed: true }) : result;
+    } catch (error) {
+      if (error instanceof UnstartedExecution) return error.result;
+      if (isIdempotencyError(error)) return refuse(error, operation);
+      throw error;
+    }
+  }
+
+  async function runFields(args: ExecutionArgs, execute: ExecuteFn, mutation: Mutation, keys: ReadonlyMap<string, string | undefined>, principalId: string): Promise<ExecutionResult> {
+    const { operation, fragments, variables, rootFields, rootType } = mutation;
+    const source = args.document.loc?.source;
+    type Refusal = { refusal: IdempotencyError; field: RootField };
+    const errors: Array<GraphQLError | Refusal> = [];
+    const extensions: Record<string, unknown> = {};
+    const replayedFields: string[] = [];
+    let data: Record<string, unknown> | null = {};
+    let ran = 0;
+
+    // Root mutation fields run one after another (GraphQL spec, "Normal and Serial Execution"):
+    // each one here as an operation of its own, so that its outcome can be stored on its own.
+    for (const field of rootFields) {
+      const { responseKey, fieldName, nodes, definition } = field;
+      const fieldArgs: ExecutionArgs = { ...args, document: documentForField(args.document, operation, nodes) };
+      const key = keys.get(responseKey);
+      let slice: ExecutionResult;
+      let refused = false;
+      if (key === undefined || !definition) {
+        const result = await execute(fieldArgs);
+        if (isAsyncIterable(result)) throw new TypeError('[idem] incremental delivery (@defer, @stream) is not supported on idempotent mutations');
+        slice = result as ExecutionResult;
+        ran++;
+      } else {
+        try {
+          const argumentValues = getArgumentValues(definition, nodes[0]!, variables);
+          if (argument !== false) delete argumentValues[argument];
+          const input: FingerprintInput = { unit: 'field', field: fieldName, arguments: argumentValues, selection: normalizedSelection(nodes, fragments) };
+          const scope = formatScope(`${rootType.name}.${fieldName}`, principalId);
+          const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document.loc), () => executeStarted(execute, fieldArgs));
+          ran++;
+          if (outcome.replayed) replayedFields.push(responseKey);
+          slice = !outcome.ok
+            ? { data: { [responseKey]: null }, errors: [asGraphQLError(outcome.error)] }
+            : outcome.replayed
+              ? fromStoredResult(underResponseKey(outcome.value as StoredExecutionResult, responseKey), source)
+              : (outcome.value as ExecutionResult);
+        } catch (error) {
+          if (error instanceof UnstartedExecution) {
+            slice = { data: null, ...(error.result.errors ? { errors: error.result.errors } : {}) };
+          } else if (isIdempotencyError(error)) {
+            errors.push({ refusal: error, field });
+            slice = { data: { [responseKey]: null } };
+            refused = true;
+          } else {
+            throw error;
+          }
+        }
+      }
+      if (slice.errors) errors.push(...slice.errors);
+      if (slice.extensions) Object.assign(extensions, slice.extensions);
+      // A null in a non-null root field nulls the whole `data` and stops the operation, as graphql-js does.
+      if (!slice.data || (refused && definition && isNonNullType(definition.type))) {
+        data = null;
+        break;
+      }
+      data[responseKey] = slice.data[responseKey] ?? null;
+    }
+
+    // Field-level conflicts: when no root field ran, the refusals are the response (400/409/422/503
+    // with Retry-After); when some ran, the response is 200 and each refusal is its field's error.
+    const wholeOperationRefused = ran === 0;
+    const result: ExecutionResult = {};
+    if (errors.length > 0) {
+      result.errors = errors.map((entry) =>
+        entry instanceof GraphQLError
+          ? entry
+          : idempotencyGraphQLError(entry.refusal, { documentationUrl, nodes: entry.field.nodes, path: [entry.field.responseKey], http: wholeOperationRefused }),
+      );
+    }
+    result.data = data;
+    if (replayedFields.length > 0) {
+      const keyed = rootFields.filter((field) => field.definition).length;
+      extensions['idempotency'] = { replayed: replayedFields.length === keyed, replayedFields } satisfies IdempotencyResultExtension;
+    }
+    if (Object.keys(extensions).length > 0) result.extensions = extensions;
+    return result;
+  }
+
+  async function executeIdempotently(args: ExecutionArgs, execute: ExecuteFn): Promise<unknown> {
+    const schema = args.schema as GraphQLSchema;
+    const operation = getOperationAST(args.document, args.operationName);
+    const rootType = schema.getMutationType();
+    if (!operation || operation.operation !== 'mutation' || !rootType) return execute(args);
+    const coerced = getVariableValues(schema, operation.variableDefinitions ?? [], (args.variableValues ?? {}) as Record<string, unknown>);
+    // Unusable variables: graphql-js reports them and runs nothing; there is nothing to claim.
+    if (coerced.errors) return execute(args);
+    const fragments = fragmentsOf(args.document);
+    const rootFields = collectRootFields(schema, rootType, operation.selectionSet, fragments, coerced.coerced);
+    const mutation: Mutation = { operation, fragments, variables: coerced.coerced, rootFields, rootType };
+    const context = args.contextValue as TContext;
+
+    let plan;
+    try {
+      const headerKey = header ? parseIdempotencyKey(idempotencyKeyHeader(getHeaders(context))) : undefined;
+      if (headerKey !== undefined) takeHeader(context);
+      plan = planKeys(rootFields, {
+        headerEnabled: header,
+        header: headerKey,
+        argument,
+        directive: directive ? (schema.getDirective(IDEMPOTENT_DIRECTIVE_NAME) ?? undefined) : undefined,
+        required,
+        variables: coerced.coerced,
+        rootTypeName: rootType.name,
+      });
+    } catch (error) {
+      if (isIdempotencyError(error)) return refuse(error, operation);
+      // An argument that does not coerce: execution reports it where it belongs.
+      if (error instanceof GraphQLError) return execute(args);
+      throw error;
+    }
+    if (plan.unit === 'none') return execute(args);
+
+    let principalId: string;
+    try {
+      principalId = await principal(context);
+    } catch (error) {
+      // Authentication failed before anything ran: nothing claimed, nothing stored (E4).
+      return { errors: [asGraphQLError(error)] };
+    }
+    if (plan.unit === 'operation') return runOperation(args, execute, mutation, plan.key, principalId);
+    return runFields(args, execute, mutation, plan.keys, principalId);
+  }
+
+  return {
+    onValidate({ addValidationRule }) {
+      if (directive) addValidationRule(IdempotentDirectivePlacementRule);
+    },
+    onExecute({ args, executeFn, setExecuteFn }) {
+      // Queries and subscriptions are not touched.
+      if (getOperationAST(args.document, args.operationName)?.operation !== 'mutation') return;
+      setExecuteFn((args: ExecutionArgs) => executeIdempotently(args, executeFn as ExecuteFn));
+    },
+  };
+}
+
+interface Mutation {
+  operation: OperationDefinitionNode;
+  fragments: ReadonlyMap<string, FragmentDefinitionNode>;
+  variables: Record<string, unknown>;
+  rootFields: RootField[];
+  rootType: GraphQLObjectType;
+}
+
+/** A field's stored slice, under the response key of this request (a retry may use another alias). */
+function underResponseKey(stored: StoredExecutionResult, responseKey: string): StoredExecutionResult {
+  const moved: StoredExecutionResult = {};
+  if (stored.data !== undefined) moved.data = stored.data === null ? null : { [responseKey]: Object.values(stored.data)[0] ?? null };
+  if (stored.errors) moved.errors = stored.errors.map((error) => (error.path?.length ? { ...error, path: [responseKey, ...error.path.slice(1)] } : error));
+  return moved;
+}
+
+function withIdempotencyExtension(result: ExecutionResult, extension: IdempotencyResultExtension): ExecutionResult {
+  return { ...result, extensions: { ...result.extensions, idempotency: extension } };
+}

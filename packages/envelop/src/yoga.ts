@@ -1,0 +1,86 @@
+import { getOperationAST, parse, type ExecutionResult } from 'graphql';
+import { isAsyncIterable, type Plugin } from '@envelop/core';
+import type { IdempotencyOptions } from './options.ts';
+import { createIdempotencyPlugin, type IdempotencyResultExtension } from './plugin.ts';
+import { requestOf } from './request-headers.ts';
+
+/** E2: the response header that marks a replay. */
+export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
+
+interface BatchedParams {
+  query?: string | null;
+  operationName?: string | null;
+}
+
+/**
+ * The GraphQL Yoga hooks this package uses, typed structurally so that nothing here imports
+ * `graphql-yoga`: without Yoga they are simply never called.
+ */
+export interface YogaIdempotencyHooks {
+  onRequestParse(payload: { request: Request }): { onRequestParseDone(payload: { requestParserResult: unknown }): void };
+  onResultProcess(payload: { result: unknown; setResult(result: any): void }): void;
+}
+
+/**
+ * {@link useIdempotency} for GraphQL Yoga: the Envelop plugin, plus
+ * - the `Idempotent-Replayed: true` response header on a replayed response (E2), set through
+ *   `extensions.http.headers`, which Yoga turns into headers and leaves out of the body;
+ * - the batching rule (`batching: true`): an `Idempotency-Key` header on a batch holding more
+ *   than one mutation operation identifies none of them, so each of them is refused with 400
+ *   `IDEMPOTENCY_KEY_AMBIGUOUS` and none executes; argument and directive keys work as usual.
+ *
+ * Statuses and `Retry-After` come from the errors' `extensions.http`, which Yoga reads itself.
+ * Used in a plain Envelop setup, the Yoga hooks never run and it behaves as `useIdempotency`.
+ */
+export function useYogaIdempotency<TContext extends Record<string, any> = Record<string, any>>(
+  options: IdempotencyOptions<TContext>,
+): Plugin<TContext> & YogaIdempotencyHooks {
+  const batches = new WeakMap<object, { params: readonly BatchedParams[]; mutations?: number }>();
+  const plugin = createIdempotencyPlugin(options, {
+    batchedMutations(context) {
+      const request = requestOf(context);
+      const batch = request && batches.get(request);
+      if (!batch) return undefined;
+      // Counted only when a header key meets a batch: parsing again is cheap next to a claim.
+      batch.mutations ??= batch.params.filter(isMutation).length;
+      return batch.mutations;
+    },
+  });
+  return {
+    onPluginInit({ addPlugin }) {
+      addPlugin(plugin);
+    },
+    onRequestParse({ request }) {
+      return {
+        onRequestParseDone({ requestParserResult }) {
+          if (Array.isArray(requestParserResult)) batches.set(request, { params: requestParserResult as BatchedParams[] });
+        },
+      };
+    },
+    onResultProcess({ result, setResult }) {
+      // A batch answers with one status and one header set for all its operations: only the
+      // body's `extensions.idempotency` can tell which of them were replayed.
+      if (Array.isArray(result) || isAsyncIterable(result) || !isReplayed(result)) return;
+      setResult(withResponseHeader(result as ExecutionResult, IDEMPOTENT_REPLAYED_HEADER, 'true'));
+    },
+  };
+}
+
+function isReplayed(result: unknown): boolean {
+  const extension = (result as ExecutionResult | null)?.extensions?.['idempotency'] as IdempotencyResultExtension | undefined;
+  return extension?.replayed === true;
+}
+
+function withResponseHeader(result: ExecutionResult, name: string, value: string): ExecutionResult {
+  const http = (result.extensions?.['http'] ?? {}) as { headers?: Record<string, string> };
+  return { ...result, extensions: { ...result.extensions, http: { ...http, headers: { ...http.headers, [name]: value } } } };
+}
+
+function isMutation(params: BatchedParams): boolean {
+  if (typeof params?.query !== 'string') return false;
+  try {
+    return getOperationAST(parse(params.query), params.operationName ?? undefined)?.operation === 'mutation';
+  } catch {
+    return false;
+  }
+}
