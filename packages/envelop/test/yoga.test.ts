@@ -238,6 +238,16 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       expect(shop.calls.createOrder).toBe(1);
     });
 
+    it('S1: a field key from another principal is another record', async () => {
+      const key = randomUUID();
+      const alice = await post(byArgument(key), { 'x-user': 'alice' });
+      const bob = await post(byArgument(key), { 'x-user': 'bob' });
+
+      expect(bob.headers.get('idempotent-replayed')).toBeNull();
+      expect(bob.body.data.createOrder.id).not.toBe(alice.body.data.createOrder.id);
+      expect(shop.calls.createOrder).toBe(2);
+    });
+
     it('F1: the key argument is not fingerprinted, the other arguments are: 422 on a changed amount', async () => {
       const key = randomUUID();
       await post(byArgument(key, 500), { 'x-user': 'alice' });
