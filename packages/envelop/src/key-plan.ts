@@ -91,5 +91,6 @@ function missingKey(field: RootField, sources: KeySources): MissingKeyError {
     sources.argument !== false && field.definition?.args.some((arg) => arg.name === sources.argument) ? `an \`${sources.argument}\` argument` : null,
     sources.directive ? 'an @idempotent(key:) directive' : null,
   ].filter((way): way is string => way !== null);
-  return new MissingKeyError(`${sources.rootTypeName}.${field.fieldName} is idempotent and requires a key: send ${ways.join(' or ')}.`);
+  const send = ways.length === 0 ? 'a key' : ways.length === 1 ? ways[0] : `${ways.slice(0, -1).join(', ')} or ${ways.at(-1)}`;
+  return new MissingKeyError(`${sources.rootTypeName}.${field.fieldName} is idempotent and requires a key: send ${send}.`);
 }
