@@ -1,7 +1,7 @@
 /**
  * @idem/envelop — idempotent GraphQL mutations for Envelop and GraphQL Yoga (SPEC K, S, F, E, X3).
  */
-export { useIdempotency, type IdempotencyResultExtension } from './plugin.ts';
+export { useIdempotency, type IdempotencyPlugin, type IdempotencyResultExtension } from './plugin.ts';
 export { useYogaIdempotency, IDEMPOTENT_REPLAYED_HEADER, type YogaIdempotencyHooks } from './yoga.ts';
 export type { IdempotencyOptions, FingerprintInput, RequestHeaders, RequiredKeyOption } from './options.ts';
 export { idempotentDirective, idempotentDirectiveTypeDefs } from './directive.ts';

@@ -22,6 +22,7 @@ import {
   isIdempotencyError,
   parseIdempotencyKey,
   type ExecuteRequest,
+  type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
 import { IdempotentDirectivePlacementRule } from './directive-placement-rule.ts';
@@ -67,11 +68,14 @@ class UnstartedExecution {
  * - `Idempotency-Key` header → the mutation operation is one record;
  * - `idempotencyKey` argument or `@idempotent(key:)` → each keyed root field is its own record.
  */
-export function useIdempotency<TContext extends Record<string, any> = Record<string, any>>(options: IdempotencyOptions<TContext>): Plugin<TContext> {
+export function useIdempotency<TContext extends Record<string, any> = Record<string, any>>(options: IdempotencyOptions<TContext>): IdempotencyPlugin<TContext> {
   return createIdempotencyPlugin(options, {});
 }
 
-export function createIdempotencyPlugin<TContext extends Record<string, any>>(options: IdempotencyOptions<TContext>, host: HostIntegration): Plugin<TContext> {
+/** The Envelop plugin, with the engine it runs on: `engine.drain()` on shutdown waits for outcome writes being retried (E7). */
+export type IdempotencyPlugin<TContext extends Record<string, any>> = Plugin<TContext> & { readonly engine: IdempotencyEngine };
+
+export function createIdempotencyPlugin<TContext extends Record<string, any>>(options: IdempotencyOptions<TContext>, host: HostIntegration): IdempotencyPlugin<TContext> {
   const {
     principal,
     header = true,
@@ -85,6 +89,9 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
     retention = ttl,
     ...engineOptions
   } = options;
+  if (ttl !== undefined && options.retention !== undefined && ttl !== options.retention) {
+    throw new TypeError('[idem] `ttl` is an alias of `retention`: pass one of them');
+  }
   if (typeof principal !== 'function') {
     throw new TypeError('[idem] useIdempotency needs a `principal(context)` function (S1); pass `sharedPrincipal` for keys shared by every caller');
   }
@@ -280,6 +287,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
   }
 
   return {
+    engine,
     onValidate({ addValidationRule }) {
       if (directive) addValidationRule(IdempotentDirectivePlacementRule);
     },

@@ -1,7 +1,7 @@
 import { getOperationAST, parse, type ExecutionResult } from 'graphql';
-import { isAsyncIterable, type Plugin } from '@envelop/core';
+import { isAsyncIterable } from '@envelop/core';
 import type { IdempotencyOptions } from './options.ts';
-import { createIdempotencyPlugin, type IdempotencyResultExtension } from './plugin.ts';
+import { createIdempotencyPlugin, type IdempotencyPlugin, type IdempotencyResultExtension } from './plugin.ts';
 import { requestOf } from './request-headers.ts';
 
 /** E2: the response header that marks a replay. */
@@ -34,7 +34,7 @@ export interface YogaIdempotencyHooks {
  */
 export function useYogaIdempotency<TContext extends Record<string, any> = Record<string, any>>(
   options: IdempotencyOptions<TContext>,
-): Plugin<TContext> & YogaIdempotencyHooks {
+): IdempotencyPlugin<TContext> & YogaIdempotencyHooks {
   const batches = new WeakMap<object, { params: readonly BatchedParams[]; mutations?: number }>();
   const plugin = createIdempotencyPlugin(options, {
     batchedMutations(context) {
@@ -47,6 +47,7 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
     },
   });
   return {
+    engine: plugin.engine,
     onPluginInit({ addPlugin }) {
       addPlugin(plugin);
     },

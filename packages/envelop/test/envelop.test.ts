@@ -128,7 +128,7 @@ describe.each(storeTargets)('@idem/envelop in plain Envelop over $name', (target
   });
 });
 
-describe('@idem/envelop when the store is down', () => {
+describe('@idem/envelop configuration and store faults', () => {
   it('E5: answers 503 with Retry-After and does not run the resolver', async () => {
     const shop = createShop();
     const healthy = new MemoryStore();
@@ -143,6 +143,14 @@ describe('@idem/envelop when the store is down', () => {
       http: { status: 503, headers: { 'Retry-After': '3' } },
     });
     expect(shop.calls.createOrder).toBeUndefined();
+  });
+
+  it('R1: takes ttl as an alias of retention, and refuses two different values', () => {
+    const store = new MemoryStore();
+    const principal = () => 'alice';
+    expect(useIdempotency({ store, principal, ttl: '2h' }).engine.policy.retentionMs).toBe(7_200_000);
+    expect(useIdempotency({ store, principal }).engine.policy.retentionMs).toBe(86_400_000);
+    expect(() => useIdempotency({ store, principal, ttl: '2h', retention: '1h' })).toThrow(/\[idem\] `ttl` is an alias of `retention`/);
   });
 
   it('refuses to start without a principal resolver (S1)', () => {
