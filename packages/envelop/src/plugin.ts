@@ -133,12 +133,12 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
     return executionResult;
   };
 
-  const endpoint = (scope: string, key: string, fingerprintValue: string | null, source: DocumentNode['loc']): ExecuteRequest => ({
+  const endpoint = (scope: string, key: string, fingerprintValue: string | null, document: DocumentNode): ExecuteRequest => ({
     scope,
     key,
     fingerprint: fingerprintValue,
     serializer: resultSerializer,
-    errors: graphqlErrorCodec(source?.source),
+    errors: graphqlErrorCodec(document.loc?.source),
   });
 
   async function runOperation(args: ExecutionArgs, execute: ExecuteFn, mutation: Mutation, key: string, principalId: string): Promise<ExecutionResult> {
@@ -148,7 +148,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
     const input: FingerprintInput = { unit: 'operation', document: normalizedOperation(operation, fragments), variables };
     const source = args.document.loc?.source;
     try {
-      const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document.loc), () => executeStarted(execute, args));
+      const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), () => executeStarted(execute, args));
       const result: ExecutionResult = !outcome.ok
         ? { errors: [asGraphQLError(outcome.error)] }
         : outcome.replayed
@@ -191,7 +191,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
           if (argument !== false) delete argumentValues[argument];
           const input: FingerprintInput = { unit: 'field', field: fieldName, arguments: argumentValues, selection: normalizedSelection(nodes, fragments) };
           const scope = formatScope(`${rootType.name}.${fieldName}`, principalId);
-          const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document.loc), () => executeStarted(execute, fieldArgs));
+          const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), () => executeStarted(execute, fieldArgs));
           ran++;
           if (outcome.replayed) replayedFields.push(responseKey);
           slice = !outcome.ok
