@@ -130,7 +130,13 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
     if (isAsyncIterable(result)) throw new TypeError('[idem] incremental delivery (@defer, @stream) is not supported on idempotent mutations');
     const executionResult = result as ExecutionResult;
     if (executionResult.data === undefined) throw new HandlerNotStartedError(new UnstartedExecution(executionResult));
-    return executionResult;
+    if (!executionResult.errors?.some(isNotStarted)) return executionResult;
+    // A resolver refused before any side effect (`throw new HandlerNotStartedError(cause)`): when
+    // no root field produced a value, the claim is released and nothing is stored (E4).
+    const unwrapped: ExecutionResult = { ...executionResult, errors: executionResult.errors.map(unwrapNotStarted) };
+    const produced = executionResult.data !== null && Object.values(executionResult.data).some((value) => value !== null);
+    if (!produced) throw new HandlerNotStartedError(new UnstartedExecution(unwrapped));
+    return unwrapped;
   };
 
   const endpoint = (scope: string, key: string, fingerprintValue: string | null, document: DocumentNode): ExecuteRequest => ({
@@ -201,7 +207,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
               : (outcome.value as ExecutionResult);
         } catch (error) {
           if (error instanceof UnstartedExecution) {
-            slice = { data: null, ...(error.result.errors ? { errors: error.result.errors } : {}) };
+            slice = { data: error.result.data ?? null, ...(error.result.errors ? { errors: error.result.errors } : {}) };
           } else if (isIdempotencyError(error)) {
             errors.push({ refusal: error, field });
             slice = { data: { [responseKey]: null } };
@@ -317,4 +323,21 @@ function underResponseKey(stored: StoredExecutionResult, responseKey: string): S
 
 function withIdempotencyExtension(result: ExecutionResult, extension: IdempotencyResultExtension): ExecutionResult {
   return { ...result, extensions: { ...result.extensions, idempotency: extension } };
+}
+
+function isNotStarted(error: GraphQLError): boolean {
+  return error.originalError instanceof HandlerNotStartedError;
+}
+
+/** The error the resolver wrapped in `HandlerNotStartedError`, where graphql-js reported the wrapper. */
+function unwrapNotStarted(error: GraphQLError): GraphQLError {
+  if (!(error.originalError instanceof HandlerNotStartedError)) return error;
+  const cause = error.originalError.cause;
+  const original = cause instanceof Error ? cause : new Error(String(cause));
+  return new GraphQLError(original.message, {
+    ...(error.nodes ? { nodes: error.nodes } : {}),
+    ...(error.path ? { path: error.path } : {}),
+    originalError: original,
+    ...(cause instanceof GraphQLError ? { extensions: cause.extensions } : {}),
+  });
 }

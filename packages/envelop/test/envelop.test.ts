@@ -4,7 +4,6 @@
  * Node-style `context.req.headers`.
  */
 import { randomUUID } from 'node:crypto';
-import { createRequire } from 'node:module';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { envelop, useEngine, useMaskedErrors, useSchema, type Plugin } from '@envelop/core';
 import { execute, GraphQLError, parse, specifiedRules, subscribe, validate, type ExecutionResult } from 'graphql';
@@ -15,7 +14,6 @@ import { storeTargets, type OpenStore } from './fixtures/stores.ts';
 
 // The shop schema is built with graphql-yoga's `createSchema`, which Node loads with graphql's
 // index.js: give our code that same graphql instance (see yoga.test.ts).
-vi.mock('graphql', () => createRequire(import.meta.url)('graphql'));
 
 interface NodeContext {
   req: { headers: Record<string, string | string[] | undefined> };

@@ -5,17 +5,12 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createRequire } from 'node:module';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createYoga } from 'graphql-yoga';
 import { useYogaIdempotency, type IdempotencyOptions } from '../src/index.ts';
 import { createShop, type Shop } from './fixtures/shop.ts';
 import { graphqlClient, type GraphQLRequestBody } from './fixtures/http.ts';
 import { storeTargets, type OpenStore } from './fixtures/stores.ts';
-
-// Vitest hands our TypeScript `graphql` (index.mjs) while Yoga, loaded by Node, gets index.js:
-// two graphql instances. Give both the one Node loads, as in production.
-vi.mock('graphql', () => createRequire(import.meta.url)('graphql'));
 
 const CREATE_ORDER = /* GraphQL */ `
   mutation CreateOrder($input: OrderInput!) {
@@ -374,6 +369,32 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
 
       expect(response.status).toBe(400);
       expect(response.body.errors[0].message).toBe('The @idempotent directive only applies to root mutation fields.');
+    });
+  });
+
+  describe('a resolver that refuses before any side effect (HandlerNotStartedError)', () => {
+    const REFUND = 'mutation Refund($amount: Int!) { refund(amount: $amount) { amount } }';
+    const REFUND_BY_ARGUMENT = 'mutation Refund($amount: Int!, $key: String) { refund(amount: $amount, idempotencyKey: $key) { amount } }';
+
+    it('E4: with a header key, releases the claim and returns the refusal; the same key then runs with corrected input', async () => {
+      const key = randomUUID();
+      const refused = await post({ query: REFUND, variables: { amount: -5 } }, keyHeader(key));
+      expect(refused.body.errors).toEqual([expect.objectContaining({ message: 'amount must be positive', extensions: { code: 'BAD_USER_INPUT' } })]);
+      const corrected = await post({ query: REFUND, variables: { amount: 5 } }, keyHeader(key));
+      expect(corrected.body).toEqual({ data: { refund: { amount: 5 } } });
+      expect(corrected.headers.get('idempotent-replayed')).toBeNull();
+      expect(shop.calls.refund).toBe(2);
+    });
+
+    it('E4: with an argument key, releases the claim of the field; the same key then runs with corrected input', async () => {
+      const key = randomUUID();
+      const refused = await post({ query: REFUND_BY_ARGUMENT, variables: { amount: 0, key } }, { 'x-user': 'alice' });
+      expect(refused.body).toMatchObject({ data: { refund: null }, errors: [{ message: 'amount must be positive', path: ['refund'] }] });
+      const corrected = await post({ query: REFUND_BY_ARGUMENT, variables: { amount: 7, key } }, { 'x-user': 'alice' });
+      expect(corrected.body).toEqual({ data: { refund: { amount: 7 } } });
+      const replay = await post({ query: REFUND_BY_ARGUMENT, variables: { amount: 7, key } }, { 'x-user': 'alice' });
+      expect(replay.body.extensions).toEqual({ idempotency: { replayed: true, replayedFields: ['refund'] } });
+      expect(shop.calls.refund).toBe(2);
     });
   });
 
