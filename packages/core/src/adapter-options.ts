@@ -1,14 +1,12 @@
-import type { EngineOptions } from './engine.ts';
+import { createEngine, type EngineOptions, type IdempotencyEngine } from './engine.ts';
 import type { FingerprintOption } from './fingerprint.ts';
+import type { Duration } from './duration.ts';
 
 /**
  * Principal for endpoints whose keys are deliberately shared by every caller (S1). Passing it
  * is an explicit choice: a stored response may then be replayed to anyone with the key.
  */
 export const sharedPrincipal = (): string => '*';
-
-/** Where an adapter reads the key from (K1, K4). */
-export type KeySource = 'header' | 'argument' | 'both';
 
 /**
  * Options every adapter (`@idem/trpc`, `@idem/envelop`) shares, on top of the engine's
@@ -25,4 +23,25 @@ export interface AdapterOptions<TContext> extends EngineOptions {
   required?: boolean;
   /** F1/F2: how the validated input is fingerprinted. Defaults to `'default'` (SHA-256 of the canonical input). */
   fingerprint?: FingerprintOption;
+  /** R1: alias of `retention` — how long an outcome is kept and replayed. Defaults to 24 hours. */
+  ttl?: Duration;
+}
+
+/**
+ * What every adapter does first: checks the options that encode a policy (`principal`, the
+ * `ttl`/`retention` alias) and builds the engine from the rest.
+ * @throws TypeError `[idem] …` when `principal` is missing or `ttl` and `retention` disagree.
+ */
+export function createAdapterEngine(options: EngineOptions & { principal?: unknown; ttl?: Duration }, adapter: string): IdempotencyEngine {
+  const { ttl, retention = ttl } = options;
+  if (ttl !== undefined && options.retention !== undefined && ttl !== options.retention) {
+    throw new TypeError('[idem] `ttl` is an alias of `retention`: pass one of them');
+  }
+  if (typeof options.principal !== 'function') {
+    throw new TypeError(
+      `[idem] ${adapter} needs a \`principal(context)\` function (S1): return the caller's tenant, account or user id, or pass \`sharedPrincipal\` for keys shared by every caller`,
+    );
+  }
+  const { store, serializer, onEvent, documentationUrl, lease, expiredReuse, conflictRetryAfter, unavailableRetryAfter } = options;
+  return createEngine({ store, serializer, onEvent, documentationUrl, lease, expiredReuse, conflictRetryAfter, unavailableRetryAfter, retention });
 }

@@ -19,5 +19,5 @@ export {
   type ExecuteResult,
   type IdempotencyEngine,
 } from './engine.ts';
-export { sharedPrincipal, type AdapterOptions, type KeySource } from './adapter-options.ts';
+export { sharedPrincipal, createAdapterEngine, type AdapterOptions } from './adapter-options.ts';
 export { createPolicyDocument, renderPolicyHtml, type EndpointPolicyDescription, type PolicyDocument } from './policy.ts';

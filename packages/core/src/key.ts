@@ -7,6 +7,9 @@ export const MAX_KEY_LENGTH = 255;
 /** The header name (draft-ietf-httpapi-idempotency-key-header). */
 export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
 
+/** E2: the response header that marks a replayed outcome (Stripe's name). */
+export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
+
 /**
  * Parses an `Idempotency-Key` header value leniently (K1–K3): a quoted RFC 9651 sf-string
  * (parameters ignored) or a bare value; surrounding whitespace trimmed.
@@ -58,6 +61,26 @@ function unquote(input: string): string {
   }
   if (bare === '') throw new MissingKeyError();
   return validateKey(bare);
+}
+
+/**
+ * Reads a key from an input field or a GraphQL argument (K4): absent, `null` or `''` means no
+ * key; a non-string is refused (400); a string is validated as a header value would be (K3).
+ */
+export function readArgumentKey(value: unknown, name: string): string | undefined {
+  if (value === undefined || value === null || value === '') return undefined;
+  if (typeof value !== 'string') throw new InvalidKeyError('syntax', `The \`${name}\` idempotency key must be a string.`);
+  return validateKey(value);
+}
+
+/**
+ * K4: one `Idempotency-Key` header sent with several operations of one batched HTTP request
+ * (tRPC `httpBatchLink`, Yoga `batching`) identifies none of them. `hint` says what to do instead.
+ */
+export function batchedHeaderKeyError(operations: number, hint: string): AmbiguousKeyError {
+  return new AmbiguousKeyError(
+    `One Idempotency-Key header was sent with ${operations} mutation operations in one batched request, so it identifies none of them; nothing was executed. ${hint}`,
+  );
 }
 
 /**

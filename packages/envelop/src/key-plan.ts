@@ -1,5 +1,5 @@
 import { getArgumentValues, getDirectiveValues, type GraphQLDirective } from 'graphql';
-import { AmbiguousKeyError, MissingKeyError, resolveKey, validateKey } from '@idem/core';
+import { AmbiguousKeyError, MissingKeyError, readArgumentKey, resolveKey } from '@idem/core';
 import { isRequiredField, type RequiredKeyOption } from './options.ts';
 import type { RootField } from './root-fields.ts';
 
@@ -64,12 +64,12 @@ function fieldKey(field: RootField, sources: KeySources): string | undefined {
   const found = new Set<string>();
   const { argument, directive, variables } = sources;
   if (argument !== false && definition.args.some((arg) => arg.name === argument)) {
-    const key = keyValue(getArgumentValues(definition, nodes[0]!, variables)[argument]);
+    const key = readArgumentKey(getArgumentValues(definition, nodes[0]!, variables)[argument], argument);
     if (key !== undefined) found.add(key);
   }
   if (directive) {
     for (const node of nodes) {
-      const key = keyValue(getDirectiveValues(directive, node, variables)?.['key']);
+      const key = readArgumentKey(getDirectiveValues(directive, node, variables)?.['key'], '@idempotent(key:)');
       if (key !== undefined) found.add(key);
     }
   }
@@ -79,11 +79,6 @@ function fieldKey(field: RootField, sources: KeySources): string | undefined {
   return found.values().next().value;
 }
 
-/** K2/K3 for argument keys: absent, null or empty means no key; anything else must be a valid key. */
-function keyValue(value: unknown): string | undefined {
-  if (value === undefined || value === null || value === '') return undefined;
-  return validateKey(String(value));
-}
 
 function missingKey(field: RootField, sources: KeySources): MissingKeyError {
   const ways = [

@@ -1,4 +1,4 @@
-import type { AdapterOptions, Duration } from '@idem/core';
+import type { AdapterOptions } from '@idem/core';
 
 /**
  * Request headers as the plugin reads them: a Fetch `Headers` (GraphQL Yoga, `context.request`)
@@ -58,8 +58,6 @@ export interface IdempotencyOptions<TContext = Record<string, any>> extends Omit
    * `false`: the plugin covers every mutation of the schema, so pick the ones that need a key.
    */
   required?: RequiredKeyOption;
-  /** R1: alias of `retention` — how long an outcome is kept and replayed. Defaults to 24 hours. */
-  ttl?: Duration;
 }
 
 export const DEFAULT_KEY_ARGUMENT = 'idempotencyKey';

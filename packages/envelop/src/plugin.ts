@@ -15,8 +15,9 @@ import {
 import { isAsyncIterable, type Plugin } from '@envelop/core';
 import {
   AmbiguousKeyError,
+  batchedHeaderKeyError,
   computeFingerprint,
-  createEngine,
+  createAdapterEngine,
   formatScope,
   HandlerNotStartedError,
   isIdempotencyError,
@@ -76,26 +77,8 @@ export function useIdempotency<TContext extends Record<string, any> = Record<str
 export type IdempotencyPlugin<TContext extends Record<string, any>> = Plugin<TContext> & { readonly engine: IdempotencyEngine };
 
 export function createIdempotencyPlugin<TContext extends Record<string, any>>(options: IdempotencyOptions<TContext>, host: HostIntegration): IdempotencyPlugin<TContext> {
-  const {
-    principal,
-    header = true,
-    getHeaders = headersOf,
-    argument = DEFAULT_KEY_ARGUMENT,
-    directive = true,
-    required = false,
-    fingerprint = 'default',
-    serializer = JSON,
-    ttl,
-    retention = ttl,
-    ...engineOptions
-  } = options;
-  if (ttl !== undefined && options.retention !== undefined && ttl !== options.retention) {
-    throw new TypeError('[idem] `ttl` is an alias of `retention`: pass one of them');
-  }
-  if (typeof principal !== 'function') {
-    throw new TypeError('[idem] useIdempotency needs a `principal(context)` function (S1); pass `sharedPrincipal` for keys shared by every caller');
-  }
-  const engine = createEngine({ ...engineOptions, serializer, ...(retention === undefined ? {} : { retention }) });
+  const { principal, header = true, getHeaders = headersOf, argument = DEFAULT_KEY_ARGUMENT, directive = true, required = false, fingerprint = 'default', serializer = JSON } = options;
+  const engine = createAdapterEngine({ ...options, serializer }, 'useIdempotency');
   const { documentationUrl } = engine.policy;
   const resultSerializer = storedResultSerializer(serializer);
   /** HTTP requests whose `Idempotency-Key` header a mutation operation already took. */
@@ -113,9 +96,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
   const takeHeader = (context: unknown) => {
     const batched = host.batchedMutations?.(context);
     if (batched !== undefined && batched > 1) {
-      throw new AmbiguousKeyError(
-        `The Idempotency-Key header covers ${batched} mutation operations of one batched request, so it identifies none of them; nothing was executed. Send each mutation in its own request, or put keys in arguments.`,
-      );
+      throw batchedHeaderKeyError(batched, 'Send each mutation in its own request, or put keys in arguments.');
     }
     const request = requestOf(context);
     if (!request) return;

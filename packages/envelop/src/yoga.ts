@@ -3,9 +3,8 @@ import { isAsyncIterable } from '@envelop/core';
 import type { IdempotencyOptions } from './options.ts';
 import { createIdempotencyPlugin, type IdempotencyPlugin, type IdempotencyResultExtension } from './plugin.ts';
 import { requestOf } from './request-headers.ts';
+import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
 
-/** E2: the response header that marks a replay. */
-export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
 
 interface BatchedParams {
   query?: string | null;

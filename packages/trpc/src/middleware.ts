@@ -1,16 +1,16 @@
 import type { TRPCMiddlewareFunction } from '@trpc/server';
 import {
-  AmbiguousKeyError,
   HandlerNotStartedError,
   IDEMPOTENCY_KEY_HEADER,
-  InvalidKeyError,
+  IDEMPOTENT_REPLAYED_HEADER,
+  batchedHeaderKeyError,
   computeFingerprint,
-  createEngine,
+  createAdapterEngine,
   formatScope,
   isIdempotencyError,
   parseIdempotencyKey,
+  readArgumentKey,
   resolveKey,
-  validateKey,
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
@@ -19,9 +19,6 @@ import { trpcErrorCodec } from './error-codec.ts';
 import { toTRPCError } from './error-mapping.ts';
 import { replayedResult } from './middleware-result.ts';
 import { DEFAULT_KEY_FIELD, type IdempotencyOptions } from './options.ts';
-
-/** E2: the response header that marks a replayed outcome. */
-export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
 
 type MiddlewareOptions<TContext> = Omit<Parameters<TRPCMiddlewareFunction<object, any, object, object, unknown>>[0], 'ctx'> & { ctx: TContext };
 type MiddlewareReturn = ReturnType<TRPCMiddlewareFunction<any, any, object, object, unknown>>;
@@ -51,15 +48,9 @@ export interface IdempotencyMiddleware<TContext> {
  * ```
  */
 export function idempotency<TContext extends object = object>(options: IdempotencyOptions<TContext>): IdempotencyMiddleware<TContext> {
-  const { principal, required = true, fingerprint = 'default', key: keyOptions = {}, ttl, retention = ttl, ...engineOptions } = options;
+  const { principal, required = true, fingerprint = 'default', key: keyOptions = {} } = options;
   const { from = 'header', field = DEFAULT_KEY_FIELD } = keyOptions;
-  if (ttl !== undefined && options.retention !== undefined && ttl !== options.retention) {
-    throw new TypeError('[idem] `ttl` is an alias of `retention`: pass one of them');
-  }
-  if (typeof principal !== 'function') {
-    throw new TypeError('[idem] `principal(ctx)` is required (S1): return the caller\'s tenant, account or user id, or pass `sharedPrincipal` for keys shared by every caller');
-  }
-  const engine = createEngine(retention === undefined ? engineOptions : { ...engineOptions, retention });
+  const engine = createAdapterEngine(options, 'idempotency()');
   const { documentationUrl } = engine.policy;
   const fingerprintExclude = from === 'header' ? [] : [field];
 
@@ -72,9 +63,7 @@ export function idempotency<TContext extends object = object>(options: Idempoten
       header = parseIdempotencyKey(transport?.requestHeader(IDEMPOTENCY_KEY_HEADER));
       const mutations = countMutationCalls(transport);
       if (header !== undefined && mutations > 1) {
-        throw new AmbiguousKeyError(
-          `One Idempotency-Key header was sent with ${mutations} mutation calls in one batch, so it cannot identify one operation; nothing was executed. Send each keyed mutation in its own request, or put the key in the \`${field}\` input field.`,
-        );
+        throw batchedHeaderKeyError(mutations, `Send each keyed mutation in its own request, or put the key in the \`${field}\` input field.`);
       }
     }
     const argument = from === 'header' ? undefined : await readInputKey(opts);
@@ -84,9 +73,7 @@ export function idempotency<TContext extends object = object>(options: Idempoten
   async function readInputKey(opts: MiddlewareOptions<TContext>): Promise<string | undefined> {
     let value = fieldOf(opts.input, field);
     if (value === undefined) value = fieldOf(await opts.getRawInput(), field);
-    if (value === undefined || value === null || value === '') return undefined;
-    if (typeof value !== 'string') throw new InvalidKeyError('syntax', `The \`${field}\` input field must be a string.`);
-    return validateKey(value);
+    return readArgumentKey(value, field);
   }
 
   const middleware = async (opts: MiddlewareOptions<TContext>): MiddlewareReturn => {

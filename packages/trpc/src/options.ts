@@ -1,4 +1,4 @@
-import type { AdapterOptions, Duration } from '@idem/core';
+import type { AdapterOptions } from '@idem/core';
 
 /**
  * Where the key comes from (K1, K4):
@@ -28,8 +28,6 @@ export interface IdempotencyKeyOptions {
 export interface IdempotencyOptions<TContext> extends AdapterOptions<TContext> {
   /** Where the key is read from. Defaults to the `Idempotency-Key` header. */
   key?: IdempotencyKeyOptions;
-  /** R1: alias of `retention` — how long an outcome is kept and replayed. Defaults to 24 hours. */
-  ttl?: Duration;
 }
 
 export const DEFAULT_KEY_FIELD = 'idempotencyKey';

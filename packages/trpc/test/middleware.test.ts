@@ -133,7 +133,7 @@ describe('@idem/trpc middleware', () => {
   });
 
   it('S1: principal is required; sharedPrincipal is the explicit opt-out', () => {
-    expect(() => idempotency({ store: new MemoryStore() } as never)).toThrow(/^\[idem\] `principal\(ctx\)` is required/);
+    expect(() => idempotency({ store: new MemoryStore() } as never)).toThrow(/^\[idem\] idempotency\(\) needs a `principal\(context\)` function \(S1\)/);
     expect(() => idempotency({ store: new MemoryStore(), principal: sharedPrincipal })).not.toThrow();
   });
 
