@@ -1,6 +1,7 @@
 /**
  * `@idem/drizzle`: the idempotency store over drizzle, for SQLite (better-sqlite3) and
- * PostgreSQL (node-postgres, PGlite), with its tables, migrations, sweeper and timeline.
+ * PostgreSQL (node-postgres, PGlite), with its tables, migrations, sweeper and timeline, and
+ * `openDatabase` from a `DATABASE_URL` (the same URLs as the `idem` CLI).
  */
 export { createDrizzleStore, sweepAll, type DrizzleStore, type DrizzleStoreOptions, type SweepAllOptions } from './drizzle-store.ts';
 export { migrate, MIGRATIONS_FOLDERS, type MigrateOptions } from './migrate.ts';
@@ -13,3 +14,14 @@ export {
   idemKeyHistory as sqliteIdemKeyHistory,
   type SqliteTables,
 } from './sqlite-schema.ts';
+export {
+  DatabaseUrlError,
+  describeDatabase,
+  openDatabase,
+  parseDatabaseUrl,
+  redactDatabaseUrl,
+  type DatabaseLocation,
+  type OpenDatabaseOptions,
+  type OpenedDatabase,
+  type ParseDatabaseUrlOptions,
+} from './connect.ts';
