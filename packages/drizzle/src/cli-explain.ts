@@ -1,0 +1,96 @@
+/**
+ * `idem explain`: a key's timeline (A1) as a table per scope, and in plain English when the
+ * key was reused. Timelines carry no bodies, so nothing stored is ever printed (K5).
+ */
+import type { TimelineEntry } from '@idem/core';
+import { humanizeSpan, iso, NONE, plural, renderTable } from './cli-format.ts';
+
+/** The timelines of one key, one per scope that holds it. */
+export interface KeyTimelines {
+  key: string;
+  scopes: Array<{ scope: string; generations: TimelineEntry[] }>;
+}
+
+const HEADERS = ['generation', 'first seen', 'completed', 'status', 'expired', 'archived', 'reused'] as const;
+
+/** The outcome status and kind (`200 success`, `500 error`), or the state when none was stored. */
+function statusCell(entry: TimelineEntry): string {
+  if (entry.status !== null) return `${entry.status} ${entry.outcomeKind ?? ''}`.trimEnd();
+  return `none (${entry.state})`;
+}
+
+/** The retention end and whether it has passed, by the database's clock. */
+function expiredCell(entry: TimelineEntry, now: Date): string {
+  return entry.expiresAt.getTime() <= now.getTime() ? `yes, at ${iso(entry.expiresAt)}` : `no, until ${iso(entry.expiresAt)}`;
+}
+
+/** One table row per generation, oldest first. */
+export function renderTimelineTable(generations: readonly TimelineEntry[], now: Date): string {
+  return renderTable(
+    HEADERS,
+    generations.map((entry) => [
+      String(entry.generation),
+      iso(entry.firstSeenAt),
+      iso(entry.completedAt),
+      statusCell(entry),
+      expiredCell(entry, now),
+      iso(entry.archivedAt),
+      iso(entry.reusedAt),
+    ]),
+  );
+}
+
+function outcomeClause(entry: TimelineEntry): string {
+  if (entry.status !== null) {
+    const kind = entry.outcomeKind === 'error' ? ' (an error)' : '';
+    return `completed with ${entry.status}${kind} at ${iso(entry.completedAt)}`;
+  }
+  if (entry.state === 'released') return 'was released before its handler ran, so nothing was stored';
+  if (entry.state === 'processing') return 'has no outcome yet (still processing)';
+  return 'stored no outcome';
+}
+
+/**
+ * A paragraph telling the generations' story: what each one did, when its retention ended,
+ * and when the key came back and ran again (R2). Empty for fewer than two generations.
+ */
+export function explainTimeline(generations: readonly TimelineEntry[], now: Date): string {
+  if (generations.length < 2) return '';
+  const sentences = generations.map((entry, index) => {
+    const next = generations[index + 1];
+    const clauses = [`Generation ${entry.generation}, first seen at ${iso(entry.firstSeenAt)}, ${outcomeClause(entry)}`];
+    if (entry.takeovers > 0) clauses.push(`its claim was taken over ${entry.takeovers === 1 ? 'once' : `${entry.takeovers} times`} after a lease lapsed (E6)`);
+    clauses.push(`its retention ${entry.expiresAt.getTime() <= now.getTime() ? 'ended' : 'ends'} at ${iso(entry.expiresAt)}`);
+    if (entry.archivedAt && (!entry.reusedAt || entry.archivedAt.getTime() < entry.reusedAt.getTime())) {
+      clauses.push(`the sweeper archived it at ${iso(entry.archivedAt)}`);
+    }
+    if (entry.reusedAt && next) {
+      const late = entry.reusedAt.getTime() - entry.expiresAt.getTime();
+      const after = late >= 0 ? `, ${humanizeSpan(late)} after its retention ended,` : '';
+      clauses.push(`the key was reused at ${iso(entry.reusedAt)}${after} and executed again as generation ${next.generation}`);
+    }
+    return `${clauses.join('; ')}.`;
+  });
+  const executed = generations.filter((entry) => entry.status !== null).length;
+  if (executed > 1) {
+    sentences.push(
+      `${executed} generations stored an outcome: each was a separate execution of the handler, not a replay (R2), so any side effect happened ${executed} times.`,
+    );
+  }
+  return sentences.join(' ');
+}
+
+/** The full text of `idem explain`: a header line and a table per scope, then the explanation. */
+export function renderExplain({ key, scopes }: KeyTimelines, now: Date): string {
+  const blocks = scopes.map(({ scope, generations }) => {
+    const header = `scope ${scope}, key "${key}": ${plural(generations.length, 'generation')}`;
+    const explanation = explainTimeline(generations, now);
+    return [header, renderTimelineTable(generations, now), ...(explanation ? ['', explanation] : [])].join('\n');
+  });
+  return `${blocks.join('\n\n')}\n\nTimes are ISO 8601 UTC; ${NONE} means none; "expired" is judged by the database clock (now ${iso(now)}).`;
+}
+
+/** `--json`: the timelines with instants as ISO strings. */
+export function explainJson(timelines: KeyTimelines): string {
+  return JSON.stringify(timelines, null, 2);
+}
