@@ -1,0 +1,88 @@
+import { GraphQLError } from 'graphql';
+import { createSchema, createYoga } from 'graphql-yoga';
+import { HandlerNotStartedError } from '@idem/core';
+import { useYogaIdempotency, idempotentDirectiveTypeDefs } from '@idem/envelop';
+import type { IdempotencyEventHandler, IdempotencyStore } from '@idem/core';
+import { accountOf } from './account.ts';
+import { paymentInput } from './trpc.ts';
+import type { PaymentChannel } from './channel.ts';
+
+const typeDefs = /* GraphQL */ `
+  ${idempotentDirectiveTypeDefs}
+
+  input PaymentInput {
+    "A positive integer, in minor units."
+    amount: Int!
+    "Three uppercase letters, e.g. EUR."
+    currency: String!
+  }
+
+  type Payment {
+    id: ID!
+    amount: Int!
+    currency: String!
+    createdAt: String!
+  }
+
+  type LedgerEntry {
+    id: ID!
+    amount: Int!
+    currency: String!
+  }
+
+  type Query {
+    "Every charge the payment channel saw, oldest first."
+    ledger: [LedgerEntry!]!
+  }
+
+  type Mutation {
+    "Charges through the channel. Idempotent: key from the Idempotency-Key header, the idempotencyKey argument, or @idempotent(key:)."
+    createPayment(input: PaymentInput!, idempotencyKey: String): Payment!
+  }
+`;
+
+export interface PaymentsGraphQLOptions {
+  store: IdempotencyStore;
+  channel: PaymentChannel;
+  retentionMs: number;
+  leaseMs: number;
+  onEvent?: IdempotencyEventHandler;
+}
+
+interface GraphQLContext {
+  request: Request;
+}
+
+/** GraphQL Yoga at `/graphql`: `createPayment` (idempotent) and `ledger`. */
+export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEvent }: PaymentsGraphQLOptions) {
+  const idempotency = useYogaIdempotency<GraphQLContext>({
+    store,
+    principal: (context) => accountOf(context.request.headers.get('authorization')),
+    required: ['createPayment'],
+    retention: retentionMs,
+    lease: leaseMs,
+    ...(onEvent ? { onEvent } : {}),
+  });
+  const yoga = createYoga<GraphQLContext>({
+    graphqlEndpoint: '/graphql',
+    logging: false,
+    maskedErrors: false,
+    schema: createSchema<GraphQLContext>({
+      typeDefs,
+      resolvers: {
+        Query: { ledger: () => channel.ledger() },
+        Mutation: {
+          createPayment: async (_, args: { input: { amount: number; currency: string } }, context) => {
+            const parsed = paymentInput.safeParse(args.input);
+            // Refused before the channel is called: the claim is released, nothing stored (E4).
+            if (!parsed.success) throw new HandlerNotStartedError(new GraphQLError(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '), { extensions: { code: 'BAD_USER_INPUT' } }));
+            const input = parsed.data;
+            return channel.charge({ account: accountOf(context.request.headers.get('authorization')), amount: input.amount, currency: input.currency });
+          },
+        },
+      },
+    }),
+    plugins: [idempotency],
+  });
+  return { yoga, engine: idempotency.engine };
+}

@@ -1,0 +1,45 @@
+/**
+ * `npm start`: the payments example. Reads its configuration from the environment (see
+ * config.ts), applies migrations, and serves tRPC at /trpc and GraphQL at /graphql.
+ */
+import { migrate, openDatabase } from '@idem/drizzle';
+import type { IdempotencyEvent } from '@idem/core';
+import { createPaymentsApp } from './app.ts';
+import { ConfigError, readConfig } from './config.ts';
+
+function logEvent(event: IdempotencyEvent): void {
+  // K5: events carry no payload and no stored body; the error of a storeError is shown by message only.
+  const { error, ...rest } = event as IdempotencyEvent & { error?: unknown };
+  const line = error === undefined ? rest : { ...rest, error: error instanceof Error ? error.message : String(error) };
+  console.log(`[idem] ${JSON.stringify(line)}`);
+}
+
+async function main(): Promise<void> {
+  const config = readConfig();
+  const database = await openDatabase(config.database);
+  await migrate(database.db);
+  const app = createPaymentsApp({ db: database.db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, onEvent: logEvent });
+  await app.channel.migrate();
+  await new Promise<void>((resolve, reject) => {
+    app.server.once('error', reject);
+    app.server.listen(config.port, resolve);
+  });
+  const address = app.server.address();
+  const port = typeof address === 'object' && address ? address.port : config.port;
+  console.log(`[payments] listening on http://localhost:${port} (tRPC /trpc, GraphQL /graphql, policy /idempotency) — store ${database.description}`);
+
+  const shutdown = async () => {
+    app.server.close();
+    await app.drain();
+    await database.close();
+    process.exit(0);
+  };
+  process.once('SIGINT', () => void shutdown());
+  process.once('SIGTERM', () => void shutdown());
+}
+
+main().catch((error: unknown) => {
+  const reason = error instanceof ConfigError || error instanceof Error ? error.message : String(error);
+  console.error(`[payments] cannot start: ${reason}`);
+  process.exit(1);
+});

@@ -1,0 +1,29 @@
+import { createPolicyDocument, type PolicyDocument } from '@idem/core';
+
+/**
+ * The published retention policy of this server (draft §2.3, SPEC R4), generated from the
+ * configuration the two endpoints run with.
+ */
+export function paymentsPolicy({ retentionMs, leaseMs, documentationUrl }: { retentionMs: number; leaseMs: number; documentationUrl: string }): PolicyDocument {
+  const common = { required: true, retentionMs, leaseMs, expiredReuse: 'execute' as const };
+  return createPolicyDocument({
+    title: 'Idempotency policy — payments example',
+    documentationUrl,
+    endpoints: [
+      {
+        ...common,
+        endpoint: 'tRPC mutation payments.create (POST /trpc/payments.create)',
+        keySources: ['Idempotency-Key header', 'input field idempotencyKey'],
+        stored: 'the output { id, amount, currency, createdAt }, or the error (tRPC code, message, HTTP status), INTERNAL_SERVER_ERROR included',
+        fingerprint: 'SHA-256 of the validated input { amount, currency }; the idempotencyKey field is left out',
+      },
+      {
+        ...common,
+        endpoint: 'GraphQL Mutation.createPayment (POST /graphql)',
+        keySources: ['Idempotency-Key header (the whole mutation operation is one record)', 'argument idempotencyKey', 'directive @idempotent(key:)'],
+        stored: 'header key: the whole result (data and errors); argument or directive key: the field value or its error',
+        fingerprint: 'header key: the normalized operation document and its variables; argument key: the field arguments (key left out) and its selection set',
+      },
+    ],
+  });
+}

@@ -1,0 +1,52 @@
+import { initTRPC } from '@trpc/server';
+import type { CreateHTTPContextOptions } from '@trpc/server/adapters/standalone';
+import { z } from 'zod';
+import { idempotency, idempotencyContext, idempotencyErrorFormatter } from '@idem/trpc';
+import type { IdempotencyStore, IdempotencyEventHandler } from '@idem/core';
+import { accountOf } from './account.ts';
+import type { PaymentChannel } from './channel.ts';
+
+export function createContext(opts: CreateHTTPContextOptions) {
+  return { account: accountOf(opts.req.headers.authorization), ...idempotencyContext(opts) };
+}
+export type Context = ReturnType<typeof createContext>;
+
+export const paymentInput = z.object({
+  amount: z.number().int().positive(),
+  currency: z.string().regex(/^[A-Z]{3}$/, 'currency must be 3 uppercase letters'),
+  idempotencyKey: z.string().optional(),
+});
+
+export interface PaymentsRouterOptions {
+  store: IdempotencyStore;
+  channel: PaymentChannel;
+  retentionMs: number;
+  leaseMs: number;
+  onEvent?: IdempotencyEventHandler;
+}
+
+/** tRPC, plain JSON: `payments.create` (idempotent mutation) and `payments.ledger` (query). */
+export function createPaymentsRouter({ store, channel, retentionMs, leaseMs, onEvent }: PaymentsRouterOptions) {
+  // isDev: false keeps stack traces out of error responses.
+  const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
+  const idempotent = idempotency({
+    store,
+    principal: (ctx: Context) => ctx.account,
+    key: { from: 'both', field: 'idempotencyKey' },
+    retention: retentionMs,
+    lease: leaseMs,
+    onEvent,
+  });
+  const router = t.router({
+    payments: t.router({
+      create: t.procedure
+        .input(paymentInput)
+        .use(idempotent)
+        .mutation(({ input, ctx }) => channel.charge({ account: ctx.account, amount: input.amount, currency: input.currency })),
+      ledger: t.procedure.query(() => channel.ledger()),
+    }),
+  });
+  return { router, engine: idempotent.engine };
+}
+
+export type PaymentsRouter = ReturnType<typeof createPaymentsRouter>['router'];
