@@ -42,6 +42,6 @@ export function createAdapterEngine(options: EngineOptions & { principal?: unkno
       `[idem] ${adapter} needs a \`principal(context)\` function (S1): return the caller's tenant, account or user id, or pass \`sharedPrincipal\` for keys shared by every caller`,
     );
   }
-  const { store, serializer, onEvent, documentationUrl, lease, expiredReuse, conflictRetryAfter, unavailableRetryAfter } = options;
-  return createEngine({ store, serializer, onEvent, documentationUrl, lease, expiredReuse, conflictRetryAfter, unavailableRetryAfter, retention });
+  const { store, serializer, onEvent, documentationUrl, lease, expiredReuse, conflictRetryAfter, unavailableRetryAfter, maxStoredBytes } = options;
+  return createEngine({ store, serializer, onEvent, documentationUrl, lease, expiredReuse, conflictRetryAfter, unavailableRetryAfter, maxStoredBytes, retention });
 }

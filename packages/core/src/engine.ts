@@ -37,6 +37,14 @@ export interface EngineOptions extends EndpointPolicy {
   conflictRetryAfter?: number;
   /** `Retry-After` seconds on 503. Defaults to 2. */
   unavailableRetryAfter?: number;
+  /**
+   * The largest serialized outcome stored, in bytes (UTF-8). A larger one is not stored: the
+   * client that ran the handler still gets its real outcome, and every replay gets a 500
+   * `INTERNAL_SERVER_ERROR` whose message says the request *was* executed, with which outcome
+   * kind and status, and that its result is too large to replay — so a retry never executes
+   * twice and never pretends nothing happened. Defaults to 1 MiB.
+   */
+  maxStoredBytes?: number;
 }
 
 export interface ExecuteRequest extends EndpointPolicy {
@@ -92,6 +100,7 @@ export interface IdempotencyEngine {
 }
 
 export const DEFAULT_RETENTION: Duration = '24h';
+export const DEFAULT_MAX_STORED_BYTES = 1024 * 1024;
 export const DEFAULT_LEASE: Duration = '30s';
 
 /** Builds a scope (S1): `<principal>/<operation>`, the principal percent-encoded. */
@@ -110,6 +119,7 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
     expiredReuse: defaultExpiredReuse = 'execute',
     conflictRetryAfter = 1,
     unavailableRetryAfter = 2,
+    maxStoredBytes = DEFAULT_MAX_STORED_BYTES,
   } = options;
   const policy = { retentionMs: toMilliseconds(retention), leaseMs: toMilliseconds(lease), expiredReuse: defaultExpiredReuse, documentationUrl };
   const pending = new Set<Promise<void>>();
@@ -211,7 +221,7 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
         result = { ok: false, error, replayed: false, generation: record.generation };
       }
 
-      await storeOutcome(scope, key, record, toStoredOutcome(result, serializer, errors));
+      await storeOutcome(scope, key, record, boundedOutcome(toStoredOutcome(result, serializer, errors), maxStoredBytes));
       return result;
     },
   };
@@ -244,6 +254,20 @@ function toStoredOutcome<T>(result: ExecuteResult<T>, serializer: OutcomeSeriali
   }
   const description = errors.describe(result.error);
   return { kind: 'error', status: description.status, body: JSON.stringify(description) };
+}
+
+/** An outcome whose body is over the limit becomes a 500 that tells what happened (see `maxStoredBytes`). */
+function boundedOutcome(outcome: StoredOutcome, maxStoredBytes: number): StoredOutcome {
+  const size = outcome.body === null ? 0 : Buffer.byteLength(outcome.body, 'utf8');
+  if (size <= maxStoredBytes) return outcome;
+  const description: StoredErrorDescription = {
+    name: 'IdempotencyOutcomeTooLarge',
+    message: `[idem] this request was executed (outcome: ${outcome.kind}, status ${outcome.status}), but its result (${size} bytes) is larger than the ${maxStoredBytes} bytes idem stores, so it cannot be replayed. Do not retry it: look the result up instead.`,
+    code: 'INTERNAL_SERVER_ERROR',
+    status: 500,
+    data: { executed: true, outcomeKind: outcome.kind, status: outcome.status, bytes: size, maxStoredBytes },
+  };
+  return { kind: 'error', status: 500, body: JSON.stringify(description) };
 }
 
 function describeGeneration(record: IdempotencyRecord): ExpiredGeneration {

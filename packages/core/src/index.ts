@@ -12,6 +12,7 @@ export {
   HandlerNotStartedError,
   DEFAULT_LEASE,
   DEFAULT_RETENTION,
+  DEFAULT_MAX_STORED_BYTES,
   type ClaimContext,
   type EndpointPolicy,
   type EngineOptions,

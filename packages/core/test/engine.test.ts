@@ -237,6 +237,19 @@ describe('engine', () => {
     expect(handler).toHaveBeenCalledTimes(1);
   });
 
+  it('E4: an outcome over maxStoredBytes reaches its client, and replays as a 500 that says it was executed', async () => {
+    const store = new MemoryStore();
+    const engine = createEngine({ store, maxStoredBytes: 64 });
+    const big = { blob: 'x'.repeat(100) };
+    const handler = vi.fn(() => big);
+    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ ok: true, value: big, replayed: false });
+    const replay = await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler);
+    expect(replay).toMatchObject({ ok: false, replayed: true, error: { status: 500, code: 'INTERNAL_SERVER_ERROR', data: { executed: true, outcomeKind: 'success', status: 200, bytes: JSON.stringify(big).length, maxStoredBytes: 64 } } });
+    expect((replay as { error: Error }).error.message).toMatch(/was executed \(outcome: success, status 200\).*Do not retry/);
+    expect(JSON.stringify(await store.get(scope, 'k'))).not.toContain('xxxx');
+    expect(handler).toHaveBeenCalledTimes(1);
+  });
+
   it('ignores exceptions thrown by the event hook', async () => {
     const engine = createEngine({ store: new MemoryStore(), onEvent: () => { throw new Error('logger down'); } });
     expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, () => 1)).toMatchObject({ value: 1 });
