@@ -1,4 +1,5 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
+import { formatIdempotencyKey } from './key.ts';
 import { FingerprintMismatchError, KeyExpiredError, RequestInProgressError, StoreUnavailableError, DEFAULT_DOCUMENTATION_URL } from './errors.ts';
 import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration } from './events.ts';
 import { defaultErrorCodec, deserializeValue, serializeValue, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.ts';
@@ -66,6 +67,47 @@ export interface ClaimContext {
   generation: number;
   /** The fencing token of this execution (E6). */
   token: string;
+  /**
+   * A key for an outgoing call (a payment channel, another idempotent API), formatted as an
+   * RFC 9651 sf-string (`"idem-…"`), ready for an `Idempotency-Key` header. Deterministic in
+   * (scope, key, generation, label): a re-execution after a lease takeover (E6) sends the same
+   * downstream key, so the provider deduplicates; a reuse after expiry (R2, a new generation)
+   * gets a new one, as it is a new request.
+   */
+  deriveKey(label: string): string;
+}
+
+const CLAIM = Symbol.for('@idem/claim');
+
+/**
+ * The claim a request context carries while its handler runs: adapters attach it
+ * ({@link withClaim}) and resolvers read it, e.g. `idempotencyClaim(ctx)?.deriveKey('channel')`.
+ * Undefined outside an idempotent execution (no key, or a query).
+ */
+export function idempotencyClaim(context: unknown): ClaimContext | undefined {
+  return context !== null && typeof context === 'object' ? ((context as Record<symbol, ClaimContext | undefined>)[CLAIM] ?? undefined) : undefined;
+}
+
+/** Context fields to merge into a request context so {@link idempotencyClaim} finds the claim. */
+export function claimContextFields(claim: ClaimContext): Record<symbol, ClaimContext> {
+  return { [CLAIM]: claim };
+}
+
+/**
+ * Attaches `claim` to `context` itself (a non-enumerable symbol property, so the object keeps
+ * its identity for other plugins) until the returned function detaches it.
+ */
+export function attachClaim(context: object, claim: ClaimContext): () => void {
+  Object.defineProperty(context, CLAIM, { value: claim, enumerable: false, configurable: true, writable: true });
+  return () => {
+    delete (context as Record<symbol, unknown>)[CLAIM];
+  };
+}
+
+/** See {@link ClaimContext.deriveKey}. */
+export function deriveKey(claim: { scope: string; key: string; generation: number }, label: string): string {
+  const digest = createHash('sha256').update(JSON.stringify([claim.scope, claim.key, claim.generation, label])).digest('base64url');
+  return formatIdempotencyKey(`idem-${digest.slice(0, 32)}`);
 }
 
 /** The outcome the client gets: a value or an error, and whether it was replayed (E2). */
@@ -211,7 +253,8 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
 
       let result: ExecuteResult<T>;
       try {
-        const value = await handler({ scope, key, generation: record.generation, token: record.token });
+        const { generation, token } = record;
+        const value = await handler({ scope, key, generation, token, deriveKey: (label) => deriveKey({ scope, key, generation }, label) });
         result = { ok: true, value, replayed: false, generation: record.generation };
       } catch (error) {
         if (error instanceof HandlerNotStartedError) {

@@ -8,6 +8,10 @@ export type * from './store.ts';
 export { MemoryStore, fingerprintsMatch, toTimelineEntry, type MemoryStoreOptions } from './memory-store.ts';
 export {
   createEngine,
+  deriveKey,
+  idempotencyClaim,
+  attachClaim,
+  claimContextFields,
   formatScope,
   HandlerNotStartedError,
   DEFAULT_LEASE,

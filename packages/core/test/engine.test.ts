@@ -1,6 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import {
   createEngine,
+  deriveKey,
   formatScope,
   FingerprintMismatchError,
   HandlerNotStartedError,
@@ -248,6 +249,31 @@ describe('engine', () => {
     expect((replay as { error: Error }).error.message).toMatch(/was executed \(outcome: success, status 200\).*Do not retry/);
     expect(JSON.stringify(await store.get(scope, 'k'))).not.toContain('xxxx');
     expect(handler).toHaveBeenCalledTimes(1);
+  });
+
+  it('E6: derives the same downstream key across a lease takeover, and a new one for a new generation (R2)', async () => {
+    const { store, advance } = clockedStore();
+    const engine = createEngine({ store, lease: '10s', retention: '1m' });
+    const seen: string[] = [];
+    let finishStale!: () => void;
+    const stale = engine.execute({ scope, key: 'k', fingerprint: 'f' }, (claim) => {
+      seen.push(claim.deriveKey('channel'));
+      return new Promise<void>((resolve) => (finishStale = resolve));
+    });
+    await vi.waitFor(() => expect(finishStale).toBeTypeOf('function'));
+    advance(11_000);
+    await engine.execute({ scope, key: 'k', fingerprint: 'f' }, (claim) => void seen.push(claim.deriveKey('channel'), claim.deriveKey('email')));
+    finishStale();
+    await stale;
+    advance(60_000);
+    await engine.execute({ scope, key: 'k', fingerprint: 'f' }, (claim) => void seen.push(claim.deriveKey('channel')));
+    const [first, takeover, email, nextGeneration] = seen;
+    expect(first).toMatch(/^"idem-[A-Za-z0-9_-]{32}"$/);
+    expect(takeover).toBe(first);
+    expect(email).not.toBe(first);
+    expect(nextGeneration).not.toBe(first);
+    expect(deriveKey({ scope, key: 'k', generation: 1 }, 'channel')).toBe(first);
+    expect(deriveKey({ scope: formatScope('payments.create', 'acct_2'), key: 'k', generation: 1 }, 'channel')).not.toBe(first);
   });
 
   it('ignores exceptions thrown by the event hook', async () => {

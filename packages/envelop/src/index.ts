@@ -9,4 +9,4 @@ export { IdempotentDirectivePlacementRule } from './directive-placement-rule.ts'
 export { idempotencyGraphQLError, toGraphQLErrorCode, type IdempotencyErrorExtensions, type IdempotencyGraphQLErrorCode } from './error-mapping.ts';
 export type { StoredExecutionResult, StoredGraphQLError } from './stored-result.ts';
 // What GraphQL users need from the core without a second import.
-export { sharedPrincipal, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type Duration, type FingerprintOption, type IdempotencyErrorCode } from '@idem/core';
+export { sharedPrincipal, idempotencyClaim, type ClaimContext, HandlerNotStartedError, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type Duration, type FingerprintOption, type IdempotencyErrorCode } from '@idem/core';

@@ -18,6 +18,8 @@ import {
   batchedHeaderKeyError,
   computeFingerprint,
   createAdapterEngine,
+  attachClaim,
+  type ClaimContext,
   formatScope,
   HandlerNotStartedError,
   isIdempotencyError,
@@ -120,6 +122,17 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
     return unwrapped;
   };
 
+  /** Root fields run one after another, so one claim at a time sits on the context (`idempotencyClaim(context)`). */
+  const executeClaimed = async (claim: ClaimContext, execute: ExecuteFn, args: ExecutionArgs): Promise<ExecutionResult> => {
+    const context = args.contextValue;
+    const detach = context !== null && typeof context === 'object' ? attachClaim(context, claim) : () => {};
+    try {
+      return await executeStarted(execute, args);
+    } finally {
+      detach();
+    }
+  };
+
   const endpoint = (scope: string, key: string, fingerprintValue: string | null, document: DocumentNode): ExecuteRequest => ({
     scope,
     key,
@@ -135,7 +148,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
     const input: FingerprintInput = { unit: 'operation', document: normalizedOperation(operation, fragments), variables };
     const source = args.document.loc?.source;
     try {
-      const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), () => executeStarted(execute, args));
+      const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), (claim) => executeClaimed(claim, execute, args));
       const result: ExecutionResult = !outcome.ok
         ? { errors: [asGraphQLError(outcome.error)] }
         : outcome.replayed
@@ -178,7 +191,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
           if (argument !== false) delete argumentValues[argument];
           const input: FingerprintInput = { unit: 'field', field: fieldName, arguments: argumentValues, selection: normalizedSelection(nodes, fragments) };
           const scope = formatScope(`${rootType.name}.${fieldName}`, principalId);
-          const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), () => executeStarted(execute, fieldArgs));
+          const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), (claim) => executeClaimed(claim, execute, fieldArgs));
           ran++;
           if (outcome.replayed) replayedFields.push(responseKey);
           slice = !outcome.ok

@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createYoga } from 'graphql-yoga';
 import { useYogaIdempotency, type IdempotencyOptions } from '../src/index.ts';
+import { deriveKey, formatScope } from '@idem/core';
 import { createShop, type Shop } from './fixtures/shop.ts';
 import { graphqlClient, type GraphQLRequestBody } from './fixtures/http.ts';
 import { storeTargets, type OpenStore } from './fixtures/stores.ts';
@@ -395,6 +396,18 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       const replay = await post({ query: REFUND_BY_ARGUMENT, variables: { amount: 7, key } }, { 'x-user': 'alice' });
       expect(replay.body.extensions).toEqual({ idempotency: { replayed: true, replayedFields: ['refund'] } });
       expect(shop.calls.refund).toBe(2);
+    });
+  });
+
+  describe('the claim in the resolver context', () => {
+    it('E6: a resolver derives a downstream key from its claim, per unit; without a key there is no claim', async () => {
+      const key = randomUUID();
+      const byHeader = await post({ query: 'mutation { payout(amount: 1) }' }, keyHeader(key));
+      expect(byHeader.body.data.payout).toBe(deriveKey({ scope: formatScope('mutation:payout', 'alice'), key, generation: 1 }, 'bank'));
+      const byArgument = await post({ query: `mutation { payout(amount: 1, idempotencyKey: "${key}") }` }, { 'x-user': 'alice' });
+      expect(byArgument.body.data.payout).toBe(deriveKey({ scope: formatScope('Mutation.payout', 'alice'), key, generation: 1 }, 'bank'));
+      const unkeyed = await post({ query: 'mutation { payout(amount: 1) }' }, { 'x-user': 'alice' });
+      expect(unkeyed.body.data.payout).toBe('no claim');
     });
   });
 

@@ -4,6 +4,7 @@ import {
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
   batchedHeaderKeyError,
+  claimContextFields,
   computeFingerprint,
   createAdapterEngine,
   formatScope,
@@ -89,8 +90,9 @@ export function idempotency<TContext extends object = object>(options: Idempoten
       const requestFingerprint = await computeFingerprint(subject, fingerprint, fingerprintExclude);
 
       let executed: Awaited<MiddlewareReturn> | undefined;
-      const result = await engine.execute({ scope, key, fingerprint: requestFingerprint, errors: trpcErrorCodec }, async () => {
-        executed = await opts.next();
+      const result = await engine.execute({ scope, key, fingerprint: requestFingerprint, errors: trpcErrorCodec }, async (claim) => {
+        // The claim rides along in ctx (under a symbol) for `idempotencyClaim(ctx)?.deriveKey(…)`.
+        executed = await opts.next({ ctx: claimContextFields(claim) });
         if (executed.ok) return executed.data;
         // tRPC wraps what a resolver throws; a HandlerNotStartedError must reach the engine
         // as itself so it releases the claim instead of storing the failure (E4).

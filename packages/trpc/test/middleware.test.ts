@@ -6,8 +6,8 @@ import { request } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { initTRPC } from '@trpc/server';
 import { z } from 'zod';
-import { MemoryStore, type IdempotencyStore } from '@idem/core';
-import { idempotency, idempotencyErrorData, idempotencyErrorFormatter, sharedPrincipal, type IdempotencyContext } from '../src/index.ts';
+import { MemoryStore, deriveKey, formatScope, type IdempotencyStore } from '@idem/core';
+import { idempotency, idempotencyClaim, idempotencyErrorData, idempotencyErrorFormatter, sharedPrincipal, type IdempotencyContext } from '../src/index.ts';
 import { mutate, newKey, startStandalone, type RunningServer } from './http.ts';
 
 type Context = IdempotencyContext & { user: string };
@@ -48,6 +48,30 @@ describe('@idem/trpc middleware', () => {
       idempotency: { code: 'idempotency_store_unavailable', status: 503, retryAfter: 2 },
     });
     expect(runs).toBe(0);
+  });
+
+  it('E6: the resolver reads its claim from ctx and derives a downstream key that is stable for the key and differs per key', async () => {
+    const t = initTRPC.context<Context>().create();
+    const derived: Array<string | undefined> = [];
+    const router = t.router({
+      pay: t.procedure
+        .input(z.object({ amount: z.number() }))
+        .use(idempotency({ store: new MemoryStore(), principal: (ctx: Context) => ctx.user }))
+        .mutation(({ ctx }) => {
+          const claim = idempotencyClaim(ctx);
+          derived.push(claim?.deriveKey('channel'));
+          return claim?.generation;
+        }),
+      plain: t.procedure.mutation(({ ctx }) => idempotencyClaim(ctx) === undefined),
+    });
+    const url = await serve(router);
+    const first = await mutate(url, 'pay', { amount: 1 }, { 'idempotency-key': 'k-1' });
+    await mutate(url, 'pay', { amount: 1 }, { 'idempotency-key': 'k-2' });
+    expect(first.body.result.data).toBe(1);
+    expect(derived).toHaveLength(2);
+    expect(derived[0]).toBe(deriveKey({ scope: formatScope('pay', 'alice'), key: 'k-1', generation: 1 }, 'channel'));
+    expect(derived[1]).not.toBe(derived[0]);
+    expect((await mutate(url, 'plain', undefined, {})).body.result.data).toBe(true);
   });
 
   it('queries and subscriptions pass through untouched, even without idempotencyContext in the context', async () => {
