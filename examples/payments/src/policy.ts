@@ -13,6 +13,8 @@ export function paymentsPolicy({ retentionMs, leaseMs, documentationUrl }: { ret
       {
         ...common,
         endpoint: 'tRPC mutation payments.create (POST /trpc/payments.create)',
+        transport: 'trpc',
+        operation: 'payments.create',
         keySources: ['Idempotency-Key header', 'input field idempotencyKey'],
         stored: 'the output { id, amount, currency, createdAt }, or the error (tRPC code, message, HTTP status), INTERNAL_SERVER_ERROR included',
         fingerprint: 'SHA-256 of the validated input { amount, currency }; the idempotencyKey field is left out',
@@ -20,6 +22,8 @@ export function paymentsPolicy({ retentionMs, leaseMs, documentationUrl }: { ret
       {
         ...common,
         endpoint: 'GraphQL Mutation.createPayment (POST /graphql)',
+        transport: 'graphql',
+        operation: 'Mutation.createPayment',
         keySources: ['Idempotency-Key header (the whole mutation operation is one record)', 'argument idempotencyKey', 'directive @idempotent(key:)'],
         stored: 'header key: the whole result (data and errors); argument or directive key: the field value or its error',
         fingerprint: 'header key: the normalized operation document and its variables; argument key: the field arguments (key left out) and its selection set',

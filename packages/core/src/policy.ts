@@ -4,6 +4,10 @@ import { formatDuration } from './duration.ts';
 export interface EndpointPolicyDescription {
   /** How clients call it, e.g. `tRPC mutation payments.create` or `GraphQL Mutation.createPayment`. */
   endpoint: string;
+  /** Machine-readable: `trpc` or `graphql`. */
+  transport: 'trpc' | 'graphql';
+  /** Machine-readable: the tRPC procedure path (`payments.create`) or GraphQL root field (`Mutation.createPayment`). Clients look their retention up by it. */
+  operation: string;
   /** Where the key is read from, e.g. `Idempotency-Key header`, `input field idempotencyKey`. */
   keySources: string[];
   /** Whether a request without a key is refused with 400 (K2). */

@@ -3,6 +3,8 @@ import { createPolicyDocument, renderPolicyHtml } from '@idem/core';
 
 const endpoint = {
   endpoint: 'tRPC mutation payments.create',
+  transport: 'trpc' as const,
+  operation: 'payments.create',
   keySources: ['Idempotency-Key header', 'input field idempotencyKey'],
   required: true,
   retentionMs: 86_400_000,
