@@ -302,6 +302,8 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
       endpoints: [
         {
           endpoint: 'tRPC mutation payments.create',
+          transport: 'trpc',
+          operation: 'payments.create',
           keySources: ['Idempotency-Key header', 'input field idempotencyKey'],
           required: true,
           retentionMs: 86_400_000,
