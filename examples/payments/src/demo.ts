@@ -1,0 +1,283 @@
+/**
+ * `npm run demo`: the incident of the seed, replayed against the real example with real HTTP
+ * calls. A client times out while the payment channel is slow and retries with back-off and
+ * the same key: retries inside the retention are answered 409 or replayed; the last one, after
+ * the retention, runs as a new request and the channel charges twice. Then what idem adds:
+ * the `expiredKeyReused` event and `idem explain` showing both generations (R2, A1).
+ *
+ * Exits 0 when every answer is the one narrated, 1 with a one-line reason otherwise.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
+const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
+const IDEM_BIN = join(ROOT, 'packages/drizzle/bin/idem.mjs');
+
+/** The server's retention (IDEM_TTL) and the channel's slowness (CHANNEL_DELAY_MS). */
+const RETENTION_MS = 2000;
+const CHANNEL_DELAY_MS = 1200;
+/** How long the client waits for an answer before it gives up. */
+const CLIENT_TIMEOUT_MS = 400;
+/** The client's first back-off step. */
+const BACKOFF_MS = 100;
+/** How far past the retention the last retry comes. */
+const PAST_RETENTION_MS = 300;
+
+const PAYMENT = { amount: 4200, currency: 'EUR' };
+const SCOPE = 'public/payments.create';
+
+/** An answer the demo did not expect: printed on one line, exit 1. */
+class DemoFailure extends Error {}
+
+interface Answer {
+  status: number;
+  headers: Headers;
+  body: any;
+}
+
+interface LedgerEntry {
+  id: string;
+  amount: number;
+  currency: string;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** `promise`, or a DemoFailure after `ms`; the timer never outlives the promise. */
+async function within<T>(ms: number, promise: Promise<T>, reason: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new DemoFailure(reason)), ms)));
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+let t0 = 0;
+let firstCallWallClock = 0;
+const clock = () => `+${((performance.now() - t0) / 1000).toFixed(2)}s`.padStart(7);
+const say = (line = '') => console.log(line);
+const step = (line: string) => say(`[${clock()}] ${line}`);
+const detail = (line: string) => say(`           ${line}`);
+
+function expect(condition: unknown, reason: string): asserts condition {
+  if (!condition) throw new DemoFailure(reason);
+}
+
+/** The example, started as `npm start` would: its `[idem]` event lines are kept. */
+class ExampleServer {
+  readonly events: Array<Record<string, any>> = [];
+  readonly #child: ChildProcess;
+  readonly #stderr: string[] = [];
+  readonly #exited: Promise<number | null>;
+  url = '';
+
+  constructor(databaseFile: string) {
+    this.#child = spawn(process.execPath, ['--import', 'tsx', MAIN], {
+      cwd: ROOT,
+      env: { ...process.env, PORT: '0', DATABASE_URL: `file:${databaseFile}`, IDEM_TTL: `${RETENTION_MS / 1000}s`, IDEM_LEASE: '30s', CHANNEL_DELAY_MS: String(CHANNEL_DELAY_MS) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.#exited = new Promise((resolve) => this.#child.once('exit', (code) => resolve(code)));
+    createInterface({ input: this.#child.stderr! }).on('line', (line) => this.#stderr.push(line));
+  }
+
+  /** Resolves with the URL once the server prints `listening on`. */
+  async started(): Promise<string> {
+    const lines = createInterface({ input: this.#child.stdout! });
+    const listening = new Promise<string>((resolve) => {
+      lines.on('line', (line) => {
+        const port = /^\[payments\] listening on http:\/\/localhost:(\d+)/.exec(line)?.[1];
+        if (port) resolve(`http://127.0.0.1:${port}`);
+        if (line.startsWith('[idem] ')) this.events.push(JSON.parse(line.slice('[idem] '.length)));
+      });
+    });
+    const exited = this.#exited.then((code) => {
+      throw new DemoFailure(`the example exited with ${code} before listening: ${this.#stderr.join(' ') || 'no output'}`);
+    });
+    this.url = await within(15_000, Promise.race([listening, exited]), 'the example did not print "listening on" within 15 s');
+    return this.url;
+  }
+
+  /** The first event of `type`, waiting a little for the line to arrive through the pipe. */
+  async event(type: string): Promise<Record<string, any>> {
+    for (let waited = 0; waited < 3000; waited += 50) {
+      const event = this.events.find((candidate) => candidate.type === type);
+      if (event) return event;
+      await sleep(50);
+    }
+    throw new DemoFailure(`the server emitted no ${type} event`);
+  }
+
+  async stop(): Promise<void> {
+    if (this.#child.exitCode !== null || this.#child.signalCode !== null) return;
+    this.#child.kill('SIGTERM');
+    try {
+      await within(5000, this.#exited, 'the example did not stop within 5 s');
+    } catch {
+      this.#child.kill('SIGKILL');
+      await this.#exited;
+    }
+  }
+}
+
+async function createPayment(url: string, key: string, signal?: AbortSignal): Promise<Answer> {
+  const response = await fetch(`${url}/trpc/payments.create`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    body: JSON.stringify(PAYMENT),
+    ...(signal ? { signal } : {}),
+  });
+  return { status: response.status, headers: response.headers, body: await response.json() };
+}
+
+async function ledger(url: string): Promise<LedgerEntry[]> {
+  const response = await fetch(`${url}/trpc/payments.ledger`);
+  expect(response.ok, `GET /trpc/payments.ledger answered ${response.status}`);
+  return ((await response.json()) as { result: { data: LedgerEntry[] } }).result.data;
+}
+
+function showLedger(entries: LedgerEntry[]): void {
+  detail(`ledger: ${entries.length} ${entries.length === 1 ? 'entry' : 'entries'}`);
+  for (const entry of entries) detail(`  ${entry.id}  ${entry.amount} ${entry.currency}`);
+}
+
+function runIdem(args: string[], databaseFile: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [IDEM_BIN, ...args], { cwd: ROOT, env: { ...process.env, DATABASE_URL: `file:${databaseFile}` }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk) => (stdout += chunk));
+    child.stderr.on('data', (chunk) => (stderr += chunk));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** A database timestamp, and how long after the first call it was (same machine, same clock). */
+const at = (iso: string) => `${iso} (+${((Date.parse(iso) - firstCallWallClock) / 1000).toFixed(2)}s)`;
+
+async function demo(server: ExampleServer, databaseFile: string): Promise<void> {
+  const key = randomUUID();
+  say('idem demo: the incident of the seed, replayed against the payments example.');
+  say();
+  say(`Server: the example on a fresh SQLite file, retention IDEM_TTL=${RETENTION_MS / 1000}s,`);
+  say(`        a slow payment channel CHANNEL_DELAY_MS=${CHANNEL_DELAY_MS}.`);
+  const url = await server.started();
+  say(`        ${url}, database ${databaseFile}`);
+  say(`Client: POST /trpc/payments.create ${JSON.stringify(PAYMENT)}`);
+  say(`        Idempotency-Key: ${key}, the same key on every retry.`);
+  say();
+
+  t0 = performance.now();
+  firstCallWallClock = Date.now();
+  step(`1. First call. The client gives up after ${CLIENT_TIMEOUT_MS} ms.`);
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), CLIENT_TIMEOUT_MS);
+  const first = await createPayment(url, key, abort.signal).then(
+    (answer) => answer,
+    (error: unknown) => (error instanceof Error ? error : new Error(String(error))),
+  );
+  clearTimeout(timer);
+  if (!(first instanceof Error)) throw new DemoFailure(`the first call was answered ${first.status} within ${CLIENT_TIMEOUT_MS} ms; the channel should still be charging`);
+  expect(abort.signal.aborted, `the first call failed: ${first.message}`);
+  step('   No answer: the client timed out. On the server the charge goes on.');
+
+  await sleep(BACKOFF_MS);
+  step('2. Back-off retry, same key, while the first call is still being processed.');
+  const conflict = await createPayment(url, key);
+  expect(conflict.status === 409, `the retry during processing answered ${conflict.status}, expected 409`);
+  const retryAfter = conflict.headers.get('retry-after');
+  expect(retryAfter !== null, 'the 409 carries no Retry-After');
+  detail(`409 Conflict, Retry-After: ${retryAfter} (${conflict.body.error.data.idempotency.code}).`);
+  detail('Not executed and not stored (E3): the client waits and retries with the same key.');
+
+  // Wait for the first charge to land instead of guessing how long the channel takes.
+  let entries = await ledger(url);
+  while (entries.length === 0) {
+    expect(performance.now() - t0 < RETENTION_MS, 'the first charge did not land within the retention');
+    await sleep(25);
+    entries = await ledger(url);
+  }
+  step('   The channel finished the first charge.');
+  showLedger(entries);
+
+  step(`3. Retry after the first call completed, still inside the ${RETENTION_MS / 1000}s retention.`);
+  const replay = await createPayment(url, key);
+  expect(replay.status === 200, `the retry inside the retention answered ${replay.status}, expected 200`);
+  expect(replay.headers.get('idempotent-replayed') === 'true', 'the retry inside the retention was not replayed (no Idempotent-Replayed: true)');
+  const payment = replay.body.result.data as { id: string };
+  detail(`200, Idempotent-Replayed: true: the stored response, payment ${payment.id} (E2).`);
+  entries = await ledger(url);
+  expect(entries.length === 1, `the ledger has ${entries.length} entries after the replay, expected 1`);
+  expect(entries[0]!.id === payment.id, 'the replayed payment is not the one in the ledger');
+  showLedger(entries);
+
+  const wait = RETENTION_MS + PAST_RETENTION_MS - (performance.now() - t0);
+  step(`   The client keeps backing off; it waits ${(Math.max(0, wait) / 1000).toFixed(2)}s more, past the retention.`);
+  if (wait > 0) await sleep(wait);
+  step(`4. Retry ${(PAST_RETENTION_MS / 1000).toFixed(1)}s after the retention ended. Past its retention the key counts as new:`);
+  const again = await createPayment(url, key);
+  expect(again.status === 200, `the retry after the retention answered ${again.status}, expected 200`);
+  expect(again.headers.get('idempotent-replayed') === null, 'the retry after the retention was replayed; expected a new execution');
+  const second = again.body.result.data as { id: string };
+  expect(second.id !== payment.id, 'the retry after the retention returned the first payment');
+  detail(`200, no Idempotent-Replayed: executed as a new request, payment ${second.id}.`);
+  entries = await ledger(url);
+  expect(entries.length === 2, `the ledger has ${entries.length} entries after the retry past the retention, expected 2`);
+  showLedger(entries);
+  detail('This is the incident: two charges, one key.');
+  say();
+
+  say('5. What idem adds: the reuse is not silent (R2), and the key has a history (A1).');
+  say();
+  const reused = await server.event('expiredKeyReused');
+  expect(reused.key === key && reused.scope === SCOPE, 'the expiredKeyReused event names another key or scope');
+  const previous = reused.previous as { generation: number; firstSeenAt: string; completedAt: string; expiresAt: string; status: number };
+  expect(previous.status === 200 && reused.generation === 2, `the expiredKeyReused event says generation ${reused.generation} after a ${previous.status}`);
+  say('   The server emitted, when the late retry arrived:');
+  say(`   [idem] ${JSON.stringify(reused)}`);
+  say(`   generation ${previous.generation} was first seen at ${at(previous.firstSeenAt)},`);
+  say(`   completed with ${previous.status} at ${at(previous.completedAt)},`);
+  say(`   and its retention ended at ${at(previous.expiresAt)}; the key then ran again as generation ${reused.generation}.`);
+  say();
+  const args = ['explain', key, '--scope', SCOPE];
+  say(`   $ DATABASE_URL=file:${databaseFile} npx idem ${args.join(' ')}`);
+  const explain = await runIdem(args, databaseFile);
+  expect(explain.code === 0, `idem explain exited with ${explain.code}: ${explain.stderr.trim()}`);
+  expect(/2 generations/.test(explain.stdout) && /^1 .*\n2 /m.test(explain.stdout), 'idem explain did not list two generations');
+  expect(/executed again as generation 2/.test(explain.stdout), 'idem explain did not explain the second execution');
+  for (const line of explain.stdout.trimEnd().split('\n')) say(line === '' ? '' : `   ${line}`);
+  say();
+  say(`The lesson of the incident: keep retries with one key inside the published retention`);
+  say(`(${url}/idempotency), and reconcile instead of retrying once it has passed.`);
+}
+
+async function main(): Promise<number> {
+  const directory = mkdtempSync(join(tmpdir(), 'idem-demo-'));
+  const databaseFile = join(directory, 'payments.db');
+  const server = new ExampleServer(databaseFile);
+  const stop = () => void server.stop().finally(() => process.exit(130));
+  process.once('SIGINT', stop);
+  try {
+    await demo(server, databaseFile);
+    say();
+    say('Demo complete. Stopping the server.');
+    return 0;
+  } catch (error) {
+    const reason = error instanceof Error ? error.message.split('\n')[0] : String(error);
+    console.error(`[demo] failed: ${reason}`);
+    return 1;
+  } finally {
+    await server.stop();
+    rmSync(directory, { recursive: true, force: true });
+  }
+}
+
+process.exitCode = await main();
