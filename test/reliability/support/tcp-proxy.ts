@@ -1,0 +1,122 @@
+/**
+ * A TCP proxy between an app and PostgreSQL, driven by the test: it passes bytes through,
+ * refuses new connections, destroys the open ones, or cuts a connection the moment the client
+ * sends a given byte pattern (a PostgreSQL prepared statement's name, say). Listens on
+ * 127.0.0.1 only.
+ */
+import { createServer, connect, type Server, type Socket } from 'node:net';
+
+export interface TcpProxyStats {
+  /** Connections forwarded to the target. */
+  accepted: number;
+  /** Connections closed on arrival while refusing. */
+  refused: number;
+  /** Connections destroyed by {@link TcpProxy.destroyOpenSockets}. */
+  destroyed: number;
+  /** Connections cut by a drop rule, before the matching bytes reached the target. */
+  dropped: number;
+}
+
+export interface TcpProxy {
+  readonly port: number;
+  readonly stats: Readonly<TcpProxyStats>;
+  /** `url` with its host and port replaced by the proxy's. */
+  urlFor(url: string): string;
+  /** Forward new connections (the default). */
+  passThrough(): void;
+  /** Close every new connection as soon as it arrives (the database looks down). */
+  refuseNewConnections(): void;
+  /** Destroy every open connection, both sides; returns how many. */
+  destroyOpenSockets(): number;
+  /**
+   * Cut any connection whose client sends `pattern` (matched across chunk boundaries), before
+   * those bytes are forwarded: the statement never reaches the server.
+   */
+  dropWhenClientSends(pattern: string): void;
+  clearDropRules(): void;
+  close(): Promise<void>;
+}
+
+interface Pair {
+  client: Socket;
+  upstream: Socket;
+}
+
+export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
+  const stats: TcpProxyStats = { accepted: 0, refused: 0, destroyed: 0, dropped: 0 };
+  const open = new Set<Pair>();
+  let refusing = false;
+  let dropRules: Buffer[] = [];
+
+  const server: Server = createServer((client) => {
+    client.on('error', () => {});
+    if (refusing) {
+      stats.refused++;
+      client.destroy();
+      return;
+    }
+    stats.accepted++;
+    const upstream = connect(target.port, target.host);
+    upstream.on('error', () => {});
+    const pair: Pair = { client, upstream };
+    open.add(pair);
+    const close = () => {
+      open.delete(pair);
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('close', close);
+    upstream.on('close', close);
+    upstream.on('data', (chunk: Buffer) => client.write(chunk));
+    let tail = Buffer.alloc(0);
+    client.on('data', (chunk: Buffer) => {
+      const window = Buffer.concat([tail, chunk]);
+      if (dropRules.some((rule) => window.includes(rule))) {
+        stats.dropped++;
+        close();
+        return;
+      }
+      const longest = Math.max(0, ...dropRules.map((rule) => rule.length - 1));
+      tail = window.subarray(Math.max(0, window.length - longest));
+      upstream.write(chunk);
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', resolve);
+  });
+  const address = server.address();
+  if (address === null || typeof address !== 'object') throw new Error('[idem] proxy: no address');
+  const port = address.port;
+
+  const destroyOpenSockets = () => {
+    const pairs = [...open];
+    for (const pair of pairs) {
+      open.delete(pair);
+      pair.client.destroy();
+      pair.upstream.destroy();
+    }
+    stats.destroyed += pairs.length;
+    return pairs.length;
+  };
+
+  return {
+    port,
+    stats,
+    urlFor(url) {
+      const parsed = new URL(url);
+      parsed.hostname = '127.0.0.1';
+      parsed.port = String(port);
+      return parsed.toString();
+    },
+    passThrough: () => void (refusing = false),
+    refuseNewConnections: () => void (refusing = true),
+    destroyOpenSockets,
+    dropWhenClientSends: (pattern) => void (dropRules = [...dropRules, Buffer.from(pattern)]),
+    clearDropRules: () => void (dropRules = []),
+    async close() {
+      destroyOpenSockets();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
