@@ -26,3 +26,27 @@ export {
 } from './engine.ts';
 export { sharedPrincipal, createAdapterEngine, type AdapterOptions } from './adapter-options.ts';
 export { createPolicyDocument, renderPolicyHtml, type EndpointPolicyDescription, type PolicyDocument } from './policy.ts';
+export {
+  retryWithinRetention,
+  retryDeadline,
+  defaultSafetyMargin,
+  loadRetentionPolicy,
+  createRetentionResolver,
+  newIdempotencyKey,
+  parseRetryAfter,
+  UnresolvedOperationError,
+  RetentionWindowExceededError,
+  RetriesExhaustedError,
+  DEFAULT_MAX_ATTEMPTS,
+  DEFAULT_INITIAL_DELAY_MS,
+  DEFAULT_MAX_DELAY_MS,
+  type AttemptResult,
+  type ClientRetryErrorCode,
+  type ClientRetryOptions,
+  type PolicyTransport,
+  type RetentionLookup,
+  type RetentionSourceOptions,
+  type RetryNotice,
+  type RetryReason,
+  type RetryWithinRetentionOptions,
+} from './client-retry.ts';
