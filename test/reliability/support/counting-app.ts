@@ -16,7 +16,7 @@ import { z } from 'zod';
 import { formatScope, idempotencyClaim, type Duration, type IdempotencyEvent, type IdempotencyStore } from '@idem/core';
 import { idempotency, idempotencyContext, idempotencyErrorFormatter, type IdempotencyContext } from '@idem/trpc';
 import { idempotentDirectiveTypeDefs, useYogaIdempotency } from '@idem/envelop';
-import { postJson, overLoopback, IDEMPOTENCY_KEY, type Answer, type FetchHandler } from './http.ts';
+import { postJson, overLoopback, pollUntil, IDEMPOTENCY_KEY, type Answer, type FetchHandler } from './http.ts';
 
 export interface CountingAppOptions {
   store: IdempotencyStore;
@@ -118,6 +118,8 @@ export interface CountingApp {
   readonly events: IdempotencyEvent[];
   readonly trpcFetch: FetchHandler;
   readonly yogaFetch: FetchHandler;
+  /** The first event (logged or to come) that matches; rejects after `timeoutMs`. */
+  waitForEvent(match: (event: IdempotencyEvent) => boolean, timeoutMs?: number): Promise<IdempotencyEvent>;
   /** Waits for background outcome writes (E7) of both engines. */
   drain(): Promise<void>;
   /** Both adapters on one Node server at 127.0.0.1 (`/trpc/*`, `/graphql`). */
@@ -202,6 +204,10 @@ export function createCountingApp({ store, lease, maxStoredBytes }: CountingAppO
     events,
     trpcFetch,
     yogaFetch: async (request) => yoga.fetch(request),
+    waitForEvent: (match, timeoutMs = 10_000) =>
+      pollUntil(async () => events.find(match), { intervalMs: 20, timeoutMs }).catch(() => {
+        throw new Error(`[reliability] no matching event within ${timeoutMs} ms; saw ${JSON.stringify(events.map((event) => event.type))}`);
+      }),
     drain: () => Promise.all([idempotent.engine.drain(), yogaIdempotency.engine.drain()]).then(() => undefined),
     async listen() {
       const server: Server = createServer((req, res) => {
