@@ -7,3 +7,6 @@ export { idempotencyContext, type IdempotencyContext, type IdempotencyContextOpt
 export { idempotencyErrorFormatter, idempotencyErrorData, type IdempotencyErrorData, type IdempotencyErrorShape } from './error-mapping.ts';
 // What tRPC users need from the core without a second import.
 export { sharedPrincipal, idempotencyClaim, type ClaimContext, HandlerNotStartedError, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type Duration, type FingerprintOption, type IdempotencyErrorCode } from '@idem/core';
+// The client: a @trpc/client link (only types are imported from @trpc/client).
+export { idempotencyLink, idempotencyHeaders, type IdempotencyLinkOptions, type IdempotencyLinkKeyOptions, type IdempotencyOperationContext } from './link.ts';
+export { RetentionWindowExceededError, RetriesExhaustedError, UnresolvedOperationError, loadRetentionPolicy, newIdempotencyKey, type ClientRetryOptions, type RetryNotice } from '@idem/core';

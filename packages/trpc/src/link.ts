@@ -1,0 +1,256 @@
+/**
+ * The client half of @idem/trpc: a `@trpc/client` link that gives each mutation call one key,
+ * keeps it across retries, and stops retrying before the server's retention ends (R2, R4).
+ *
+ * Only types come from `@trpc/client`, so importing `@idem/trpc` on a server without the client
+ * installed still works; the runtime import is `@trpc/server/observable`, a peer dependency.
+ */
+import { observable, type Unsubscribable } from '@trpc/server/observable';
+import type { AnyRouter } from '@trpc/server';
+import type { Operation, OperationResultEnvelope, TRPCClientError, TRPCLink } from '@trpc/client';
+import {
+  createRetentionResolver,
+  formatIdempotencyKey,
+  IDEMPOTENCY_KEY_HEADER,
+  IDEMPOTENT_REPLAYED_HEADER,
+  newIdempotencyKey,
+  parseRetryAfter,
+  retryWithinRetention,
+  validateKey,
+  type AttemptResult,
+  type ClientRetryOptions,
+  type IdempotencyErrorCode,
+  type RetentionSourceOptions,
+  type RetryReason,
+} from '@idem/core';
+import { DEFAULT_KEY_FIELD } from './options.ts';
+
+/** Where the link puts the key of a mutation call. */
+export interface IdempotencyLinkKeyOptions {
+  /**
+   * `'header'`: in `op.context.idempotencyKey`, for {@link idempotencyHeaders} to send as the
+   * `Idempotency-Key` header from your `httpLink`'s `headers`. `'input'`: in a field of the
+   * call's input (an object), one key per call, so batch links work. Match the server's
+   * `key.from`. Defaults to `'header'`.
+   */
+  from?: 'header' | 'input';
+  /** The input field when `from` is `'input'`. Defaults to `'idempotencyKey'`. */
+  field?: string;
+}
+
+/**
+ * Options of {@link idempotencyLink}: where the key goes, where the retention comes from
+ * (`retention` or `policyUrl`, exactly one), and the retry behaviour (`maxAttempts`,
+ * `initialDelayMs`, `maxDelayMs`, `safetyMarginMs`, `onRetry`).
+ */
+export interface IdempotencyLinkOptions extends ClientRetryOptions, RetentionSourceOptions {
+  /** Where the key goes. Defaults to the `Idempotency-Key` header (`{ from: 'header' }`). */
+  key?: IdempotencyLinkKeyOptions;
+  /** The `fetch` that reads `policyUrl`. Defaults to `globalThis.fetch`. */
+  fetch?: (input: string, init?: RequestInit) => Promise<Response>;
+}
+
+/**
+ * What a caller may put in a mutation's `context` (`mutate(input, { context })`) to resume a
+ * known key instead of getting a new one.
+ */
+export interface IdempotencyOperationContext {
+  /** The key to send (header mode; in input mode, set the input field instead). Defaults to a new UUID v4. */
+  idempotencyKey?: string;
+  /**
+   * When this key was first sent (ms since the epoch, e.g. the `firstAttemptAt` of an earlier
+   * `RetriesExhaustedError`), so the retention is counted from its first use. Defaults to now.
+   */
+  idempotencyFirstAttemptAt?: number;
+}
+
+type Envelope = OperationResultEnvelope<unknown, TRPCClientError<AnyRouter>>;
+
+/** Contexts whose key {@link idempotencyHeaders} turned into a header. */
+const sentHeaders = new WeakSet<object>();
+
+/**
+ * The `Idempotency-Key` header of an operation that carries a key (set by
+ * {@link idempotencyLink} or by the caller), formatted as an RFC 9651 sf-string (K1); `{}`
+ * otherwise. Spread it into your `httpLink`'s headers:
+ *
+ * ```ts
+ * httpLink({ url, headers: ({ op }) => ({ ...idempotencyHeaders(op), authorization: token() }) })
+ * ```
+ */
+export function idempotencyHeaders(op: { context: Record<string, unknown> }): Record<string, string> {
+  const key = op.context['idempotencyKey'];
+  if (typeof key !== 'string' || key === '') return {};
+  sentHeaders.add(op.context);
+  return { [IDEMPOTENCY_KEY_HEADER]: formatIdempotencyKey(key) };
+}
+
+/**
+ * A `@trpc/client` link that makes mutation calls safe to retry (queries and subscriptions pass
+ * through untouched):
+ *
+ * - each call gets a key (a UUID v4, or the caller's `context.idempotencyKey`), kept across its retries;
+ * - network failures, 409 (still processing, E3) and 503 (store unavailable, E5) are retried with
+ *   jittered exponential back-off, waiting at least the server's `Retry-After`;
+ * - every other error (400, 422, a replayed stored outcome, 500 included) is passed on as it is;
+ * - no retry starts within the safety margin of the endpoint's retention (from `retention` or the
+ *   published policy at `policyUrl`): the call fails with a `RetentionWindowExceededError`
+ *   (`error.cause` of the `TRPCClientError`), telling the caller to reconcile instead.
+ *
+ * Put it before the terminating link:
+ *
+ * ```ts
+ * createTRPCClient<AppRouter>({
+ *   links: [idempotencyLink({ policyUrl: 'https://api.example.com/idempotency' }), httpLink({ url, headers: ({ op }) => idempotencyHeaders(op) })],
+ * });
+ * ```
+ *
+ * @throws TypeError `[idem] …` at once when neither or both of `retention` and `policyUrl` are given.
+ */
+export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(options: IdempotencyLinkOptions): TRPCLink<TRouter> {
+  const { key: { from = 'header', field = DEFAULT_KEY_FIELD } = {}, retention, policyUrl, fetch, ...retryOptions } = options;
+  if (from !== 'header' && from !== 'input') throw new TypeError(`[idem] idempotencyLink: key.from must be 'header' or 'input', got ${String(from)}`);
+  const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch }, 'idempotencyLink');
+  const now = retryOptions.now ?? Date.now;
+
+  return () =>
+    ({ op, next }) => {
+      if (op.type !== 'mutation') return next(op);
+      return observable<Envelope, TRPCClientError<TRouter>>((observer) => {
+        const controller = new AbortController();
+        const abort = () => controller.abort(op.signal?.reason);
+        if (op.signal?.aborted) abort();
+        else op.signal?.addEventListener('abort', abort, { once: true });
+        let current: Unsubscribable | undefined;
+        let disposed = false;
+
+        const attempt = (keyed: Operation) =>
+          new Promise<AttemptResult<Envelope>>((resolve, reject) => {
+            let answered = false;
+            current = next(keyed).subscribe({
+              next(envelope) {
+                answered = true;
+                resolve({ done: envelope });
+              },
+              error(error) {
+                const retry = controller.signal.aborted ? undefined : classifyTRPCError(error, now);
+                if (!retry) return reject(error);
+                if (from === 'header' && !sentHeaders.has(keyed.context)) return reject(headerNeverSent(keyed.path, error));
+                resolve({ retry, error });
+              },
+              complete() {
+                if (!answered) reject(new Error(`[idem] the mutation ${keyed.path} completed without a result`));
+              },
+            });
+          });
+
+        const run = async () => {
+          const { keyed, key } = withKey(op, from, field);
+          const retentionMs = await resolveRetention('trpc', [op.path]);
+          const firstAttemptAt = op.context['idempotencyFirstAttemptAt'];
+          return retryWithinRetention(() => attempt(keyed), {
+            ...retryOptions,
+            key,
+            retentionMs,
+            ...(typeof firstAttemptAt === 'number' ? { firstAttemptAt } : {}),
+            signal: controller.signal,
+          });
+        };
+
+        run().then(
+          (envelope) => {
+            if (disposed) return;
+            observer.next(envelope);
+            observer.complete();
+          },
+          // Errors the link raises itself (RetentionWindowExceededError, …) are not TRPCClientErrors:
+          // the client wraps them (`TRPCClientError.from`), so callers find them as `error.cause`.
+          (error: unknown) => {
+            if (!disposed) observer.error(error as TRPCClientError<TRouter>);
+          },
+        );
+        return () => {
+          disposed = true;
+          op.signal?.removeEventListener('abort', abort);
+          controller.abort();
+          current?.unsubscribe();
+        };
+      });
+    };
+}
+
+/** The operation every attempt sends (the same key each time), and its key. */
+function withKey(op: Operation, from: 'header' | 'input', field: string): { keyed: Operation; key: string } {
+  const contextKey = readKey(op.context['idempotencyKey'], 'context.idempotencyKey');
+  if (from === 'header') {
+    const key = contextKey ?? newIdempotencyKey();
+    return { keyed: { ...op, context: { ...op.context, idempotencyKey: key } }, key };
+  }
+  const input = op.input;
+  if (!isPlainObject(input)) {
+    throw new TypeError(
+      `[idem] idempotencyLink puts the key in the input field \`${field}\`, so the input of ${op.path} must be an object; got ${input === null ? 'null' : Array.isArray(input) ? 'an array' : typeof input}. Send an object input, or use key: { from: 'header' } with a header key on the server.`,
+    );
+  }
+  const inputKey = readKey(input[field], `input.${field}`);
+  if (inputKey !== undefined && contextKey !== undefined && inputKey !== contextKey) {
+    throw new TypeError(`[idem] ${op.path} was given two different keys (input.${field} and context.idempotencyKey); pass one.`);
+  }
+  const key = inputKey ?? contextKey ?? newIdempotencyKey();
+  return { keyed: { ...op, input: { ...input, [field]: key } }, key };
+}
+
+function readKey(value: unknown, where: string): string | undefined {
+  if (value === undefined || value === null || value === '') return undefined;
+  if (typeof value !== 'string') throw new TypeError(`[idem] ${where} must be a string key`);
+  return validateKey(value);
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (value === null || typeof value !== 'object') return false;
+  const prototype = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === null;
+}
+
+function headerNeverSent(path: string, cause: unknown): Error {
+  return new Error(
+    `[idem] ${path} failed and was not retried: its Idempotency-Key header was never sent, so a retry could execute it again. Send it from the terminating link: httpLink({ url, headers: ({ op }) => idempotencyHeaders(op) }).`,
+    { cause },
+  );
+}
+
+/** What the client sees of an error: `TRPCClientError`'s fields, read without importing the class. */
+interface ClientErrorLike {
+  shape?: unknown;
+  data?: { httpStatus?: number; code?: string; idempotency?: { code?: IdempotencyErrorCode; retryAfter?: number } } | null;
+  meta?: { response?: { headers?: { get(name: string): string | null } } };
+}
+
+/**
+ * Whether a failed attempt may be repeated with the same key:
+ * - no tRPC error body (fetch failed, the response was lost or was not tRPC's): `'network'`;
+ * - a replay (`Idempotent-Replayed: true`): never, it is the stored outcome (E2, E4);
+ * - `data.idempotency.code` (from `idempotencyErrorFormatter`): only `idempotency_request_in_progress`
+ *   and `idempotency_store_unavailable`; without it, HTTP 409 / `CONFLICT` and 503 / `SERVICE_UNAVAILABLE`;
+ * - anything else (400, 422, 500, …): never.
+ */
+function classifyTRPCError(error: unknown, now: () => number = Date.now): { reason: RetryReason; retryAfterMs?: number } | undefined {
+  if (!(error instanceof Error) || error.name !== 'TRPCClientError') return undefined;
+  const { shape, data, meta } = error as Error & ClientErrorLike;
+  const headers = meta?.response?.headers;
+  if (headers?.get(IDEMPOTENT_REPLAYED_HEADER) === 'true') return undefined;
+  if (!shape && !data) return { reason: 'network' };
+
+  const problem = data?.idempotency;
+  const retryAfterSeconds = problem?.retryAfter;
+  const retryAfterMs = typeof retryAfterSeconds === 'number' ? retryAfterSeconds * 1000 : parseRetryAfter(headers?.get('retry-after'), now);
+  const retry = (reason: RetryReason) => (retryAfterMs === undefined ? { reason } : { reason, retryAfterMs });
+  if (problem?.code !== undefined) {
+    if (problem.code === 'idempotency_request_in_progress') return retry('in_progress');
+    if (problem.code === 'idempotency_store_unavailable') return retry('unavailable');
+    return undefined;
+  }
+  if (data?.httpStatus === 409 || data?.code === 'CONFLICT') return retry('in_progress');
+  if (data?.httpStatus === 503 || data?.code === 'SERVICE_UNAVAILABLE') return retry('unavailable');
+  return undefined;
+}
