@@ -166,4 +166,9 @@ describe('fuzzed Idempotency-Key values against both adapters (fast-check, seed 
       runs(2000),
     );
   }, 120_000);
+
+  // Bug (see README): parseIdempotencyKey trims with String.prototype.trim, which also strips VT,
+  // FF and NBSP; the fuzz counts these runs under "unicode-whitespace". Over HTTP a raw 0xA0 byte
+  // (obs-text) before or after a key makes `\xA0abc` the key `abc`.
+  it.todo('K1/K3: VT, FF or NBSP (obs-text 0xA0) around a header key is refused with 400, not trimmed away (only SP and HTAB are whitespace in HTTP)');
 });
