@@ -17,7 +17,12 @@ function logEvent(event: IdempotencyEvent): void {
 async function main(): Promise<void> {
   const config = readConfig();
   const database = await openDatabase(config.database);
-  await migrate(database.db);
+  try {
+    await migrate(database.db);
+  } catch (error) {
+    await database.close().catch(() => {});
+    throw new Error(`migrating ${database.description} failed: ${oneLine(error)}`);
+  }
   const app = createPaymentsApp({ db: database.db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, onEvent: logEvent });
   await app.channel.migrate();
   await new Promise<void>((resolve, reject) => {
@@ -38,8 +43,29 @@ async function main(): Promise<void> {
   process.once('SIGTERM', () => void shutdown());
 }
 
+/**
+ * What went wrong, on one line: drizzle's "Failed query: …" wrapper (a multi-line query dump)
+ * gives way to its cause, e.g. `connect ECONNREFUSED 127.0.0.1:5432`.
+ */
+function oneLine(error: unknown): string {
+  let current = error;
+  for (let depth = 0; depth < 8; depth++) {
+    const message = current instanceof Error ? current.message : String(current);
+    // node-postgres rejects with an AggregateError (empty message) when every address refused.
+    const inner = (current as { errors?: unknown }).errors;
+    const text = message || (Array.isArray(inner) ? inner.map((each) => (each instanceof Error ? each.message : String(each))).join('; ') : '');
+    const cause = (current as { cause?: unknown }).cause;
+    if ((text === '' || text.startsWith('Failed query:')) && cause !== undefined && cause !== null) {
+      current = cause;
+      continue;
+    }
+    return text.split('\n')[0]!.trim() || 'unknown error';
+  }
+  return 'unknown error';
+}
+
 main().catch((error: unknown) => {
-  const reason = error instanceof ConfigError || error instanceof Error ? error.message : String(error);
+  const reason = error instanceof ConfigError ? error.message : oneLine(error);
   console.error(`[payments] cannot start: ${reason}`);
   process.exit(1);
 });
