@@ -10,6 +10,10 @@
  */
 import { formatDuration, toMilliseconds, type Duration } from './duration.ts';
 
+// What a client needs of the key rules, so that this module alone serves browser clients.
+export { formatIdempotencyKey, parseIdempotencyKey, validateKey, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './key.ts';
+export { type Duration } from './duration.ts';
+
 /**
  * Why an attempt may be repeated with the same key:
  * - `'network'`: no answer from the server (connection refused or reset, response lost): the outcome is unknown;
