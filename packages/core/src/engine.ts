@@ -3,7 +3,7 @@ import { formatIdempotencyKey } from './key.ts';
 import { FingerprintMismatchError, KeyExpiredError, RequestInProgressError, StoreUnavailableError, DEFAULT_DOCUMENTATION_URL } from './errors.ts';
 import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration } from './events.ts';
 import { defaultErrorCodec, deserializeValue, serializeValue, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.ts';
-import type { IdempotencyRecord, IdempotencyStore, StoredOutcome } from './store.ts';
+import type { AtomicMode, AtomicResult, ClaimResult, IdempotencyRecord, IdempotencyStore, StoredOutcome } from './store.ts';
 import { toMilliseconds, type Duration } from './duration.ts';
 
 /** Retention and lease rules of one endpoint; every field falls back to the engine's. */
@@ -75,6 +75,12 @@ export interface ClaimContext {
    * gets a new one, as it is a new request.
    */
   deriveKey(label: string): string;
+  /**
+   * Atomic mode (`executeAtomic`, the adapters' `atomic: true`): the store's database transaction
+   * (with `@idem/drizzle`, the Drizzle transaction). Write through it, and your writes commit
+   * with the claim and the stored outcome, or not at all. Undefined otherwise.
+   */
+  tx?: unknown;
 }
 
 const CLAIM = Symbol.for('@idem/claim');
@@ -134,6 +140,18 @@ export interface IdempotencyEngine {
    * 422 and 503; handler failures are returned (`ok: false`), not thrown.
    */
   execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext) => Promise<T> | T): Promise<ExecuteResult<T>>;
+  /**
+   * `execute` in atomic mode: `handler` runs inside the store's transaction and gets its handle
+   * (`tx`, also `claim.tx`); its writes through `tx` commit in the same transaction as the claim
+   * and the stored outcome. A crash before the commit leaves nothing, so the retry executes
+   * cleanly; after it, the retry replays. A handler that throws has its writes rolled back and
+   * its error stored (E4). When the transaction fails to commit, nothing happened: 503
+   * `StoreUnavailableError`, and a retry with the same key either executes or replays.
+   * Needs a store with atomic mode (`@idem/drizzle`); on SQLite the handler must be
+   * synchronous (better-sqlite3 transactions cannot span an `await`).
+   * @throws TypeError `[idem] …` when the store has no atomic mode, or on SQLite for an async handler.
+   */
+  executeAtomic<T>(request: ExecuteRequest, handler: (tx: unknown, claim: ClaimContext) => Promise<T> | T): Promise<ExecuteResult<T>>;
   /** The resolved engine-wide policy, in milliseconds. */
   readonly policy: { retentionMs: number; leaseMs: number; expiredReuse: 'execute' | 'reject'; documentationUrl: string };
   readonly store: IdempotencyStore;
@@ -204,70 +222,196 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
       while (pending.size > 0) await Promise.allSettled([...pending]);
     },
     async execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext) => Promise<T> | T): Promise<ExecuteResult<T>> {
-      const { scope, key, fingerprint } = request;
-      const serializer = request.serializer ?? defaultSerializer;
-      const errors = request.errors ?? defaultErrorCodec;
-      const leaseMs = request.lease === undefined ? policy.leaseMs : toMilliseconds(request.lease);
-      const retentionMs = request.retention === undefined ? policy.retentionMs : toMilliseconds(request.retention);
-      const expiredReuse = request.expiredReuse ?? policy.expiredReuse;
-
-      let claim;
-      try {
-        claim = await store.claim({ scope, key, fingerprint, token: randomUUID(), leaseMs, retentionMs, expiredReuse });
-      } catch (error) {
-        emit({ type: 'storeError', scope, key, operation: 'claim', error, willRetry: false });
-        throw new StoreUnavailableError(unavailableRetryAfter, error);
-      }
-
-      if (claim.outcome === 'existing') {
-        const { record, now, expired } = claim;
-        if (expired) {
-          const previous = describeGeneration(record);
-          emit({ type: 'expiredKeyRejected', scope, key, previous });
-          throw new KeyExpiredError({ firstSeenAt: record.createdAt, completedAt: record.completedAt, expiresAt: record.expiresAt, status: previous.status });
-        }
-        if (record.fingerprint !== null && fingerprint !== null && record.fingerprint !== fingerprint) {
-          emit({ type: 'mismatch', scope, key });
-          throw new FingerprintMismatchError();
-        }
-        if (record.state === 'completed' && record.outcome && record.outcome.body !== null) {
-          const { kind, status, body } = record.outcome;
-          emit({ type: 'replayed', scope, key, generation: record.generation, status });
-          if (kind === 'success') return { ok: true, value: deserializeValue(serializer, body) as T, replayed: true, generation: record.generation };
-          return { ok: false, error: errors.revive(JSON.parse(body) as StoredErrorDescription), replayed: true, generation: record.generation };
-        }
-        const leaseLeft = Math.ceil((record.leaseUntil.getTime() - now.getTime()) / 1000);
-        const retryAfter = Math.max(1, Math.min(conflictRetryAfter, leaseLeft));
-        emit({ type: 'conflict', scope, key, retryAfter });
-        throw new RequestInProgressError(retryAfter);
-      }
+      const endpoint = resolve(request);
+      const claim = await claimOrFail(endpoint);
+      if (claim.outcome === 'existing') return answerExisting<T>(endpoint, claim);
+      announceClaim(endpoint, claim);
 
       const { record } = claim;
-      if (claim.expired) {
-        emit({ type: 'expiredKeyReused', scope, key, generation: record.generation, previous: describeGeneration(claim.expired) });
-      }
-      if (claim.takeover) {
-        emit({ type: 'staleTakeover', scope, key, generation: record.generation, previousLeaseUntil: claim.takeover.previousLeaseUntil, takeovers: record.takeovers });
-      }
-      emit({ type: 'claimed', scope, key, generation: record.generation });
-
       let result: ExecuteResult<T>;
       try {
-        const { generation, token } = record;
-        const value = await handler({ scope, key, generation, token, deriveKey: (label) => deriveKey({ scope, key, generation }, label) });
+        const value = await handler(claimContext(endpoint, record));
         result = { ok: true, value, replayed: false, generation: record.generation };
       } catch (error) {
         if (error instanceof HandlerNotStartedError) {
-          await releaseClaim(scope, key, record);
+          await releaseClaim(endpoint.scope, endpoint.key, record);
           throw error.cause;
         }
         result = { ok: false, error, replayed: false, generation: record.generation };
       }
 
-      await storeOutcome(scope, key, record, boundedOutcome(toStoredOutcome(result, serializer, errors), maxStoredBytes));
+      await storeOutcome(endpoint.scope, endpoint.key, record, endpoint.toOutcome(result));
       return result;
     },
+
+    async executeAtomic<T>(request: ExecuteRequest, handler: (tx: unknown, claim: ClaimContext) => Promise<T> | T): Promise<ExecuteResult<T>> {
+      const atomic = atomicModeOf(store);
+      if (atomic.atomicHandlers === 'synchronous' && isAsyncFunction(handler)) throw new TypeError(SYNCHRONOUS_HANDLER_REQUIRED);
+      const endpoint = resolve(request);
+      const { scope, key } = endpoint;
+      const attempt = atomicAttempt(endpoint, atomic, handler);
+
+      let fresh;
+      try {
+        fresh = await atomic.atomicClaim(claimRequest(endpoint), attempt.run, attempt.toOutcome);
+      } catch (error) {
+        throw attempt.failure(error, 'claim');
+      }
+      if (fresh.executed) {
+        const { record, result } = fresh;
+        emit({ type: 'claimed', scope, key, generation: record.generation });
+        return completed(endpoint, record, result, attempt.stored());
+      }
+
+      // The key has a record: the rules of `execute`, then the handler in a transaction of its own.
+      const claim = await claimOrFail(endpoint);
+      if (claim.outcome === 'existing') return answerExisting<T>(endpoint, claim);
+      announceClaim(endpoint, claim);
+      const { record } = claim;
+      let done;
+      try {
+        done = await atomic.atomicComplete({ scope, key, token: record.token }, attempt.run, attempt.toOutcome);
+      } catch (error) {
+        // Nothing was committed: give the claim back so that a retry runs at once (E4).
+        await releaseClaim(scope, key, record);
+        throw attempt.failure(error, 'complete');
+      }
+      if (done.completed) return completed(endpoint, record, done.result, attempt.stored());
+
+      emit({ type: 'fenced', scope, key, generation: record.generation });
+      let current;
+      try {
+        current = await store.get(scope, key);
+      } catch (error) {
+        emit({ type: 'storeError', scope, key, operation: 'claim', error, willRetry: false });
+        throw new StoreUnavailableError(unavailableRetryAfter, error);
+      }
+      if (current && isReplayable(current)) return replay<T>(endpoint, current);
+      emit({ type: 'conflict', scope, key, retryAfter: conflictRetryAfter });
+      throw new RequestInProgressError(Math.max(1, conflictRetryAfter));
+    },
   };
+
+  /** An {@link ExecuteRequest} with the engine's defaults filled in. */
+  function resolve(request: ExecuteRequest) {
+    const { scope, key, fingerprint } = request;
+    const serializer = request.serializer ?? defaultSerializer;
+    const errors = request.errors ?? defaultErrorCodec;
+    return {
+      scope,
+      key,
+      fingerprint,
+      serializer,
+      errors,
+      leaseMs: request.lease === undefined ? policy.leaseMs : toMilliseconds(request.lease),
+      retentionMs: request.retention === undefined ? policy.retentionMs : toMilliseconds(request.retention),
+      expiredReuse: request.expiredReuse ?? policy.expiredReuse,
+      /** What is stored of a handler's result: serialized, error described, size bounded. */
+      toOutcome: (result: AtomicResult<unknown>) => boundedOutcome(toStoredOutcome(result, serializer, errors), maxStoredBytes),
+    };
+  }
+  type Endpoint = ReturnType<typeof resolve>;
+
+  function claimRequest({ scope, key, fingerprint, leaseMs, retentionMs, expiredReuse }: Endpoint) {
+    return { scope, key, fingerprint, token: randomUUID(), leaseMs, retentionMs, expiredReuse };
+  }
+
+  async function claimOrFail(endpoint: Endpoint): Promise<ClaimResult> {
+    try {
+      return await store.claim(claimRequest(endpoint));
+    } catch (error) {
+      emit({ type: 'storeError', scope: endpoint.scope, key: endpoint.key, operation: 'claim', error, willRetry: false });
+      throw new StoreUnavailableError(unavailableRetryAfter, error);
+    }
+  }
+
+  /** The key already has a live record: 422 (expired with `reject`, or another payload), a replay, or 409. */
+  function answerExisting<T>(endpoint: Endpoint, claim: Extract<ClaimResult, { outcome: 'existing' }>): ExecuteResult<T> {
+    const { scope, key, fingerprint } = endpoint;
+    const { record, now, expired } = claim;
+    if (expired) {
+      const previous = describeGeneration(record);
+      emit({ type: 'expiredKeyRejected', scope, key, previous });
+      throw new KeyExpiredError({ firstSeenAt: record.createdAt, completedAt: record.completedAt, expiresAt: record.expiresAt, status: previous.status });
+    }
+    if (record.fingerprint !== null && fingerprint !== null && record.fingerprint !== fingerprint) {
+      emit({ type: 'mismatch', scope, key });
+      throw new FingerprintMismatchError();
+    }
+    if (isReplayable(record)) return replay<T>(endpoint, record);
+    const leaseLeft = Math.ceil((record.leaseUntil.getTime() - now.getTime()) / 1000);
+    const retryAfter = Math.max(1, Math.min(conflictRetryAfter, leaseLeft));
+    emit({ type: 'conflict', scope, key, retryAfter });
+    throw new RequestInProgressError(retryAfter);
+  }
+
+  function replay<T>({ scope, key, serializer, errors }: Endpoint, record: IdempotencyRecord & { outcome: StoredOutcome & { body: string } }): ExecuteResult<T> {
+    const { kind, status, body } = record.outcome;
+    emit({ type: 'replayed', scope, key, generation: record.generation, status });
+    if (kind === 'success') return { ok: true, value: deserializeValue(serializer, body) as T, replayed: true, generation: record.generation };
+    return { ok: false, error: errors.revive(JSON.parse(body) as StoredErrorDescription), replayed: true, generation: record.generation };
+  }
+
+  function announceClaim({ scope, key }: Endpoint, claim: Extract<ClaimResult, { outcome: 'claimed' }>): void {
+    const { record } = claim;
+    if (claim.expired) {
+      emit({ type: 'expiredKeyReused', scope, key, generation: record.generation, previous: describeGeneration(claim.expired) });
+    }
+    if (claim.takeover) {
+      emit({ type: 'staleTakeover', scope, key, generation: record.generation, previousLeaseUntil: claim.takeover.previousLeaseUntil, takeovers: record.takeovers });
+    }
+    emit({ type: 'claimed', scope, key, generation: record.generation });
+  }
+
+  function claimContext({ scope, key }: Endpoint, { generation, token }: IdempotencyRecord, tx?: unknown): ClaimContext {
+    const claim: ClaimContext = { scope, key, generation, token, deriveKey: (label) => deriveKey({ scope, key, generation }, label) };
+    if (tx !== undefined) claim.tx = tx;
+    return claim;
+  }
+
+  /** An atomic execution committed: the `completed` event, and the handler's result for the client. */
+  function completed<T>({ scope, key }: Endpoint, record: IdempotencyRecord, result: AtomicResult<T>, stored: StoredOutcome | undefined): ExecuteResult<T> {
+    if (stored) emit({ type: 'completed', scope, key, generation: record.generation, status: stored.status, outcomeKind: stored.kind });
+    return { ...result, replayed: false, generation: record.generation };
+  }
+
+  /**
+   * The callbacks one atomic execution hands the store, and how a rejection of the store is
+   * answered: errors of idem's own making (a `HandlerNotStartedError`, an error codec that
+   * threw, an async handler on SQLite) are rethrown as they are; anything else means the
+   * transaction did not commit: 503.
+   */
+  function atomicAttempt<T>(endpoint: Endpoint, atomic: AtomicMode, handler: (tx: unknown, claim: ClaimContext) => Promise<T> | T) {
+    const own = new Set<unknown>();
+    let returnedPromise = false;
+    let stored: StoredOutcome | undefined;
+    return {
+      run(tx: unknown, record: IdempotencyRecord): Promise<T> | T {
+        const value = handler(tx, claimContext(endpoint, record, tx));
+        if (isThenable(value)) returnedPromise = true;
+        return value;
+      },
+      toOutcome(result: AtomicResult<T>): StoredOutcome {
+        stored = undefined;
+        try {
+          // E4: a handler that did not start leaves nothing behind — here, by rolling back.
+          if (!result.ok && result.error instanceof HandlerNotStartedError) throw result.error;
+          return (stored = endpoint.toOutcome(result));
+        } catch (error) {
+          own.add(error);
+          throw error;
+        }
+      },
+      /** The outcome the committed transaction stored. */
+      stored: () => stored,
+      failure(error: unknown, operation: 'claim' | 'complete'): unknown {
+        if (own.has(error)) return error instanceof HandlerNotStartedError ? error.cause : error;
+        if (returnedPromise && atomic.atomicHandlers === 'synchronous') return error;
+        emit({ type: 'storeError', scope: endpoint.scope, key: endpoint.key, operation, error, willRetry: false });
+        return new StoreUnavailableError(unavailableRetryAfter, error);
+      },
+    };
+  }
 
   async function releaseClaim(scope: string, key: string, record: IdempotencyRecord) {
     try {
@@ -279,7 +423,7 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
   }
 }
 
-function toStoredOutcome<T>(result: ExecuteResult<T>, serializer: OutcomeSerializer, errors: ErrorCodec): StoredOutcome {
+function toStoredOutcome<T>(result: AtomicResult<T>, serializer: OutcomeSerializer, errors: ErrorCodec): StoredOutcome {
   if (result.ok) {
     try {
       return { kind: 'success', status: 200, body: serializeValue(serializer, result.value) };
@@ -311,6 +455,29 @@ function boundedOutcome(outcome: StoredOutcome, maxStoredBytes: number): StoredO
     data: { executed: true, outcomeKind: outcome.kind, status: outcome.status, bytes: size, maxStoredBytes },
   };
   return { kind: 'error', status: 500, body: JSON.stringify(description) };
+}
+
+const SYNCHRONOUS_HANDLER_REQUIRED = '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
+
+function atomicModeOf(store: IdempotencyStore): AtomicMode {
+  const { atomicHandlers, atomicClaim, atomicComplete } = store;
+  if (atomicHandlers === undefined || !atomicClaim || !atomicComplete) {
+    throw new TypeError('[idem] this store has no atomic mode: use a store that implements it (@idem/drizzle on PostgreSQL or SQLite), or `execute`');
+  }
+  return { atomicHandlers, atomicClaim: atomicClaim.bind(store), atomicComplete: atomicComplete.bind(store) };
+}
+
+function isReplayable(record: IdempotencyRecord): record is IdempotencyRecord & { outcome: StoredOutcome & { body: string } } {
+  return record.state === 'completed' && record.outcome !== null && record.outcome.body !== null;
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (typeof value === 'object' || typeof value === 'function') && value !== null && typeof (value as { then?: unknown }).then === 'function';
+}
+
+/** A native `async` function: refused before it runs on a store whose transactions are synchronous. */
+function isAsyncFunction(fn: Function): boolean {
+  return Object.prototype.toString.call(fn) === '[object AsyncFunction]';
 }
 
 function describeGeneration(record: IdempotencyRecord): ExpiredGeneration {

@@ -104,11 +104,63 @@ export interface TimelineEntry {
   takeovers: number;
 }
 
+/** What a handler run inside a store transaction did: returned a value or threw. */
+export type AtomicResult<T> = { ok: true; value: T } | { ok: false; error: unknown };
+
+/**
+ * Atomic mode, an optional capability (`engine.executeAtomic`): the handler runs inside the
+ * store's database transaction and gets its handle, so that its own writes commit together
+ * with the claim and the stored outcome, or not at all. A crash before the commit leaves
+ * nothing: the retry executes cleanly. `MemoryStore` has no atomic mode; `@idem/drizzle`
+ * implements it on PostgreSQL and SQLite.
+ *
+ * In both methods `run` is called at most once, on a savepoint: when it throws, its writes are
+ * rolled back to the savepoint and the error is kept as its result (E4: stored). `toOutcome`
+ * turns the result into the outcome stored in the same transaction; when it throws, the whole
+ * transaction is rolled back and the method rejects with its error. Any other rejection means
+ * the transaction did not commit (the backend failed).
+ */
+export interface AtomicMode {
+  /**
+   * `'synchronous'`: `run` must return its value, not a promise (better-sqlite3, whose
+   * transactions cannot span an `await`); a thenable is refused with a `TypeError` and the
+   * transaction rolled back. `'asynchronous'`: `run` may await (PostgreSQL).
+   */
+  readonly atomicHandlers: 'synchronous' | 'asynchronous';
+
+  /**
+   * Rule 1 of `claim` and the whole execution, in one transaction: inserts the claim
+   * (`INSERT … ON CONFLICT DO NOTHING`); when (scope, key) already has a record, rolls back and
+   * answers `{ executed: false }` (the engine then takes the normal `claim` path). Otherwise runs
+   * `run(tx, record)`, stores `toOutcome(result)` as with `complete`, and commits.
+   * `record` is the claim the handler ran under, as claimed.
+   */
+  atomicClaim<T>(
+    request: ClaimRequest,
+    run: (tx: unknown, record: IdempotencyRecord) => T | Promise<T>,
+    toOutcome: (result: AtomicResult<T>) => StoredOutcome,
+  ): Promise<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { executed: false }>;
+
+  /**
+   * For a claim already held by `token` (taken over, reclaimed after a release, a reuse after
+   * expiry): in one transaction, locks the record if `token` still owns it `processing`, runs
+   * `run(tx, record)` and stores `toOutcome(result)`. When `token` no longer owns the record
+   * (fenced out, E6), rolls everything back — the handler's writes too — and answers
+   * `{ completed: false }`; the handler may then not have run at all.
+   */
+  atomicComplete<T>(
+    args: { scope: string; key: string; token: string },
+    run: (tx: unknown, record: IdempotencyRecord) => T | Promise<T>,
+    toOutcome: (result: AtomicResult<T>) => StoredOutcome,
+  ): Promise<{ completed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { completed: false }>;
+}
+
 /**
  * The contract every store implements. All methods may reject when the backend is
- * unreachable; the engine turns that into a 503 (E5).
+ * unreachable; the engine turns that into a 503 (E5). The members of {@link AtomicMode} are
+ * optional: a store has all of them or none.
  */
-export interface IdempotencyStore {
+export interface IdempotencyStore extends Partial<AtomicMode> {
   /**
    * Atomically claims (scope, key) — exactly one concurrent caller wins (E1) — or answers
    * with the live record. Rules, all evaluated with the store's clock `now`:

@@ -1,0 +1,28 @@
+/**
+ * Atomic mode is a store capability: the engine and the adapters refuse it, before anything
+ * runs, on a store that does not have it. Its behaviour on real databases is tested in
+ * packages/drizzle/test/atomic.test.ts and, over HTTP, in the adapters' atomic tests.
+ */
+import { describe, expect, it } from 'vitest';
+import { createAdapterEngine, createEngine, MemoryStore } from '@idem/core';
+
+describe('atomic mode without a store that has it', () => {
+  it('executeAtomic on a MemoryStore is refused with a TypeError, and the handler does not run', async () => {
+    const store = new MemoryStore();
+    let runs = 0;
+    await expect(
+      createEngine({ store }).executeAtomic({ scope: 'acct_1/pay', key: 'k-1', fingerprint: null }, () => {
+        runs++;
+      }),
+    ).rejects.toThrow(new TypeError('[idem] this store has no atomic mode: use a store that implements it (@idem/drizzle on PostgreSQL or SQLite), or `execute`'));
+    expect(runs).toBe(0);
+    expect(await store.get('acct_1/pay', 'k-1')).toBeNull();
+  });
+
+  it('an adapter created with atomic: true on a MemoryStore is refused at once', () => {
+    expect(() => createAdapterEngine({ store: new MemoryStore(), principal: () => 'p', atomic: true }, 'idempotency()')).toThrow(
+      /^\[idem\] idempotency\(\): `atomic: true` needs a store with atomic mode/,
+    );
+    expect(() => createAdapterEngine({ store: new MemoryStore(), principal: () => 'p', atomic: false }, 'idempotency()')).not.toThrow();
+  });
+});
