@@ -34,3 +34,15 @@ export const postgresClock: DatabaseClock = {
   after: (ms) => sql`(${postgresNow} + ${ms}::double precision * interval '1 millisecond')`,
   before: (ms) => sql`(${postgresNow} - ${ms}::double precision * interval '1 millisecond')`,
 };
+
+/**
+ * PostgreSQL's clock at the start of the current statement. In a one-statement transaction it is
+ * `postgresClock`; in atomic mode, where the handler runs between the claim and the completion
+ * in one transaction, it gives the completion its own time instead of the claim's.
+ */
+const postgresStatementNow = sql`date_trunc('milliseconds', statement_timestamp())`;
+export const postgresStatementClock: DatabaseClock = {
+  now: postgresStatementNow,
+  after: (ms) => sql`(${postgresStatementNow} + ${ms}::double precision * interval '1 millisecond')`,
+  before: (ms) => sql`(${postgresStatementNow} - ${ms}::double precision * interval '1 millisecond')`,
+};

@@ -1,15 +1,25 @@
 /**
  * `createDrizzleStore`: the store contract over drizzle, for SQLite and PostgreSQL. The rules
- * of `claim` are evaluated here, once, over the dialect's statements.
+ * of `claim` and the steps of atomic mode are written here, once, over the dialect's statements.
  */
-import { fingerprintsMatch, type ClaimRequest, type ClaimResult, type IdempotencyStore } from '@idem/core';
+import {
+  fingerprintsMatch,
+  type AtomicMode,
+  type AtomicResult,
+  type ClaimRequest,
+  type ClaimResult,
+  type IdempotencyRecord,
+  type IdempotencyStore,
+  type StoredOutcome,
+} from '@idem/core';
 import { detectDialect, type Dialect, type DrizzleDatabase } from './dialect.ts';
+import { chain, type Eventually } from './eventually.ts';
 import { definePgTables } from './pg-schema.ts';
 import { pgStatements } from './pg-store.ts';
 import { isExpired, toRecord, toTimeline, type LiveRow } from './record-rows.ts';
 import { defineSqliteTables } from './sqlite-schema.ts';
 import { sqliteStatements } from './sqlite-store.ts';
-import type { StoreStatements } from './store-statements.ts';
+import type { StoreStatements, TransactionStatements } from './store-statements.ts';
 import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
 
 export interface DrizzleStoreOptions {
@@ -21,8 +31,12 @@ export interface DrizzleStoreOptions {
   tables?: Partial<TableNames>;
 }
 
-/** An {@link IdempotencyStore} backed by drizzle, with the dialect and table names it uses. */
-export interface DrizzleStore extends IdempotencyStore {
+/**
+ * An {@link IdempotencyStore} backed by drizzle, with the dialect and table names it uses, and
+ * atomic mode: the handler gets the drizzle transaction (PostgreSQL: it may await; SQLite: it
+ * must be synchronous).
+ */
+export interface DrizzleStore extends Omit<IdempotencyStore, keyof AtomicMode>, AtomicMode {
   readonly dialect: Dialect;
   readonly tables: TableNames;
 }
@@ -32,6 +46,14 @@ const MAX_CLAIM_ROUNDS = 8;
 /** Rows deleted per statement by `purge`, so that no single statement holds locks for long. */
 const PURGE_BATCH = 5000;
 const DEFAULT_SWEEP_BATCH = 1000;
+
+/** Thrown inside an atomic-mode transaction to roll it back and answer `value`. */
+class Rollback<R> {
+  constructor(readonly value: R) {}
+}
+
+type Handler<T> = (tx: unknown, record: IdempotencyRecord) => T | Promise<T>;
+type ToOutcome<T> = (result: AtomicResult<T>) => StoredOutcome;
 
 /**
  * Creates the store over a drizzle instance: `drizzle-orm/node-postgres` or
@@ -65,6 +87,30 @@ function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): Dr
     return { outcome: 'existing', record: toRecord(row), now, expired: false };
   }
 
+  /** One transaction: committed with what `work` returns, rolled back when it throws (a {@link Rollback} answers its value). */
+  async function inTransaction<R>(work: (t: TransactionStatements) => Eventually<R>): Promise<R> {
+    try {
+      return await s.transaction(work);
+    } catch (error) {
+      if (error instanceof Rollback) return error.value as R;
+      throw error;
+    }
+  }
+
+  /**
+   * The handler on a savepoint, then its outcome stored if `record.token` still owns the claim;
+   * when it does not, everything is rolled back and `fenced` answered.
+   */
+  function runAndComplete<T, F>(t: TransactionStatements, record: IdempotencyRecord, run: Handler<T>, toOutcome: ToOutcome<T>, fenced: F): Eventually<AtomicResult<T>> {
+    const { scope, key, token } = record;
+    return chain(t.savepoint((tx) => run(tx, record)), (result) =>
+      chain(t.complete({ scope, key, token, outcome: toOutcome(result) }), (owned) => {
+        if (!owned) throw new Rollback(fenced);
+        return result;
+      }),
+    );
+  }
+
   return {
     dialect,
     tables,
@@ -84,6 +130,30 @@ function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): Dr
         if (result) return result;
       }
       throw new Error(`[idem] claim did not settle after ${MAX_CLAIM_ROUNDS} rounds of contention on one key`);
+    },
+
+    atomicHandlers: s.atomicHandlers,
+
+    atomicClaim<T>(request: ClaimRequest, run: Handler<T>, toOutcome: ToOutcome<T>) {
+      const notNew = { executed: false } as const;
+      return inTransaction<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | typeof notNew>((t) =>
+        chain(t.insertClaim(request), (row) => {
+          if (!row) throw new Rollback(notNew);
+          const record = toRecord(row);
+          return chain(runAndComplete(t, record, run, toOutcome, notNew), (result) => ({ executed: true as const, record, result }));
+        }),
+      );
+    },
+
+    atomicComplete<T>(owner: { scope: string; key: string; token: string }, run: Handler<T>, toOutcome: ToOutcome<T>) {
+      const fenced = { completed: false } as const;
+      return inTransaction<{ completed: true; record: IdempotencyRecord; result: AtomicResult<T> } | typeof fenced>((t) =>
+        chain(t.lockOwned(owner), (row) => {
+          if (!row) throw new Rollback(fenced);
+          const record = toRecord(row);
+          return chain(runAndComplete(t, record, run, toOutcome, fenced), (result) => ({ completed: true as const, record, result }));
+        }),
+      );
     },
 
     complete: (args) => s.complete(args),

@@ -2,10 +2,11 @@
  * The PostgreSQL statements. The hot path (claim, complete, release) is named prepared
  * statements, each one atomic statement; the reuse of an expired key is a short transaction
  * that locks the live row (`SELECT … FOR UPDATE`) and re-checks it, so that of two concurrent
- * reusers exactly one writes the next generation and the history row.
+ * reusers exactly one writes the next generation and the history row. Atomic mode runs the same
+ * claim and completion statements, unprepared, on the transaction's own connection.
  */
 import { and, eq, getTableColumns, getTableName, sql, type Placeholder, type SQL } from 'drizzle-orm';
-import { postgresClock as clock } from './database-clock.ts';
+import { postgresClock as clock, postgresStatementClock } from './database-clock.ts';
 import type { AnyPgDatabase } from './dialect.ts';
 import type { PgTables } from './pg-schema.ts';
 import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.ts';
@@ -18,10 +19,15 @@ import {
   freshClaim,
   historyCopy,
   outcomeParameters,
+  outcomePlaceholders,
+  outcomeValues,
+  ownerValues,
   takeover,
   type ClaimBindings,
+  type OutcomeBindings,
+  type OwnerBindings,
 } from './row-writes.ts';
-import type { StoreStatements } from './store-statements.ts';
+import type { StoreStatements, TransactionStatements } from './store-statements.ts';
 
 const param = sql.placeholder;
 
@@ -43,16 +49,25 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   const { keys, history } = tables;
   // A statement name stands for one text on each connection: the table names keep two stores apart.
   const name = (statement: string) => `idem:${statement}:${getTableName(keys)}:${getTableName(history)}`;
-  const thisKey = (b: ClaimBindings) => and(eq(keys.scope, b.scope), eq(keys.key, b.key));
+  const thisKey = (b: Pick<ClaimBindings, 'scope' | 'key'>) => and(eq(keys.scope, b.scope), eq(keys.key, b.key));
   const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) => sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
   const b = claimPlaceholders;
 
-  const insertClaim = db
-    .insert(keys)
-    .values({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
-    .onConflictDoNothing({ target: [keys.scope, keys.key] })
-    .returning()
-    .prepare(name('claim'));
+  // Built on `db` and prepared for the hot path, or on a transaction with bound values (atomic mode).
+  const claimInsert = (on: AnyPgDatabase, b: ClaimBindings) =>
+    on
+      .insert(keys)
+      .values({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
+      .onConflictDoNothing({ target: [keys.scope, keys.key] })
+      .returning();
+  const completeUpdate = (on: AnyPgDatabase, b: OwnerBindings, outcome: OutcomeBindings) =>
+    on
+      .update(keys)
+      .set(completion(postgresStatementClock, outcome))
+      .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`))
+      .returning({ token: keys.token });
+
+  const insertClaim = claimInsert(db, b).prepare(name('claim'));
 
   const readLive = db
     .select({ ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) })
@@ -82,12 +97,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     .returning()
     .prepare(name('takeover'));
 
-  const complete = db
-    .update(keys)
-    .set(completion(clock))
-    .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`))
-    .returning({ token: keys.token })
-    .prepare(name('complete'));
+  const complete = completeUpdate(db, b, outcomePlaceholders).prepare(name('complete'));
 
   const release = db
     .update(keys)
@@ -138,7 +148,36 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     .returning({ token: history.token })
     .prepare(name('purge_history'));
 
+  /** Atomic mode's statements on the transaction `tx`. */
+  const within = (tx: AnyPgDatabase): TransactionStatements => ({
+    async insertClaim(request) {
+      const [row] = await claimInsert(tx, claimValues(request, ''));
+      return row as LiveRow | undefined;
+    },
+    async lockOwned(owner) {
+      const v = ownerValues(owner);
+      const [row] = await tx
+        .select()
+        .from(keys)
+        .where(and(thisKey(v), eq(keys.token, v.token), sql`${keys.state} = 'processing'`))
+        .for('update');
+      return row as LiveRow | undefined;
+    },
+    async complete({ outcome, ...owner }) {
+      return (await completeUpdate(tx, ownerValues(owner), outcomeValues(outcome))).length === 1;
+    },
+    async savepoint(run) {
+      try {
+        return { ok: true, value: await tx.transaction(async (savepoint) => run(savepoint)) };
+      } catch (error) {
+        return { ok: false, error };
+      }
+    },
+  });
+
   return {
+    atomicHandlers: 'asynchronous',
+    transaction: (work) => db.transaction(async (tx) => work(within(tx))),
     async insertClaim(request) {
       const [row] = await insertClaim.execute(claimParameters(request));
       return row as LiveRow | undefined;

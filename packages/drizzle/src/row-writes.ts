@@ -51,6 +51,14 @@ export function claimValues(request: ClaimRequest, previousToken: string): Claim
   };
 }
 
+/** The bindings that name a record and its owner: what `complete` and atomic mode match on. */
+export type OwnerBindings = Pick<ClaimBindings, 'scope' | 'key' | 'token'>;
+
+/** {@link OwnerBindings} carrying the values themselves. */
+export function ownerValues({ scope, key, token }: { scope: string; key: string; token: string }): OwnerBindings {
+  return { scope: sql`${scope}`, key: sql`${key}`, token: sql`${token}` };
+}
+
 /** A `processing` claim owned by the request, with lease and retention from now (rules 1–3). */
 export function freshClaim(clock: DatabaseClock, b: ClaimBindings) {
   return {
@@ -75,19 +83,30 @@ export function takeover(clock: DatabaseClock, b: ClaimBindings, takeovers: SQLW
 }
 
 /** The outcome bindings of `complete`. */
-export const outcomePlaceholders = { kind: placeholder('kind'), status: placeholder('status'), body: placeholder('body') };
+export interface OutcomeBindings {
+  kind: SQL;
+  status: SQL;
+  body: SQL;
+}
+
+export const outcomePlaceholders: OutcomeBindings = { kind: placeholder('kind'), status: placeholder('status'), body: placeholder('body') };
 
 export function outcomeParameters(outcome: StoredOutcome) {
   return { kind: outcome.kind, status: outcome.status, body: outcome.body };
 }
 
-export function completion(clock: DatabaseClock) {
+/** {@link OutcomeBindings} carrying the values themselves. */
+export function outcomeValues(outcome: StoredOutcome): OutcomeBindings {
+  return { kind: sql`${outcome.kind}`, status: sql`${outcome.status}`, body: sql`${outcome.body}` };
+}
+
+export function completion(clock: DatabaseClock, outcome: OutcomeBindings = outcomePlaceholders) {
   return {
     state: sql`'completed'`,
     completedAt: clock.now,
-    outcomeKind: outcomePlaceholders.kind,
-    outcomeStatus: outcomePlaceholders.status,
-    body: outcomePlaceholders.body,
+    outcomeKind: outcome.kind,
+    outcomeStatus: outcome.status,
+    body: outcome.body,
   };
 }
 

@@ -2,10 +2,13 @@
  * The SQLite statements, prepared once per store. SQLite has a single writer, so each
  * statement is atomic on its own; the reuse of an expired key runs in a synchronous
  * `BEGIN IMMEDIATE` transaction (a better-sqlite3 transaction must not contain an `await`).
+ * Atomic mode runs the same prepared statements inside such a transaction, around a handler that
+ * must be synchronous too.
  */
 import { and, eq, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { sqliteClock as clock } from './database-clock.ts';
 import type { SyncSQLiteDatabase } from './dialect.ts';
+import { isThenable } from './eventually.ts';
 import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.ts';
 import {
   archiving,
@@ -18,7 +21,9 @@ import {
   takeover,
 } from './row-writes.ts';
 import type { SqliteTables } from './sqlite-schema.ts';
-import type { StoreStatements } from './store-statements.ts';
+import type { StoreStatements, TransactionStatements } from './store-statements.ts';
+
+const SYNCHRONOUS_HANDLER_REQUIRED = '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
 
 const param = sql.placeholder;
 
@@ -102,6 +107,12 @@ export function sqliteStatements(db: SyncSQLiteDatabase, tables: SqliteTables): 
 
   const getLive = db.select().from(keys).where(thisKey).prepare();
 
+  const readOwned = db
+    .select()
+    .from(keys)
+    .where(and(thisKey, ownedBy(b.token), sql`${keys.state} = 'processing'`))
+    .prepare();
+
   const historyOf = db
     .select()
     .from(history)
@@ -140,7 +151,46 @@ export function sqliteStatements(db: SyncSQLiteDatabase, tables: SqliteTables): 
     .returning({ token: history.token })
     .prepare();
 
+  /**
+   * Atomic mode's statements inside the transaction `tx`: the prepared statements themselves
+   * (one connection), the write lock held since `BEGIN IMMEDIATE`.
+   */
+  const within = (tx: SyncSQLiteDatabase): TransactionStatements => ({
+    insertClaim: (request) => insertClaim.get(claimParameters(request)) as LiveRow | undefined,
+    lockOwned: (owner) => readOwned.get(owner) as LiveRow | undefined,
+    complete: ({ scope, key, token, outcome }) => complete.all({ scope, key, token, ...outcomeParameters(outcome) }).length === 1,
+    savepoint(run) {
+      const refusal = new TypeError(SYNCHRONOUS_HANDLER_REQUIRED);
+      try {
+        const value = tx.transaction((savepoint) => {
+          const result = run(savepoint);
+          if (isThenable(result)) {
+            // Refused, not awaited: its rejection must not surface as an unhandled one.
+            result.then(undefined, () => {});
+            throw refusal;
+          }
+          return result;
+        });
+        return { ok: true, value };
+      } catch (error) {
+        if (error === refusal) throw error;
+        return { ok: false, error };
+      }
+    },
+  });
+
   return {
+    atomicHandlers: 'synchronous',
+    async transaction(work) {
+      return db.transaction(
+        (tx) => {
+          const done = work(within(tx));
+          if (isThenable(done)) throw new TypeError('[idem] a SQLite transaction cannot wait for a promise');
+          return done;
+        },
+        { behavior: 'immediate' },
+      );
+    },
     async insertClaim(request) {
       return insertClaim.get(claimParameters(request)) as LiveRow | undefined;
     },

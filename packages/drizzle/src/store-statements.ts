@@ -3,7 +3,8 @@
  * reuse of an expired key, one transaction) evaluated with the database clock. The rules that
  * choose between them live once, in `drizzle-store.ts`.
  */
-import type { ClaimRequest, StoredOutcome } from '@idem/core';
+import type { AtomicResult, ClaimRequest, StoredOutcome } from '@idem/core';
+import type { Eventually } from './eventually.ts';
 import type { HistoryRow, LiveRow } from './record-rows.ts';
 
 export interface StoreStatements {
@@ -33,4 +34,28 @@ export interface StoreStatements {
   /** Deletes up to `limit` history rows archived before now - `olderThanMs`; returns how many. */
   purgeHistory(olderThanMs: number, limit: number): Promise<number>;
   ping(): Promise<void>;
+
+  /** Atomic mode: whether a handler may await inside a transaction (see `AtomicMode.atomicHandlers`). */
+  readonly atomicHandlers: 'synchronous' | 'asynchronous';
+  /**
+   * Atomic mode: runs `work` in one transaction, committed when it returns and rolled back when
+   * it throws. On SQLite `work` and everything it calls are synchronous (`BEGIN IMMEDIATE`).
+   */
+  transaction<R>(work: (t: TransactionStatements) => Eventually<R>): Promise<R>;
+}
+
+/** The statements of atomic mode, bound to one open transaction. */
+export interface TransactionStatements {
+  /** Rule 1 of `claim`, inside the transaction; on PostgreSQL it waits for a concurrent claim of the key to commit or roll back. */
+  insertClaim(request: ClaimRequest): Eventually<LiveRow | undefined>;
+  /** The live row if `token` owns it `processing`, locked until the transaction ends (`FOR UPDATE`; SQLite's write lock). */
+  lockOwned(owner: { scope: string; key: string; token: string }): Eventually<LiveRow | undefined>;
+  /** `complete`, inside the transaction. */
+  complete(args: { scope: string; key: string; token: string; outcome: StoredOutcome }): Eventually<boolean>;
+  /**
+   * Runs the handler on a savepoint, handing it the (nested) drizzle transaction: when it throws,
+   * its writes are rolled back to the savepoint and its error is the result. On SQLite a handler
+   * that returns a promise is refused with a `TypeError` that rolls the whole transaction back.
+   */
+  savepoint<T>(run: (tx: unknown) => T | Promise<T>): Eventually<AtomicResult<T>>;
 }
