@@ -1,0 +1,256 @@
+/**
+ * Part 1, floor vs engine, per operation, one connection, sequential:
+ * (a) the raw driver running the store's own claim and completion SQL as two prepared
+ *     statements (better-sqlite3 `prepare`, pg named queries);
+ * (b) idem's engine on the fresh path, `createEngine({ store: createDrizzleStore(db) })`;
+ * (c) idem's replay of a completed key vs one raw `SELECT` by primary key.
+ * The Drizzle store alone (`store.claim` + `store.complete`) is measured too, to tell the
+ * store's cost from the engine's. The floor's SQL is captured from the store itself, so both
+ * sides run the very same statements on the same tables and indexes.
+ */
+import { randomUUID } from 'node:crypto';
+import { createEngine, sha256, type IdempotencyStore } from '@idem/core';
+import { createDrizzleStore } from '@idem/drizzle';
+import { drizzle as drizzleSqlite } from 'drizzle-orm/better-sqlite3';
+import { drizzle as drizzlePostgres } from 'drizzle-orm/node-postgres';
+import { openBenchPostgres, openBenchSqlite, type BenchDatabase } from './databases.ts';
+import { interleave, median, medianRatio, ratioSpread, timeBatch, type Variant } from './measure.ts';
+
+const SCOPE = 'acct_42/payments.create';
+const FINGERPRINT = sha256('{"amount":1200,"currency":"EUR"}');
+const VALUE = { id: 'pay_4f1c2d', amount: 1200, currency: 'EUR', createdAt: '2026-01-01T00:00:00.000Z' };
+const BODY = JSON.stringify(VALUE);
+const LEASE_MS = 30_000;
+const RETENTION_MS = 86_400_000;
+/** Completed keys the replay variants cycle through. */
+const REPLAY_KEYS = 1000;
+
+/** A target the floor comparison asserts. */
+export interface Target {
+  ratio: number;
+  /** The ratio may be at most this. */
+  atMost: number;
+  met: boolean;
+}
+
+export interface FloorResult {
+  store: 'sqlite' | 'postgres';
+  opsPerBatch: number;
+  rounds: number;
+  /** Median µs per operation, per variant. */
+  microsPerOp: Record<string, number>;
+  /** Median of per-round ratios, with their 25th/75th percentiles. */
+  ratios: Record<string, { median: number; p25: number; p75: number }>;
+  targets: { engineFreshVsFloor: Target; replayVsOneStatement: Target };
+  /** The store's SQL the floor runs (as captured from the store). */
+  sql: { claim: string; complete: string; read: string };
+}
+
+export interface FloorOptions {
+  quick: boolean;
+  stores: ReadonlyArray<'sqlite' | 'postgres'>;
+}
+
+export async function runFloor({ quick, stores }: FloorOptions): Promise<FloorResult[]> {
+  const results: FloorResult[] = [];
+  for (const store of stores) {
+    const database = store === 'sqlite' ? await openBenchSqlite() : await openBenchPostgres({ max: 1 });
+    try {
+      results.push(await compare(database, quick));
+    } finally {
+      await database.close();
+    }
+  }
+  return results;
+}
+
+/** The raw statements of one dialect, each a function of plain values. */
+interface RawStatements {
+  claim(key: string, token: string): Promise<void> | void;
+  complete(key: string, token: string): Promise<void> | void;
+  selectByKey(key: string): Promise<void> | void;
+  /** What the store runs on a replay: the claim (conflicting, no row) then the read. */
+  claimThenRead(key: string, token: string): Promise<void> | void;
+}
+
+interface Captured {
+  sql: string;
+  params: unknown[];
+}
+
+async function compare(database: BenchDatabase, quick: boolean): Promise<FloorResult> {
+  const sql = await captureStoreSql(database);
+  const raw = database.dialect === 'sqlite' ? sqliteStatements(database, sql) : postgresStatements(database, sql);
+  const store = createDrizzleStore(database.db);
+  const engine = createEngine({ store });
+
+  const replayKeys = Array.from({ length: REPLAY_KEYS }, () => randomUUID());
+  for (const key of replayKeys) await engine.execute({ scope: SCOPE, key, fingerprint: FINGERPRINT }, () => VALUE);
+
+  const sync = database.dialect === 'sqlite';
+  const opsPerBatch = sync ? (quick ? 200 : 400) : quick ? 50 : 100;
+  const rounds = quick ? 5 : 21;
+  let cursor = 0;
+  const nextReplayKey = () => replayKeys[cursor++ % REPLAY_KEYS]!;
+
+  // better-sqlite3 is synchronous: its floor is timed without an `await` per call, which the
+  // raw driver would never need; the engine's API is asynchronous, so it pays for its awaits.
+  const rawBatch = (op: (i: number) => unknown): (() => Promise<number> | number) =>
+    sync ? () => timeSync(opsPerBatch, op) : () => timeBatch(opsPerBatch, op);
+
+  const variants: Variant[] = [
+    {
+      name: 'raw claim + complete',
+      batch: rawBatch(() => {
+        const key = randomUUID();
+        const token = randomUUID();
+        const claimed = raw.claim(key, token);
+        return claimed instanceof Promise ? claimed.then(() => raw.complete(key, token)) : raw.complete(key, token);
+      }),
+    },
+    { name: 'store claim + complete', batch: () => timeBatch(opsPerBatch, () => storeFresh(store)) },
+    {
+      name: 'engine fresh',
+      batch: () => timeBatch(opsPerBatch, () => engine.execute({ scope: SCOPE, key: randomUUID(), fingerprint: FINGERPRINT }, () => VALUE)),
+    },
+    { name: 'raw SELECT by key', batch: rawBatch(() => raw.selectByKey(nextReplayKey())) },
+    { name: 'raw claim (conflict) + read', batch: rawBatch(() => raw.claimThenRead(nextReplayKey(), randomUUID())) },
+    { name: 'store replay (claim)', batch: () => timeBatch(opsPerBatch, () => storeReplay(store, nextReplayKey())) },
+    {
+      name: 'engine replay',
+      batch: () => timeBatch(opsPerBatch, async () => {
+        const result = await engine.execute({ scope: SCOPE, key: nextReplayKey(), fingerprint: FINGERPRINT }, () => VALUE);
+        if (!result.replayed) throw new Error('[bench] expected a replay');
+      }),
+    },
+  ];
+
+  const times = await interleave(variants, { rounds, warmupRounds: quick ? 1 : 2 });
+  const microsPerOp = Object.fromEntries(Object.entries(times).map(([name, values]) => [name, median(values) / 1000]));
+  const ratio = (numerator: string, denominator: string) => {
+    const [p25, p75] = ratioSpread(times, numerator, denominator);
+    return { median: medianRatio(times, numerator, denominator), p25, p75 };
+  };
+  const ratios = {
+    'store claim + complete / raw claim + complete': ratio('store claim + complete', 'raw claim + complete'),
+    'engine fresh / raw claim + complete': ratio('engine fresh', 'raw claim + complete'),
+    'engine fresh / store claim + complete': ratio('engine fresh', 'store claim + complete'),
+    'raw claim (conflict) + read / raw SELECT by key': ratio('raw claim (conflict) + read', 'raw SELECT by key'),
+    'store replay (claim) / raw SELECT by key': ratio('store replay (claim)', 'raw SELECT by key'),
+    'engine replay / raw SELECT by key': ratio('engine replay', 'raw SELECT by key'),
+  };
+  const target = (value: number, atMost: number): Target => ({ ratio: value, atMost, met: value <= atMost });
+  return {
+    store: database.dialect,
+    opsPerBatch,
+    rounds,
+    microsPerOp,
+    ratios,
+    targets: {
+      engineFreshVsFloor: target(ratios['engine fresh / raw claim + complete'].median, 1.15),
+      replayVsOneStatement: target(ratios['engine replay / raw SELECT by key'].median, 1.15),
+    },
+    sql: { claim: sql.claim.sql, complete: sql.complete.sql, read: sql.read.sql },
+  };
+}
+
+function timeSync(count: number, op: (i: number) => unknown): number {
+  const start = process.hrtime.bigint();
+  for (let i = 0; i < count; i++) op(i);
+  return Number(process.hrtime.bigint() - start) / count;
+}
+
+async function storeFresh(store: IdempotencyStore): Promise<void> {
+  const key = randomUUID();
+  const claim = await store.claim({ scope: SCOPE, key, fingerprint: FINGERPRINT, token: randomUUID(), leaseMs: LEASE_MS, retentionMs: RETENTION_MS, expiredReuse: 'execute' });
+  if (claim.outcome !== 'claimed') throw new Error('[bench] expected a fresh claim');
+  await store.complete({ scope: SCOPE, key, token: claim.record.token, outcome: { kind: 'success', status: 200, body: BODY } });
+}
+
+async function storeReplay(store: IdempotencyStore, key: string): Promise<void> {
+  const claim = await store.claim({ scope: SCOPE, key, fingerprint: FINGERPRINT, token: randomUUID(), leaseMs: LEASE_MS, retentionMs: RETENTION_MS, expiredReuse: 'execute' });
+  if (claim.outcome !== 'existing') throw new Error('[bench] expected an existing record');
+}
+
+/**
+ * Runs one fresh claim, its completion and one replay through a store over a logging drizzle
+ * instance on the same connection, and answers the SQL it sent. Checks the parameter order
+ * the floor binds, so that a change to the store's statements fails loudly here.
+ */
+async function captureStoreSql(database: BenchDatabase): Promise<{ claim: Captured; complete: Captured; read: Captured }> {
+  const captured: Captured[] = [];
+  const logger = { logQuery: (sql: string, params: unknown[]) => void captured.push({ sql, params }) };
+  const db = database.dialect === 'sqlite' ? drizzleSqlite(database.client, { logger }) : drizzlePostgres(database.pool, { logger });
+  const store = createDrizzleStore(db);
+  const key = `capture-${randomUUID()}`;
+  const token = randomUUID();
+  const request = { scope: SCOPE, key, fingerprint: FINGERPRINT, token, leaseMs: LEASE_MS, retentionMs: RETENTION_MS, expiredReuse: 'execute' } as const;
+  await store.claim(request);
+  await store.complete({ scope: SCOPE, key, token, outcome: { kind: 'success', status: 200, body: BODY } });
+  const mark = captured.length;
+  await store.claim({ ...request, token: randomUUID() });
+  const [claim, complete] = captured;
+  const read = captured.slice(mark).find((entry) => /^select /i.test(entry.sql));
+  if (!claim || !complete || !read || !/^insert into "idem_keys"/i.test(claim.sql) || !/^update "idem_keys" set "state" = 'completed'/i.test(complete.sql)) {
+    throw new Error(`[bench] the store's statements changed; update bench/floor.ts:\n${captured.map((entry) => entry.sql).join('\n')}`);
+  }
+  expectParams(claim, [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
+  expectParams(complete, ['success', 200, BODY, SCOPE, key, token]);
+  expectParams(read, [SCOPE, key]);
+  return { claim, complete, read };
+}
+
+function expectParams(statement: Captured, expected: unknown[]): void {
+  if (JSON.stringify(statement.params) !== JSON.stringify(expected)) {
+    throw new Error(`[bench] the store binds ${JSON.stringify(statement.params)} to\n${statement.sql}\nbut bench/floor.ts expects ${JSON.stringify(expected)}`);
+  }
+}
+
+function sqliteStatements(database: Extract<BenchDatabase, { dialect: 'sqlite' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+  const claim = database.client.prepare(sql.claim.sql);
+  const complete = database.client.prepare(sql.complete.sql);
+  const read = database.client.prepare(sql.read.sql);
+  const select = database.client.prepare('SELECT * FROM "idem_keys" WHERE "scope" = ? AND "key" = ?');
+  return {
+    claim(key, token) {
+      if (!claim.get(SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS)) throw new Error('[bench] raw claim lost');
+    },
+    complete(key, token) {
+      // Stepped to SQLITE_DONE (`all`), as the store does: `get` resets a write … RETURNING
+      // before DONE, which skips SQLite's WAL auto-checkpoint, so the WAL would grow without
+      // bound (195 MB after 20,000 inserts here) and the floor would not be one a server runs on.
+      if (complete.all('success', 200, BODY, SCOPE, key, token).length !== 1) throw new Error('[bench] raw complete lost');
+    },
+    selectByKey(key) {
+      if (!select.get(SCOPE, key)) throw new Error('[bench] raw select found nothing');
+    },
+    claimThenRead(key, token) {
+      if (claim.get(SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS)) throw new Error('[bench] expected a conflict');
+      if (!read.get(SCOPE, key)) throw new Error('[bench] raw read found nothing');
+    },
+  };
+}
+
+function postgresStatements(database: Extract<BenchDatabase, { dialect: 'postgres' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+  const { pool } = database;
+  const named = (name: string, text: string) => (values: unknown[]) => pool.query({ name: `bench:${name}`, text, values });
+  const claim = named('claim', sql.claim.sql);
+  const complete = named('complete', sql.complete.sql);
+  const read = named('read', sql.read.sql);
+  const select = named('select', 'SELECT * FROM "idem_keys" WHERE "scope" = $1 AND "key" = $2');
+  return {
+    async claim(key, token) {
+      if ((await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS])).rowCount !== 1) throw new Error('[bench] raw claim lost');
+    },
+    async complete(key, token) {
+      if ((await complete(['success', 200, BODY, SCOPE, key, token])).rowCount !== 1) throw new Error('[bench] raw complete lost');
+    },
+    async selectByKey(key) {
+      if ((await select([SCOPE, key])).rowCount !== 1) throw new Error('[bench] raw select found nothing');
+    },
+    async claimThenRead(key, token) {
+      if ((await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS])).rowCount !== 0) throw new Error('[bench] expected a conflict');
+      if ((await read([SCOPE, key])).rowCount !== 1) throw new Error('[bench] raw read found nothing');
+    },
+  };
+}

@@ -1,0 +1,140 @@
+/**
+ * The printed result: Markdown tables (readable in a terminal, pasted as they are into
+ * bench/README.md), one section per part.
+ */
+import type { FloorResult, Target } from './floor.ts';
+import type { HttpResult } from './http.ts';
+import type { MemoryResult } from './memory.ts';
+import type { ScaleResult } from './scale.ts';
+
+export interface MachineNotes {
+  date: string;
+  cpus: number;
+  cpuModel: string;
+  memoryGiB: number;
+  loadAverage: number[];
+  node: string;
+  postgres: string;
+  sqlite: string;
+  redis: string;
+}
+
+export function table(headers: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
+  const line = (cells: readonly string[]) => `| ${cells.join(' | ')} |`;
+  return [line(headers), line(headers.map(() => '---')), ...rows.map(line)].join('\n');
+}
+
+const fixed = (value: number, digits: number) => (Number.isFinite(value) ? value.toFixed(digits) : '—');
+const micros = (value: number | undefined) => (value === undefined ? '—' : value >= 100 ? fixed(value, 0) : fixed(value, 1));
+const ratio = (value: number) => `${fixed(value, 2)}×`;
+const spread = (r: { median: number; p25: number; p75: number }) => `**${ratio(r.median)}** (${fixed(r.p25, 2)}–${fixed(r.p75, 2)})`;
+const verdict = (target: Target) => `${target.met ? 'met' : 'missed'} (≤ ${target.atMost})`;
+const storeName = (store: string) => (store === 'sqlite' ? 'SQLite' : 'PostgreSQL');
+const thousands = (value: number) => Math.round(value).toLocaleString('en-US');
+
+export function renderMachine(notes: MachineNotes): string {
+  return table(
+    ['date', 'cpus', 'memory', 'load avg (1/5/15 min) at start', 'node', 'PostgreSQL', 'SQLite', 'Redis'],
+    [[notes.date, `${notes.cpus} × ${notes.cpuModel}`, `${fixed(notes.memoryGiB, 1)} GiB`, notes.loadAverage.map((l) => fixed(l, 2)).join(' / '), notes.node, notes.postgres, notes.sqlite, notes.redis]],
+  );
+}
+
+export function renderFloor(results: readonly FloorResult[]): string {
+  const fresh = table(
+    ['store', '(a) raw claim + complete, µs', 'Drizzle store claim + complete, µs', '(b) engine fresh, µs', 'store / a', '**b / a** (p25–p75)', 'target'],
+    results.map((r) => [
+      storeName(r.store),
+      micros(r.microsPerOp['raw claim + complete']),
+      micros(r.microsPerOp['store claim + complete']),
+      micros(r.microsPerOp['engine fresh']),
+      ratio(r.ratios['store claim + complete / raw claim + complete']!.median),
+      spread(r.ratios['engine fresh / raw claim + complete']!),
+      verdict(r.targets.engineFreshVsFloor),
+    ]),
+  );
+  const replay = table(
+    ['store', 'raw SELECT by key, µs', 'raw claim (conflict) + read, µs', 'Drizzle store replay claim, µs', '(c) engine replay, µs', 'raw claim + read / SELECT', '**c / SELECT** (p25–p75)', 'target'],
+    results.map((r) => [
+      storeName(r.store),
+      micros(r.microsPerOp['raw SELECT by key']),
+      micros(r.microsPerOp['raw claim (conflict) + read']),
+      micros(r.microsPerOp['store replay (claim)']),
+      micros(r.microsPerOp['engine replay']),
+      ratio(r.ratios['raw claim (conflict) + read / raw SELECT by key']!.median),
+      spread(r.ratios['engine replay / raw SELECT by key']!),
+      verdict(r.targets.replayVsOneStatement),
+    ]),
+  );
+  const shape = results.map((r) => `${storeName(r.store)}: ${r.rounds} rounds × ${r.opsPerBatch} ops per variant`).join('; ');
+  return `### 1. Floor vs engine, per operation (one connection, sequential)\n\nFresh path:\n\n${fresh}\n\nReplay path:\n\n${replay}\n\nMedians of per-batch µs/op; ratios are medians of per-round ratios (p25–p75 across rounds). ${shape}.`;
+}
+
+export function renderHttp(result: HttpResult): string {
+  const sections = [1, 64].map((connections) => {
+    const rows = result.rows
+      .filter((row) => row.connections === connections)
+      .map((row) => [
+        row.variant,
+        row.mode,
+        thousands(row.requestsPerSecond),
+        fixed(row.p50Ms, 2),
+        fixed(row.p99Ms, 2),
+        `**${ratio(row.ratioToBare)}**`,
+        row.ratioToTrpcBare === undefined ? '' : ratio(row.ratioToTrpcBare),
+        row.non2xx + row.errors === 0 ? '0' : `${row.non2xx} non-2xx, ${row.errors} errors`,
+      ]);
+    return `${connections} connection${connections === 1 ? '' : 's'}:\n\n${table(['variant', 'keys', 'req/s', 'p50 ms', 'p99 ms', 'req/s × bare', '× tRPC bare', 'failures'], rows)}`;
+  });
+  const checks = Object.entries(result.checks)
+    .map(([variant, check]) => `${variant}: ${check}`)
+    .join('; ');
+  return `### 2. End to end over HTTP (autocannon, loopback)\n\n${sections.join('\n\n')}\n\n${result.rounds} round(s) × ${result.durationSeconds} s per run after a ${result.warmupSeconds} s warm-up; medians over rounds, ratios against the bare handler of the same round. Fresh: a new key per request; replay: one key, stored before the run. Same key twice, per variant: ${checks}.`;
+}
+
+export function renderScale(result: ScaleResult): string {
+  const claims = table(
+    ['store', 'rows in the big table', 'bulk fill, s', 'claim, empty table, µs', 'claim, big table, µs', '**big / empty** (p25–p75)', 'target'],
+    result.claims.map((c) => [
+      storeName(c.store),
+      thousands(c.rowsInBigTable),
+      fixed(c.fillSeconds, 1),
+      micros(c.microsPerClaim.empty),
+      micros(c.microsPerClaim.big),
+      spread(c.ratio),
+      verdict(c.target),
+    ]),
+  );
+  const sweeps = table(
+    ['store', 'expired rows swept', 'sweep, rows/s (median batch)', 'sweep, rows/s (all batches)', 'naive row-by-row, rows/s', '**sweep / naive**'],
+    result.sweeps.map((s) => [
+      storeName(s.store),
+      thousands(s.sweepOverall.rows),
+      thousands(s.rowsPerSecond.sweep),
+      thousands(s.sweepOverall.rowsPerSecond),
+      thousands(s.rowsPerSecond.naive),
+      `**${fixed(s.speedup, 1)}×**`,
+    ]),
+  );
+  const shape = result.sweeps.map((s) => `${storeName(s.store)}: ${s.rounds} rounds of one ${s.batchSize}-row sweep batch and ${s.naiveRowsPerRound} naive rows`).join('; ');
+  return `### 3. Scale\n\nClaim latency (\`store.claim\`, fresh key) with half archived, half expired rows vs an empty table:\n\n${claims}\n\nSweep (\`store.sweep({ batchSize: 1000 })\`) vs a naive loop (SELECT one expired row, UPDATE it; raw prepared statements):\n\n${sweeps}\n\n${shape}.`;
+}
+
+export function renderMemory(results: readonly MemoryResult[]): string {
+  const rows = results.map((m) => {
+    const first = m.samples[0]!;
+    const last = m.samples[m.samples.length - 1]!;
+    return [
+      storeName(m.store),
+      `${thousands(m.warmup)} + ${thousands(m.ops)}`,
+      `${fixed(first.rssMiB, 1)} → ${fixed(last.rssMiB, 1)}`,
+      `**${fixed(m.rssGrowth * 100, 1)}%**`,
+      `${fixed(m.rssGrowthSecondHalf * 100, 1)}%`,
+      fixed(m.rssSlopeMiBPer10k, 2),
+      `${fixed(first.heapUsedMiB, 1)} → ${fixed(last.heapUsedMiB, 1)}`,
+      fixed(m.heapSlopeMiBPer10k, 3),
+      verdict(m.target),
+    ];
+  });
+  const samples = results.map((m) => `${storeName(m.store)} RSS MiB every ${thousands(m.samples[1]!.ops)} ops: ${m.samples.map((s) => fixed(s.rssMiB, 1)).join(', ')}`).join('\n');
+  return `### 4. Memory (fresh \`engine.execute\` calls, Drizzle store, GC before each sample)\n\n${table(['store', 'warm-up + measured ops', 'RSS MiB, first → last', 'RSS growth', 'growth, 2nd half', 'RSS slope MiB / 10k ops', 'heap used MiB', 'heap slope MiB / 10k ops', 'target (growth)'], rows)}\n\n\`\`\`\n${samples}\n\`\`\``;
+}

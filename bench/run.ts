@@ -1,0 +1,114 @@
+/**
+ * `npm run bench [-- --only floor,http,scale,memory] [-- --quick]`: runs the parts in sequence,
+ * prints their tables and writes everything to bench/results/<date>.json.
+ * Needs PostgreSQL at DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test) and, for
+ * the HTTP part, Redis at REDIS_URL (default redis://127.0.0.1:6379).
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import { createClient } from '@redis/client';
+import { adminQuery, openBenchSqlite, postgresReachable, POSTGRES_URL, REDIS_URL } from './databases.ts';
+import { runFloor } from './floor.ts';
+import { runHttp } from './http.ts';
+import { runMemory } from './memory.ts';
+import { renderFloor, renderHttp, renderMachine, renderMemory, renderScale, type MachineNotes } from './report.ts';
+import { runScale } from './scale.ts';
+
+const PARTS = ['floor', 'http', 'scale', 'memory'] as const;
+type Part = (typeof PARTS)[number];
+const STORES = ['sqlite', 'postgres'] as const;
+
+const { values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } } });
+const only = (values.only ?? PARTS.join(',')).split(',').map((part) => part.trim()).filter(Boolean);
+const unknown = only.filter((part) => !(PARTS as readonly string[]).includes(part));
+if (unknown.length > 0) {
+  console.error(`[bench] unknown part(s) ${unknown.join(', ')}; choose from ${PARTS.join(', ')}`);
+  process.exit(2);
+}
+const parts = PARTS.filter((part) => only.includes(part));
+const quick = values.quick ?? false;
+
+if (!(await postgresReachable())) {
+  console.error(`[bench] PostgreSQL is not reachable at ${POSTGRES_URL} (set DATABASE_URL)`);
+  process.exit(1);
+}
+
+const started = Date.now();
+const machine = await machineNotes();
+console.log(`## idem benchmarks${quick ? ' (--quick: fewer rounds, smaller tables — for development, not for the README)' : ''}\n`);
+console.log(renderMachine(machine));
+
+const results: Partial<Record<Part, unknown>> & { seconds?: Partial<Record<Part, number>> } = { seconds: {} };
+for (const part of parts) {
+  const partStarted = Date.now();
+  console.log(`\n[bench] ${part}…`);
+  let section: string;
+  switch (part) {
+    case 'floor': {
+      const result = await runFloor({ quick, stores: STORES });
+      results.floor = result;
+      section = renderFloor(result);
+      break;
+    }
+    case 'http': {
+      const result = await runHttp({ quick });
+      results.http = result;
+      section = renderHttp(result);
+      break;
+    }
+    case 'scale': {
+      const result = await runScale({ quick, stores: STORES });
+      results.scale = result;
+      section = renderScale(result);
+      break;
+    }
+    case 'memory': {
+      const result = await runMemory({ quick, stores: STORES });
+      results.memory = result;
+      section = renderMemory(result);
+      break;
+    }
+  }
+  results.seconds![part] = (Date.now() - partStarted) / 1000;
+  console.log(`\n${section}\n`);
+}
+
+const totalSeconds = (Date.now() - started) / 1000;
+const directory = fileURLToPath(new URL('./results/', import.meta.url));
+mkdirSync(directory, { recursive: true });
+const file = `${directory}${machine.date.replaceAll(':', '-')}${quick ? '-quick' : ''}.json`;
+writeFileSync(file, `${JSON.stringify({ machine, quick, parts, totalSeconds, ...results }, null, 2)}\n`);
+console.log(`[bench] ${parts.join(', ')} in ${Math.round(totalSeconds)} s; results in ${file}`);
+
+async function machineNotes(): Promise<MachineNotes> {
+  const sqlite = await openBenchSqlite({ migrated: false });
+  const sqliteVersion = (sqlite.client.prepare('SELECT sqlite_version() AS v').get() as { v: string }).v;
+  await sqlite.close();
+  const postgres = String((await adminQuery('SHOW server_version')).rows[0]?.server_version ?? '?');
+  let redis = 'unreachable';
+  try {
+    const client = await createClient({ url: REDIS_URL }).connect();
+    redis = /redis_version:(\S+)/.exec(await client.info('server'))?.[1] ?? '?';
+    await client.quit();
+  } catch {
+    // The HTTP part reports the failure where it needs Redis.
+  }
+  return {
+    date: new Date().toISOString().slice(0, 19) + 'Z',
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model.trim() ?? '?',
+    memoryGiB: totalmem() / 1024 ** 3,
+    loadAverage: loadavg(),
+    node: process.version,
+    postgres,
+    sqlite: `${sqliteVersion} (better-sqlite3 ${packageVersion('better-sqlite3')})`,
+    redis,
+  };
+}
+
+function packageVersion(name: string): string {
+  return (createRequire(import.meta.url)(`${name}/package.json`) as { version: string }).version;
+}
