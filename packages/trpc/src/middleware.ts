@@ -12,6 +12,7 @@ import {
   parseIdempotencyKey,
   readArgumentKey,
   resolveKey,
+  type ClaimContext,
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
@@ -47,9 +48,12 @@ export interface IdempotencyMiddleware<TContext> {
  * const idempotent = idempotency({ store, principal: (ctx) => ctx.user.id });
  * const createOrder = authed.input(orderSchema).use(idempotent).mutation(({ input }) => ...);
  * ```
+ *
+ * With `atomic: true` (PostgreSQL), the resolver runs inside the store's transaction and writes
+ * through `idempotencyClaim(ctx).tx`, committed together with the claim and the stored outcome.
  */
 export function idempotency<TContext extends object = object>(options: IdempotencyOptions<TContext>): IdempotencyMiddleware<TContext> {
-  const { principal, required = true, fingerprint = 'default', key: keyOptions = {} } = options;
+  const { principal, required = true, fingerprint = 'default', key: keyOptions = {}, atomic = false } = options;
   const { from = 'header', field = DEFAULT_KEY_FIELD } = keyOptions;
   const engine = createAdapterEngine(options, 'idempotency()');
   const { documentationUrl } = engine.policy;
@@ -90,14 +94,18 @@ export function idempotency<TContext extends object = object>(options: Idempoten
       const requestFingerprint = await computeFingerprint(subject, fingerprint, fingerprintExclude);
 
       let executed: Awaited<MiddlewareReturn> | undefined;
-      const result = await engine.execute({ scope, key, fingerprint: requestFingerprint, errors: trpcErrorCodec }, async (claim) => {
-        // The claim rides along in ctx (under a symbol) for `idempotencyClaim(ctx)?.deriveKey(…)`.
+      const handler = async (claim: ClaimContext) => {
+        // The claim rides along in ctx (under a symbol) for `idempotencyClaim(ctx)?.deriveKey(…)`
+        // and, in atomic mode, `idempotencyClaim(ctx).tx`.
         executed = await opts.next({ ctx: claimContextFields(claim) });
         if (executed.ok) return executed.data;
         // tRPC wraps what a resolver throws; a HandlerNotStartedError must reach the engine
-        // as itself so it releases the claim instead of storing the failure (E4).
+        // as itself so it releases the claim instead of storing the failure (E4). In atomic
+        // mode the throw also rolls the resolver's writes back.
         throw executed.error.cause instanceof HandlerNotStartedError ? executed.error.cause : executed.error;
-      });
+      };
+      const request = { scope, key, fingerprint: requestFingerprint, errors: trpcErrorCodec };
+      const result = atomic ? await engine.executeAtomic(request, (_tx, claim) => handler(claim)) : await engine.execute(request, handler);
       if (!result.replayed && executed) return executed;
       transport?.setResponseHeader(IDEMPOTENT_REPLAYED_HEADER, 'true');
       if (result.ok) return replayedResult(result.value);

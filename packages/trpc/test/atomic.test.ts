@@ -1,0 +1,116 @@
+/**
+ * Atomic mode over real HTTP on PostgreSQL (a fresh schema): the resolver writes through
+ * `idempotencyClaim(ctx).tx`, and its write commits with the claim and the stored outcome, or
+ * not at all. On SQLite the option is refused: a tRPC resolver awaits, a better-sqlite3
+ * transaction cannot.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { initTRPC, TRPCError } from '@trpc/server';
+import { z } from 'zod';
+import { createDrizzleStore, migrate, type DrizzleStore } from '@idem/drizzle';
+import { sql } from 'drizzle-orm';
+import { CREATE_PAYMENTS, countPgPayments, payOnPostgres } from '../../drizzle/test/payments.ts';
+import { openPostgresTarget, type PostgresTarget } from '../../drizzle/test/pg-target.ts';
+import { openSqliteTarget } from '../../drizzle/test/sqlite-target.ts';
+import { idempotency, idempotencyClaim, idempotencyErrorFormatter } from '../src/index.ts';
+import type { AppContext } from './app.ts';
+import { clientFor, mutate, newKey, startStandalone, type RunningServer } from './http.ts';
+
+function createAtomicApp(store: DrizzleStore) {
+  const calls = { pay: 0, declinedPay: 0 };
+  const t = initTRPC.context<AppContext>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
+  const atomic = idempotency({ store, principal: (ctx: AppContext) => ctx.user, atomic: true });
+  const payment = z.object({ paymentId: z.string(), amount: z.number().int().positive() });
+  const router = t.router({
+    pay: t.procedure
+      .input(payment)
+      .use(atomic)
+      .mutation(async ({ ctx, input }) => {
+        calls.pay++;
+        await payOnPostgres(idempotencyClaim(ctx)?.tx, input.paymentId);
+        return { paymentId: input.paymentId, amount: input.amount };
+      }),
+    declinedPay: t.procedure
+      .input(payment)
+      .use(atomic)
+      .mutation(async ({ ctx, input }): Promise<never> => {
+        calls.declinedPay++;
+        await payOnPostgres(idempotencyClaim(ctx)?.tx, input.paymentId);
+        throw new TRPCError({ code: 'PRECONDITION_FAILED', message: 'card declined' });
+      }),
+  });
+  return { router, calls };
+}
+
+describe('@idem/trpc atomic mode over HTTP on PostgreSQL', () => {
+  let target: PostgresTarget;
+  let app: ReturnType<typeof createAtomicApp>;
+  let server: RunningServer;
+
+  beforeAll(async () => {
+    target = await openPostgresTarget({ schemaPrefix: 'idem_trpc_atomic' });
+    await migrate(target.db);
+    await target.db.execute(sql.raw(CREATE_PAYMENTS));
+    app = createAtomicApp(createDrizzleStore(target.db));
+    server = await startStandalone(app.router);
+  });
+  afterAll(async () => {
+    await server?.close();
+    await target?.close();
+  });
+
+  it('E1, E2: the resolver’s write through idempotencyClaim(ctx).tx commits with the outcome; a retry replays the stored output and the write count stays 1', async () => {
+    const { trpc, lastHeaders } = clientFor<typeof app.router>(server.url, { key: newKey() });
+    const before = await countPgPayments(target.db);
+    const first = await trpc.pay.mutate({ paymentId: 'pay_trpc_1', amount: 42 });
+    expect(first).toEqual({ paymentId: 'pay_trpc_1', amount: 42 });
+    expect(lastHeaders().get('idempotent-replayed')).toBeNull();
+    expect(await countPgPayments(target.db)).toBe(before + 1);
+
+    expect(await trpc.pay.mutate({ paymentId: 'pay_trpc_1', amount: 42 })).toEqual(first);
+    expect(lastHeaders().get('idempotent-replayed')).toBe('true');
+    expect(app.calls.pay).toBe(1);
+    expect(await countPgPayments(target.db)).toBe(before + 1);
+  });
+
+  it('E4: a resolver error rolls its write back; the error is stored and replayed with the same status and body', async () => {
+    const key = newKey();
+    const before = await countPgPayments(target.db);
+    const first = await mutate(server.url, 'declinedPay', { paymentId: 'pay_trpc_declined', amount: 5 }, { 'idempotency-key': key });
+    expect(first.status).toBe(412);
+    expect(await countPgPayments(target.db)).toBe(before);
+
+    const replay = await mutate(server.url, 'declinedPay', { paymentId: 'pay_trpc_declined', amount: 5 }, { 'idempotency-key': key });
+    expect(replay.status).toBe(412);
+    expect(replay.body).toEqual(first.body);
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(app.calls.declinedPay).toBe(1);
+    expect(await countPgPayments(target.db)).toBe(before);
+  });
+
+  it('F3: the usual rules hold in atomic mode: another payload with the same key is 422 and runs nothing', async () => {
+    const key = newKey();
+    await mutate(server.url, 'pay', { paymentId: 'pay_trpc_2', amount: 1 }, { 'idempotency-key': key });
+    const other = await mutate(server.url, 'pay', { paymentId: 'pay_trpc_3', amount: 1 }, { 'idempotency-key': key });
+    expect(other.status).toBe(422);
+    expect(await countPgPayments(target.db)).toBe(2);
+  });
+});
+
+describe('@idem/trpc atomic mode on SQLite', () => {
+  it('is refused when the middleware is created, with an [idem] error pointing to PostgreSQL and to engine.executeAtomic', async () => {
+    const sqlite = await openSqliteTarget();
+    try {
+      await migrate(sqlite.db);
+      const store = createDrizzleStore(sqlite.db);
+      expect(() => idempotency({ store, principal: () => 'alice', atomic: true })).toThrow(
+        new TypeError(
+          "[idem] idempotency(): atomic mode in the adapters needs PostgreSQL: on SQLite (better-sqlite3) a transaction cannot span the resolver's awaits. On SQLite, atomic mode is available through `engine.executeAtomic` with a synchronous handler.",
+        ),
+      );
+      expect(() => idempotency({ store, principal: () => 'alice' })).not.toThrow();
+    } finally {
+      await sqlite.close();
+    }
+  });
+});
