@@ -24,6 +24,7 @@ import {
   HandlerNotStartedError,
   isIdempotencyError,
   parseIdempotencyKey,
+  type ErrorCodec,
   type ExecuteRequest,
   type IdempotencyEngine,
   type IdempotencyError,
@@ -36,7 +37,7 @@ import { documentForField, fragmentsOf, normalizedOperation, normalizedSelection
 import { DEFAULT_KEY_ARGUMENT, type FingerprintInput, type IdempotencyOptions } from './options.ts';
 import { headersOf, idempotencyKeyHeader, requestOf } from './request-headers.ts';
 import { collectRootFields, type RootField } from './root-fields.ts';
-import { asGraphQLError, fromStoredResult, graphqlErrorCodec, storedResultSerializer, type StoredExecutionResult } from './stored-result.ts';
+import { asGraphQLError, fromStoredResult, graphqlErrorCodec, storedResultSerializer, toStoredResult, type StoredExecutionResult } from './stored-result.ts';
 
 /**
  * `extensions.idempotency` of a response that contains replayed outcomes (E2).
@@ -63,6 +64,17 @@ class UnstartedExecution {
 }
 
 /**
+ * Atomic mode: a result in which a root field failed, thrown so that the unit's writes are rolled
+ * back. It is stored as the outcome (E4) and replayed as the same result: live, an
+ * `ExecutionResult`; revived from the store, a {@link StoredExecutionResult}.
+ */
+class RolledBackExecution {
+  constructor(readonly result: ExecutionResult | StoredExecutionResult) {}
+}
+
+const ROLLED_BACK = 'IdempotencyRolledBackExecution';
+
+/**
  * Idempotent GraphQL mutations as a plain Envelop plugin (SPEC K, S, F, E, X3). Queries and
  * subscriptions pass through. Errors are GraphQLErrors with `extensions.code` and
  * `extensions.http`, so it works in any Envelop host; with GraphQL Yoga use
@@ -79,7 +91,17 @@ export function useIdempotency<TContext extends Record<string, any> = Record<str
 export type IdempotencyPlugin<TContext extends Record<string, any>> = Plugin<TContext> & { readonly engine: IdempotencyEngine };
 
 export function createIdempotencyPlugin<TContext extends Record<string, any>>(options: IdempotencyOptions<TContext>, host: HostIntegration): IdempotencyPlugin<TContext> {
-  const { principal, header = true, getHeaders = headersOf, argument = DEFAULT_KEY_ARGUMENT, directive = true, required = false, fingerprint = 'default', serializer = JSON } = options;
+  const {
+    principal,
+    header = true,
+    getHeaders = headersOf,
+    argument = DEFAULT_KEY_ARGUMENT,
+    directive = true,
+    required = false,
+    fingerprint = 'default',
+    serializer = JSON,
+    atomic = false,
+  } = options;
   const engine = createAdapterEngine({ ...options, serializer }, 'useIdempotency');
   const { documentationUrl } = engine.policy;
   const resultSerializer = storedResultSerializer(serializer);
@@ -127,19 +149,22 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
     const context = args.contextValue;
     const detach = context !== null && typeof context === 'object' ? attachClaim(context, claim) : () => {};
     try {
-      return await executeStarted(execute, args);
+      const result = await executeStarted(execute, args);
+      if (atomic && rootFieldFailed(result)) throw new RolledBackExecution(rolledBack(result));
+      return result;
     } finally {
       detach();
     }
   };
 
-  const endpoint = (scope: string, key: string, fingerprintValue: string | null, document: DocumentNode): ExecuteRequest => ({
-    scope,
-    key,
-    fingerprint: fingerprintValue,
-    serializer: resultSerializer,
-    errors: graphqlErrorCodec(document.loc?.source),
-  });
+  const endpoint = (scope: string, key: string, fingerprintValue: string | null, document: DocumentNode): ExecuteRequest => {
+    const errors = graphqlErrorCodec(document.loc?.source);
+    return { scope, key, fingerprint: fingerprintValue, serializer: resultSerializer, errors: atomic ? rolledBackCodec(errors) : errors };
+  };
+
+  /** One unit of idempotency; in atomic mode inside the store's transaction (the claim carries `tx`). */
+  const executeUnit = (request: ExecuteRequest, run: (claim: ClaimContext) => Promise<ExecutionResult>) =>
+    atomic ? engine.executeAtomic(request, (_tx, claim) => run(claim)) : engine.execute(request, run);
 
   async function runOperation(args: ExecutionArgs, execute: ExecuteFn, mutation: Mutation, key: string, principalId: string): Promise<ExecutionResult> {
     const { operation, fragments, variables, rootFields } = mutation;
@@ -148,9 +173,13 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
     const input: FingerprintInput = { unit: 'operation', document: normalizedOperation(operation, fragments), variables };
     const source = args.document.loc?.source;
     try {
-      const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), (claim) => executeClaimed(claim, execute, args));
+      const outcome = await executeUnit(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), (claim) => executeClaimed(claim, execute, args));
       const result: ExecutionResult = !outcome.ok
-        ? { errors: [asGraphQLError(outcome.error)] }
+        ? outcome.error instanceof RolledBackExecution
+          ? outcome.replayed
+            ? fromStoredResult(outcome.error.result as StoredExecutionResult, source)
+            : (outcome.error.result as ExecutionResult)
+          : { errors: [asGraphQLError(outcome.error)] }
         : outcome.replayed
           ? fromStoredResult(outcome.value as StoredExecutionResult, source)
           : (outcome.value as ExecutionResult);
@@ -191,11 +220,15 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
           if (argument !== false) delete argumentValues[argument];
           const input: FingerprintInput = { unit: 'field', field: fieldName, arguments: argumentValues, selection: normalizedSelection(nodes, fragments) };
           const scope = formatScope(`${rootType.name}.${fieldName}`, principalId);
-          const outcome = await engine.execute(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), (claim) => executeClaimed(claim, execute, fieldArgs));
+          const outcome = await executeUnit(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), (claim) => executeClaimed(claim, execute, fieldArgs));
           ran++;
           if (outcome.replayed) replayedFields.push(responseKey);
           slice = !outcome.ok
-            ? { data: { [responseKey]: null }, errors: [asGraphQLError(outcome.error)] }
+            ? outcome.error instanceof RolledBackExecution
+              ? outcome.replayed
+                ? fromStoredResult(underResponseKey(outcome.error.result as StoredExecutionResult, responseKey), source)
+                : (outcome.error.result as ExecutionResult)
+              : { data: { [responseKey]: null }, errors: [asGraphQLError(outcome.error)] }
             : outcome.replayed
               ? fromStoredResult(underResponseKey(outcome.value as StoredExecutionResult, responseKey), source)
               : (outcome.value as ExecutionResult);
@@ -305,6 +338,40 @@ interface Mutation {
   variables: Record<string, unknown>;
   rootFields: RootField[];
   rootType: GraphQLObjectType;
+}
+
+/**
+ * Atomic mode: whether a root field of the unit failed — an error under it left it null (a
+ * resolver threw, or a null propagated up to it), or `data` is null altogether. Errors below a
+ * root field that still resolved do not undo the mutation.
+ */
+function rootFieldFailed(result: ExecutionResult): boolean {
+  if (!result.errors?.length) return false;
+  const data = result.data;
+  if (!data) return true;
+  return result.errors.some((error) => {
+    const root = error.path?.[0];
+    return root === undefined || data[root] === null;
+  });
+}
+
+/** What the client of a rolled-back unit gets: its errors, and no root field reported as done. */
+function rolledBack(result: ExecutionResult): ExecutionResult {
+  const reportsDone = result.data != null && Object.values(result.data).some((value) => value !== null);
+  return reportsDone ? { ...result, data: null } : result;
+}
+
+/** Atomic mode: a {@link RolledBackExecution} is stored whole, under the status and code of its first error. */
+function rolledBackCodec(inner: ErrorCodec): ErrorCodec {
+  return {
+    describe(error) {
+      if (!(error instanceof RolledBackExecution)) return inner.describe(error);
+      const result = error.result as ExecutionResult;
+      const first = result.errors?.[0];
+      return { ...inner.describe(first ?? error), name: ROLLED_BACK, data: toStoredResult(result) };
+    },
+    revive: (description) => (description.name === ROLLED_BACK ? new RolledBackExecution(description.data as StoredExecutionResult) : inner.revive(description)),
+  };
 }
 
 /** A field's stored slice, under the response key of this request (a retry may use another alias). */
