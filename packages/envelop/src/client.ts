@@ -19,7 +19,7 @@ import {
   type ClientRetryOptions,
   type RetentionSourceOptions,
   type RetryReason,
-} from '@idem/core';
+} from '@idem/core/client';
 
 export {
   RetentionWindowExceededError,
@@ -29,7 +29,7 @@ export {
   loadRetentionPolicy,
   type ClientRetryOptions,
   type RetryNotice,
-} from '@idem/core';
+} from '@idem/core/client';
 
 type Fetch = (input: RequestInfo | URL, init?: RequestInit) => Promise<Response>;
 

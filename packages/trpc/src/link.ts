@@ -19,10 +19,10 @@ import {
   validateKey,
   type AttemptResult,
   type ClientRetryOptions,
-  type IdempotencyErrorCode,
   type RetentionSourceOptions,
   type RetryReason,
-} from '@idem/core';
+} from '@idem/core/client';
+import type { IdempotencyErrorCode } from '@idem/core';
 import { DEFAULT_KEY_FIELD } from './options.ts';
 
 /** Where the link puts the key of a mutation call. */
@@ -254,3 +254,6 @@ function classifyTRPCError(error: unknown, now: () => number = Date.now): { reas
   if (data?.httpStatus === 503 || data?.code === 'SERVICE_UNAVAILABLE') return retry('unavailable');
   return undefined;
 }
+
+// `@idem/trpc/client` is this module: what a browser client needs, without the server middleware.
+export { RetentionWindowExceededError, RetriesExhaustedError, UnresolvedOperationError, loadRetentionPolicy, newIdempotencyKey, type ClientRetryOptions, type RetryNotice } from '@idem/core/client';
