@@ -443,7 +443,8 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       expect(explain.code, explain.stderr).toBe(0);
       expect(explain.stdout).toContain(`scope audit/payments.create, key "${key}": 2 generations`);
       expect(explain.stdout).toMatch(/^1 +\S+ +\S+ +200 success +yes, at /m);
-      expect(explain.stdout).toMatch(/^2 +\S+ +\S+ +200 success +no, until /m);
+      // Whether generation 2 has expired by now depends on how fast the CLI started: not asserted.
+      expect(explain.stdout).toMatch(/^2 +\S+ +\S+ +200 success /m);
       expect(explain.stdout).toMatch(/executed again as generation 2/);
 
       const json = await idem(['explain', key, '--json'], database.url!);
