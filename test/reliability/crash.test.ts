@@ -102,7 +102,7 @@ describe.each(SHARED_DATABASES)('E6 on $label: SIGKILL mid-handler, restart, ret
           expect(conflict.retryAfter).toMatch(/^[1-9]\d*$/);
           expect(conflict.at).toBeLessThan(leaseUntil[i]! + CLOCK_SLACK_MS);
         }
-        expect(final.status).toBe(200);
+        expect(final.status, final.text).toBe(200);
         expect(final.replayed).toBe(false);
         expect(finalAt).toBeGreaterThanOrEqual(leaseUntil[i]! - CLOCK_SLACK_MS);
 
