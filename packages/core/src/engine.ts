@@ -287,8 +287,9 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
         throw new StoreUnavailableError(unavailableRetryAfter, error);
       }
       if (current && isReplayable(current)) return replay<T>(endpoint, current);
-      emit({ type: 'conflict', scope, key, retryAfter: conflictRetryAfter });
-      throw new RequestInProgressError(Math.max(1, conflictRetryAfter));
+      const retryAfter = Math.max(1, conflictRetryAfter);
+      emit({ type: 'conflict', scope, key, retryAfter });
+      throw new RequestInProgressError(retryAfter);
     },
   };
 
@@ -476,7 +477,7 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
 }
 
 /** A native `async` function: refused before it runs on a store whose transactions are synchronous. */
-function isAsyncFunction(fn: Function): boolean {
+function isAsyncFunction(fn: (...args: never[]) => unknown): boolean {
   return Object.prototype.toString.call(fn) === '[object AsyncFunction]';
 }
 
