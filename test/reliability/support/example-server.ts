@@ -50,6 +50,12 @@ export interface ExampleServer {
   readonly exited: boolean;
 }
 
+/** Every child still running, killed if the test process exits without `killAll()` (a crashed worker). */
+const running = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
 export class ExampleFleet {
   readonly #children = new Set<ChildProcess>();
 
@@ -66,8 +72,12 @@ export class ExampleFleet {
     };
     const child = spawn(process.execPath, ['--import', 'tsx', EXAMPLE_MAIN], { cwd: REPOSITORY_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.#children.add(child);
+    running.add(child);
     const exit = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    void exit.then(() => this.#children.delete(child));
+    void exit.then(() => {
+      this.#children.delete(child);
+      running.delete(child);
+    });
 
     const lines: string[] = [];
     const events: LoggedEvent[] = [];
