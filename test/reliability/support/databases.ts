@@ -36,8 +36,10 @@ export const SQLITE_FILE: DatabaseKind = {
   available: true,
   async open() {
     const target = await openSqliteTarget();
-    await migrate(target.db);
-    return { url: `file:${target.file}`, db: target.db, store: createDrizzleStore(target.db), close: () => target.close() };
+    return ready(target, async () => {
+      await migrate(target.db);
+      return { url: `file:${target.file}`, db: target.db, store: createDrizzleStore(target.db), close: () => target.close() };
+    });
   },
 };
 
@@ -46,14 +48,23 @@ export const POSTGRES_SCHEMA: DatabaseKind = {
   available: POSTGRES_SERVER,
   async open() {
     const target = await openPostgresTarget({ max: 4, schemaPrefix: 'idem_reliability' });
-    if (target.kind !== 'server' || !target.url) {
-      await target.close();
-      throw new Error('[reliability] these scenarios need a PostgreSQL server that child processes can reach');
-    }
-    await migrate(target.db);
-    return { url: target.url, db: target.db, store: createDrizzleStore(target.db), close: () => target.close() };
+    return ready(target, async () => {
+      if (target.kind !== 'server' || !target.url) throw new Error('[reliability] these scenarios need a PostgreSQL server that child processes can reach');
+      await migrate(target.db);
+      return { url: target.url, db: target.db, store: createDrizzleStore(target.db), close: () => target.close() };
+    });
   },
 };
+
+/** Finishes opening `target`, closing it (file or schema removed) if that fails. */
+async function ready(target: { close(): Promise<void> }, finish: () => Promise<SharedDatabase>): Promise<SharedDatabase> {
+  try {
+    return await finish();
+  } catch (error) {
+    await target.close();
+    throw error;
+  }
+}
 
 /** Both, for `describe.each`. */
 export const SHARED_DATABASES: readonly DatabaseKind[] = [SQLITE_FILE, POSTGRES_SCHEMA];
