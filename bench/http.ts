@@ -66,9 +66,9 @@ interface RunningServer {
 }
 
 export async function runHttp({ quick }: HttpOptions): Promise<HttpResult> {
-  const durationSeconds = quick ? 2 : 4;
+  const durationSeconds = quick ? 2 : 3;
   const warmupSeconds = 1;
-  const rounds = quick ? 1 : 2;
+  const rounds = quick ? 1 : 3;
   const connectionCounts = [1, 64];
   const runTag = randomBytes(4).toString('hex');
   const redisPrefix = `idem-bench:${runTag}:`;

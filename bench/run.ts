@@ -77,10 +77,12 @@ for (const part of parts) {
 }
 
 const totalSeconds = (Date.now() - started) / 1000;
+const loadAverageAtEnd = loadavg();
+console.log(`[bench] load average (1/5/15 min) at the end: ${loadAverageAtEnd.map((load) => load.toFixed(2)).join(' / ')}`);
 const directory = fileURLToPath(new URL('./results/', import.meta.url));
 mkdirSync(directory, { recursive: true });
 const file = `${directory}${machine.date.replaceAll(':', '-')}${quick ? '-quick' : ''}.json`;
-writeFileSync(file, `${JSON.stringify({ machine, quick, parts, totalSeconds, ...results }, null, 2)}\n`);
+writeFileSync(file, `${JSON.stringify({ machine, loadAverageAtEnd, quick, parts, totalSeconds, ...results }, null, 2)}\n`);
 console.log(`[bench] ${parts.join(', ')} in ${Math.round(totalSeconds)} s; results in ${file}`);
 
 async function machineNotes(): Promise<MachineNotes> {
