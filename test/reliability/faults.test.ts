@@ -3,7 +3,7 @@
  * adapters over one `createDrizzleStore`) and PostgreSQL, and the test cuts it at chosen
  * moments: before the claim, while the handler runs (held at a gate), and when the outcome
  * write is on the wire (the connection that sends the `complete` statement is cut). Checks of
- * what was stored go over the test's own connection, never through the proxy. Lease: 2 s.
+ * what was stored go over the test's own connection, never through the proxy. Lease: 3 s.
  *
  * Needs a PostgreSQL server (a proxy cannot stand in front of PGlite): skipped on PGlite.
  */
@@ -16,7 +16,7 @@ import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
 import { createCountingApp, IN_PROCESS, ORDER_ENDPOINTS, type CountingApp } from './support/counting-app.ts';
 import { sleep } from './support/http.ts';
 
-const LEASE_MS = 2000;
+const LEASE_MS = 3000;
 /** The named prepared statement that stores an outcome (packages/drizzle/src/pg-store.ts). */
 const COMPLETE_STATEMENT = 'idem:complete:';
 
@@ -210,6 +210,10 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       expect(endpoint.order(replay)).toEqual(endpoint.order(freshAnswer));
       expect(endpoint.order(replay)).not.toEqual(endpoint.order(staleAnswer));
     });
+
+    // Minor (see README): retryUntil stops when its next back-off step would pass the deadline,
+    // so with a 3 s lease the last attempt comes ~1.4 s before the lease ends.
+    it.todo('E7: the failed outcome write is retried until the lease ends (a last attempt shortly before it), as README.md says');
 
     it('service resumes when PostgreSQL is reachable again, without restarting the app: 503s while it is down, then every key executes once', async () => {
       const keys = Array.from({ length: 5 }, () => `resume-${randomUUID()}`);
