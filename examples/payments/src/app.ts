@@ -14,6 +14,10 @@ export interface PaymentsAppOptions {
   channelDelayMs?: number;
   /** Every idem event, e.g. to log it. */
   onEvent?: (event: IdempotencyEvent) => void;
+  /** Atomic mode (PostgreSQL only): the ledger row commits with the claim and the outcome. Defaults to false. */
+  atomic?: boolean;
+  /** The idem store. Defaults to `createDrizzleStore(db)`; tests wrap it to inject store faults. */
+  store?: IdempotencyStore;
 }
 
 export interface PaymentsApp {
@@ -30,10 +34,9 @@ export const DOCUMENTATION_PATH = '/idempotency';
  * One HTTP server: tRPC at `/trpc`, GraphQL Yoga at `/graphql`, the published policy at
  * `/idempotency`, and `/healthz`, all made idempotent by idem over one store.
  */
-export function createPaymentsApp({ db, retentionMs, leaseMs, channelDelayMs = 0, onEvent }: PaymentsAppOptions): PaymentsApp {
-  const store = createDrizzleStore(db);
+export function createPaymentsApp({ db, retentionMs, leaseMs, channelDelayMs = 0, onEvent, atomic = false, store = createDrizzleStore(db) }: PaymentsAppOptions): PaymentsApp {
   const channel = new PaymentChannel(db, { delayMs: channelDelayMs });
-  const shared = { store, channel, retentionMs, leaseMs, ...(onEvent ? { onEvent } : {}) };
+  const shared = { store, channel, retentionMs, leaseMs, atomic, ...(onEvent ? { onEvent } : {}) };
   const { router, engine: trpcEngine } = createPaymentsRouter(shared);
   const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/' });
   const { yoga, engine: graphqlEngine } = createPaymentsYoga(shared);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import { is } from 'drizzle-orm';
 import { PgDatabase } from 'drizzle-orm/pg-core';
 import type { DrizzleDatabase } from '@idem/drizzle';
@@ -32,40 +32,68 @@ export class PaymentChannel {
     this.#delayMs = delayMs;
   }
 
-  /** Creates the ledger table when it is missing. */
+  /** Creates the ledger table when it is missing (and adds the downstream key to an older one). */
   async migrate(): Promise<void> {
-    if (this.#isPg()) {
-      await (this.#db as PgLike).execute(
-        sql`CREATE TABLE IF NOT EXISTS payments_ledger (seq bigserial PRIMARY KEY, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`,
-      );
-    } else {
-      (this.#db as SqliteLike).run(
-        sql`CREATE TABLE IF NOT EXISTS payments_ledger (seq integer PRIMARY KEY AUTOINCREMENT, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at text NOT NULL)`,
-      );
+    const pg = this.#isPg();
+    await this.#run(
+      pg
+        ? sql`CREATE TABLE IF NOT EXISTS payments_ledger (seq bigserial PRIMARY KEY, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), downstream_key text UNIQUE)`
+        : sql`CREATE TABLE IF NOT EXISTS payments_ledger (seq integer PRIMARY KEY AUTOINCREMENT, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at text NOT NULL, downstream_key text UNIQUE)`,
+    );
+    const columns = pg
+      ? await this.#all(sql`SELECT column_name AS name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'payments_ledger'`)
+      : await this.#all(sql`SELECT name FROM pragma_table_info('payments_ledger')`);
+    if (!(columns as Array<{ name: string }>).some((column) => column.name === 'downstream_key')) {
+      await this.#run(sql`ALTER TABLE payments_ledger ADD COLUMN downstream_key text`);
+      await this.#run(sql`CREATE UNIQUE INDEX IF NOT EXISTS payments_ledger_downstream_key ON payments_ledger (downstream_key)`);
     }
   }
 
-  async charge({ account, amount, currency }: { account: string; amount: number; currency: string }): Promise<Charge> {
+  /**
+   * Charges, as a provider with idempotency keys does: a charge whose `downstreamKey` the
+   * channel already saw is not charged again — the earlier charge is answered instead. idem
+   * derives that key from the request's key and generation (`deriveKey('channel')`), so a
+   * re-execution after a lease takeover (E6) does not charge twice. `db` is the database to
+   * write through: the idem transaction in atomic mode.
+   */
+  async charge(
+    { account, amount, currency, downstreamKey }: { account: string; amount: number; currency: string; downstreamKey?: string | undefined },
+    db: DrizzleDatabase = this.#db,
+  ): Promise<Charge> {
     if (this.#delayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.#delayMs));
     const charge: Charge = { id: `pay_${randomUUID().replaceAll('-', '')}`, amount, currency, createdAt: new Date().toISOString() };
-    const insert = sql`INSERT INTO payments_ledger (id, account, amount, currency, created_at) VALUES (${charge.id}, ${account}, ${amount}, ${currency}, ${charge.createdAt})`;
-    if (this.#isPg()) await (this.#db as PgLike).execute(insert);
-    else (this.#db as SqliteLike).run(insert);
+    const key = downstreamKey ?? null;
+    const inserted = await this.#all(
+      sql`INSERT INTO payments_ledger (id, account, amount, currency, created_at, downstream_key) VALUES (${charge.id}, ${account}, ${amount}, ${currency}, ${charge.createdAt}, ${key}) ON CONFLICT (downstream_key) DO NOTHING RETURNING id`,
+      db,
+    );
+    if (inserted.length === 0 && key !== null) {
+      const [earlier] = (await this.#all(sql`SELECT id, amount, currency, created_at FROM payments_ledger WHERE downstream_key = ${key}`, db)) as Array<{ id: string; amount: number | string; currency: string; created_at: string | Date }>;
+      if (earlier) return { id: earlier.id, amount: Number(earlier.amount), currency: earlier.currency, createdAt: new Date(earlier.created_at).toISOString() };
+    }
     if (amount === FAILING_AMOUNT) throw new Error(`payment channel failed unexpectedly after charging ${amount} ${currency}`);
     return charge;
   }
 
   /** Every charge the channel saw, oldest first. */
   async ledger(): Promise<LedgerEntry[]> {
-    const query = sql`SELECT id, amount, currency FROM payments_ledger ORDER BY seq`;
-    const rows = this.#isPg() ? (await (this.#db as PgLike).execute(query)).rows : (this.#db as SqliteLike).all(query);
+    const rows = await this.#all(sql`SELECT id, amount, currency FROM payments_ledger ORDER BY seq`);
     return (rows as Array<{ id: string; amount: number | string; currency: string }>).map((row) => ({ id: row.id, amount: Number(row.amount), currency: row.currency }));
   }
 
-  #isPg(): boolean {
-    return is(this.#db, PgDatabase);
+  #isPg(db: DrizzleDatabase = this.#db): boolean {
+    return is(db, PgDatabase);
+  }
+
+  async #run(query: SQL, db: DrizzleDatabase = this.#db): Promise<void> {
+    if (this.#isPg(db)) await (db as PgLike).execute(query);
+    else (db as SqliteLike).run(query);
+  }
+
+  async #all(query: SQL, db: DrizzleDatabase = this.#db): Promise<unknown[]> {
+    return this.#isPg(db) ? (await (db as PgLike).execute(query)).rows : (db as SqliteLike).all(query);
   }
 }
 
-type PgLike = { execute(query: ReturnType<typeof sql>): Promise<{ rows: unknown[] }> };
-type SqliteLike = { run(query: ReturnType<typeof sql>): unknown; all(query: ReturnType<typeof sql>): unknown[] };
+type PgLike = { execute(query: SQL): Promise<{ rows: unknown[] }> };
+type SqliteLike = { run(query: SQL): unknown; all(query: SQL): unknown[] };

@@ -1,5 +1,6 @@
 import { toMilliseconds } from '@idem/core';
 import { DatabaseUrlError, parseDatabaseUrl as parseStoreDatabaseUrl, type DatabaseLocation } from '@idem/drizzle';
+import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export interface ExampleConfig {
@@ -9,6 +10,8 @@ export interface ExampleConfig {
   retentionMs: number;
   leaseMs: number;
   channelDelayMs: number;
+  /** Atomic mode (PostgreSQL only): the ledger row commits in the transaction of the claim and the outcome. */
+  atomic: boolean;
 }
 
 /** Thrown for a bad environment variable; `main` prints its message on one line and exits 1. */
@@ -19,16 +22,38 @@ export const DEFAULT_SQLITE_PATH = fileURLToPath(new URL('../.data/payments.db',
 /**
  * Reads the example's configuration from the environment:
  * `PORT` (3000), `DATABASE_URL` (a SQLite file under examples/payments/.data/),
- * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `CHANNEL_DELAY_MS` (0).
+ * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only).
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig {
+  const database = resolveFrom(parseDatabaseUrl(env.DATABASE_URL), env.INIT_CWD);
+  const atomic = flag('IDEM_ATOMIC', env.IDEM_ATOMIC);
+  if (atomic && database.dialect !== 'postgres') {
+    throw new ConfigError('IDEM_ATOMIC needs PostgreSQL: the adapters run asynchronous resolvers, which a SQLite transaction cannot span');
+  }
   return {
     port: integer('PORT', env.PORT, 3000, { min: 0, max: 65535 }),
-    database: parseDatabaseUrl(env.DATABASE_URL),
+    database,
     retentionMs: duration('IDEM_TTL', env.IDEM_TTL, '24h'),
     leaseMs: duration('IDEM_LEASE', env.IDEM_LEASE, '30s'),
     channelDelayMs: integer('CHANNEL_DELAY_MS', env.CHANNEL_DELAY_MS, 0, { min: 0, max: 600_000 }),
+    atomic,
   };
+}
+
+/**
+ * A relative SQLite path is taken from where the user ran `npm start` (npm's `INIT_CWD`), not
+ * from the example's folder, where npm runs the script.
+ */
+function resolveFrom(database: DatabaseLocation, initCwd: string | undefined): DatabaseLocation {
+  if (database.dialect !== 'sqlite' || !initCwd || database.path === ':memory:' || isAbsolute(database.path)) return database;
+  return { dialect: 'sqlite', path: resolve(initCwd, database.path) };
+}
+
+function flag(name: string, value: string | undefined): boolean {
+  const normalized = value?.trim().toLowerCase() ?? '';
+  if (['', '0', 'false', 'off', 'no'].includes(normalized)) return false;
+  if (['1', 'true', 'on', 'yes'].includes(normalized)) return true;
+  throw new ConfigError(`${name} must be 1/true/on or 0/false/off, got "${value}"`);
 }
 
 /**

@@ -1,6 +1,7 @@
 import { GraphQLError } from 'graphql';
 import { createSchema, createYoga } from 'graphql-yoga';
-import { HandlerNotStartedError } from '@idem/core';
+import { HandlerNotStartedError, idempotencyClaim } from '@idem/core';
+import type { DrizzleDatabase } from '@idem/drizzle';
 import { useYogaIdempotency, idempotentDirectiveTypeDefs } from '@idem/envelop';
 import type { IdempotencyEventHandler, IdempotencyStore } from '@idem/core';
 import { accountOf } from './account.ts';
@@ -47,6 +48,8 @@ export interface PaymentsGraphQLOptions {
   retentionMs: number;
   leaseMs: number;
   onEvent?: IdempotencyEventHandler;
+  /** Atomic mode (PostgreSQL). Defaults to false. */
+  atomic?: boolean;
 }
 
 interface GraphQLContext {
@@ -54,13 +57,14 @@ interface GraphQLContext {
 }
 
 /** GraphQL Yoga at `/graphql`: `createPayment` (idempotent) and `ledger`. */
-export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEvent }: PaymentsGraphQLOptions) {
+export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEvent, atomic = false }: PaymentsGraphQLOptions) {
   const idempotency = useYogaIdempotency<GraphQLContext>({
     store,
     principal: (context) => accountOf(context.request.headers.get('authorization')),
     required: ['createPayment'],
     retention: retentionMs,
     lease: leaseMs,
+    atomic,
     ...(onEvent ? { onEvent } : {}),
   });
   const yoga = createYoga<GraphQLContext>({
@@ -77,7 +81,11 @@ export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEve
             // Refused before the channel is called: the claim is released, nothing stored (E4).
             if (!parsed.success) throw new HandlerNotStartedError(new GraphQLError(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '), { extensions: { code: 'BAD_USER_INPUT' } }));
             const input = parsed.data;
-            return channel.charge({ account: accountOf(context.request.headers.get('authorization')), amount: input.amount, currency: input.currency });
+            const claim = idempotencyClaim(context);
+            return channel.charge(
+              { account: accountOf(context.request.headers.get('authorization')), amount: input.amount, currency: input.currency, downstreamKey: claim?.deriveKey('channel') },
+              claim?.tx as DrizzleDatabase | undefined,
+            );
           },
         },
       },

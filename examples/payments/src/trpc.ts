@@ -1,7 +1,8 @@
 import { initTRPC } from '@trpc/server';
 import type { CreateHTTPContextOptions } from '@trpc/server/adapters/standalone';
 import { z } from 'zod';
-import { idempotency, idempotencyContext, idempotencyErrorFormatter } from '@idem/trpc';
+import { idempotency, idempotencyClaim, idempotencyContext, idempotencyErrorFormatter } from '@idem/trpc';
+import type { DrizzleDatabase } from '@idem/drizzle';
 import type { IdempotencyStore, IdempotencyEventHandler } from '@idem/core';
 import { accountOf } from './account.ts';
 import type { PaymentChannel } from './channel.ts';
@@ -23,10 +24,12 @@ export interface PaymentsRouterOptions {
   retentionMs: number;
   leaseMs: number;
   onEvent?: IdempotencyEventHandler;
+  /** Atomic mode (PostgreSQL): the ledger row commits with the claim and the outcome. Defaults to false. */
+  atomic?: boolean;
 }
 
 /** tRPC, plain JSON: `payments.create` (idempotent mutation) and `payments.ledger` (query). */
-export function createPaymentsRouter({ store, channel, retentionMs, leaseMs, onEvent }: PaymentsRouterOptions) {
+export function createPaymentsRouter({ store, channel, retentionMs, leaseMs, onEvent, atomic = false }: PaymentsRouterOptions) {
   // isDev: false keeps stack traces out of error responses.
   const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
   const idempotent = idempotency({
@@ -35,14 +38,23 @@ export function createPaymentsRouter({ store, channel, retentionMs, leaseMs, onE
     key: { from: 'both', field: 'idempotencyKey' },
     retention: retentionMs,
     lease: leaseMs,
-    onEvent,
+    atomic,
+    ...(onEvent ? { onEvent } : {}),
   });
   const router = t.router({
     payments: t.router({
       create: t.procedure
         .input(paymentInput)
         .use(idempotent)
-        .mutation(({ input, ctx }) => channel.charge({ account: ctx.account, amount: input.amount, currency: input.currency })),
+        .mutation(({ input, ctx }) => {
+          const claim = idempotencyClaim(ctx);
+          // The channel deduplicates by a key derived from ours (a re-execution after a lease
+          // takeover charges once); in atomic mode its ledger row is written in idem's transaction.
+          return channel.charge(
+            { account: ctx.account, amount: input.amount, currency: input.currency, downstreamKey: claim?.deriveKey('channel') },
+            claim?.tx as DrizzleDatabase | undefined,
+          );
+        }),
       ledger: t.procedure.query(() => channel.ledger()),
     }),
   });

@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { createTRPCClient, httpLink } from '@trpc/client';
 import { migrate, type DrizzleDatabase } from '@idem/drizzle';
 import type { IdempotencyEvent } from '@idem/core';
-import { createPaymentsApp, type PaymentsApp } from '../src/app.ts';
+import { createPaymentsApp, type PaymentsApp, type PaymentsAppOptions } from '../src/app.ts';
 import { PaymentChannel } from '../src/channel.ts';
 import { readConfig } from '../src/config.ts';
 import type { PaymentsRouter } from '../src/trpc.ts';
@@ -31,10 +31,10 @@ export async function migrateExample(db: DrizzleDatabase): Promise<void> {
  * The example as `main.ts` builds it, configured from `env` the way `npm start` reads it
  * (IDEM_TTL, IDEM_LEASE, CHANNEL_DELAY_MS), over `db`, on a free port of 127.0.0.1.
  */
-export async function startExample(db: DrizzleDatabase, env: Record<string, string> = {}): Promise<RunningExample> {
+export async function startExample(db: DrizzleDatabase, env: Record<string, string> = {}, overrides: Pick<PaymentsAppOptions, 'store' | 'atomic'> = {}): Promise<RunningExample> {
   const config = readConfig(env);
   const events: IdempotencyEvent[] = [];
-  const app = createPaymentsApp({ db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, onEvent: (event) => events.push(event) });
+  const app = createPaymentsApp({ db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, onEvent: (event) => events.push(event), ...overrides });
   await new Promise<void>((resolve) => app.server.listen(0, '127.0.0.1', resolve));
   const { port } = app.server.address() as AddressInfo;
   return {
