@@ -3,7 +3,8 @@
  * calls. A client times out while the payment channel is slow and retries with back-off and
  * the same key: retries inside the retention are answered 409 or replayed; the last one, after
  * the retention, runs as a new request and the channel charges twice. Then what idem adds:
- * the `expiredKeyReused` event and `idem explain` showing both generations (R2, A1).
+ * the `expiredKeyReused` event and `idem explain` showing both generations (R2, A1), and a
+ * client (`idempotencyLink`) that refuses the retry the server would run as new.
  *
  * Exits 0 when every answer is the one narrated, 1 with a one-line reason otherwise.
  */
@@ -14,6 +15,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { createTRPCClient, httpLink } from '@trpc/client';
+import { idempotencyHeaders, idempotencyLink, RetentionWindowExceededError } from '@idem/trpc/client';
+import type { PaymentsRouter } from './trpc.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
@@ -255,8 +259,52 @@ async function demo(server: ExampleServer, databaseFile: string): Promise<void> 
   expect(/executed again as generation 2/.test(explain.stdout), 'idem explain did not explain the second execution');
   for (const line of explain.stdout.trimEnd().split('\n')) say(line === '' ? '' : `   ${line}`);
   say();
+  await clientThatKnowsTheShelfLife(url);
+  say();
   say(`The lesson of the incident: keep retries with one key inside the published retention`);
   say(`(${url}/idempotency), and reconcile instead of retrying once it has passed.`);
+}
+
+/**
+ * Step 6: the same flaky network, with idem's tRPC client link. It reads the retention from the
+ * published policy, keeps one key across its retries, and refuses the retry the server would
+ * execute as new, telling the caller to reconcile instead.
+ */
+async function clientThatKnowsTheShelfLife(url: string): Promise<void> {
+  say('6. The same flaky network, with a client that knows the shelf life: idempotencyLink() from @idem/trpc/client.');
+  say(`   It reads the retention from ${url}/idempotency, keeps one key across its retries,`);
+  say(`   and, as in step 1, it gives up on each attempt after ${CLIENT_TIMEOUT_MS} ms (the client never learns the outcome).`);
+  const before = (await ledger(url)).length;
+  let attempts = 0;
+  const lossyFetch = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+    const attempt = ++attempts;
+    // The request reaches the server; its answer never reaches the client in time.
+    const answer = fetch(input, init).then((response) => response.arrayBuffer()).catch(() => undefined);
+    await Promise.race([answer, sleep(CLIENT_TIMEOUT_MS)]);
+    throw new TypeError(`fetch failed: no answer to attempt ${attempt} within ${CLIENT_TIMEOUT_MS} ms`);
+  };
+  const client = createTRPCClient<PaymentsRouter>({
+    links: [
+      idempotencyLink({ policyUrl: `${url}/idempotency`, maxAttempts: 50, onRetry: (notice) => detail(`no answer (${notice.reason}); attempt ${notice.attempt} with the same key in ${(notice.delayMs / 1000).toFixed(2)}s`) }),
+      httpLink({ url: `${url}/trpc`, headers: ({ op }) => idempotencyHeaders(op), fetch: lossyFetch }),
+    ],
+  });
+  const started = performance.now();
+  const outcome = await client.payments.create.mutate(PAYMENT).then(
+    () => undefined,
+    (error: unknown) => error,
+  );
+  const refusal = outcome instanceof Error && outcome.cause instanceof RetentionWindowExceededError ? outcome.cause : undefined;
+  expect(refusal, `the link did not stop with RetentionWindowExceededError: ${outcome instanceof Error ? outcome.message : String(outcome)}`);
+  detail(`after ${attempts} attempts in ${((performance.now() - started) / 1000).toFixed(2)}s the client stopped and said why:`);
+  detail(`RetentionWindowExceededError (${refusal.code}): ${refusal.message}`);
+  // The first attempt is still charging on the server: wait for the channel, then count.
+  let entries = await ledger(url);
+  for (const deadline = performance.now() + 5000; entries.length === before && performance.now() < deadline; entries = await ledger(url)) await sleep(25);
+  await sleep(CHANNEL_DELAY_MS);
+  entries = await ledger(url);
+  expect(entries.length === before + 1, `the ledger grew by ${entries.length - before}, expected exactly 1 charge`);
+  detail(`ledger: ${entries.length - before} new charge for this payment — charged once; the caller reconciles instead of charging again.`);
 }
 
 async function main(): Promise<number> {

@@ -34,6 +34,10 @@ describe('npm run demo', () => {
     // Generation 2 may itself have expired by the time the CLI runs (2 s retention): not asserted.
     expect(stdout).toMatch(/^ +2 +\S+ +\S+ +200 success /m);
     expect(stdout).toMatch(/executed again as generation 2/);
+    // Step 6 (issue 8): the client link refuses the retry the server would run as new.
+    expect(stdout).toMatch(/6\. The same flaky network, with a client that knows the shelf life/);
+    expect(stdout).toMatch(/RetentionWindowExceededError \(idempotency_retention_exceeded\): \[idem\] Stopped retrying .*Reconcile instead/);
+    expect(stdout).toContain('ledger: 1 new charge for this payment — charged once');
     expect(stdout).toContain('Demo complete.');
   }, 60_000);
 });
