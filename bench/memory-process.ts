@@ -12,6 +12,8 @@ export interface MemorySample {
   ops: number;
   rssBytes: number;
   heapUsedBytes: number;
+  /** What V8 has reserved for its heap: its young generation grows in steps under allocation. */
+  heapTotalBytes: number;
 }
 
 export interface MemoryRunConfig {
@@ -34,8 +36,8 @@ const execute = () =>
 
 const sample = (ops: number): MemorySample => {
   collect();
-  const { rss, heapUsed } = process.memoryUsage();
-  return { ops, rssBytes: rss, heapUsedBytes: heapUsed };
+  const { rss, heapUsed, heapTotal } = process.memoryUsage();
+  return { ops, rssBytes: rss, heapUsedBytes: heapUsed, heapTotalBytes: heapTotal };
 };
 
 for (let i = 0; i < config.warmup; i++) await execute();

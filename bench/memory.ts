@@ -23,7 +23,7 @@ export interface MemoryResult {
   store: 'sqlite' | 'postgres';
   warmup: number;
   ops: number;
-  samples: Array<{ ops: number; rssMiB: number; heapUsedMiB: number }>;
+  samples: Array<{ ops: number; rssMiB: number; heapUsedMiB: number; heapTotalMiB: number }>;
   /** RSS from the first sample to the last, as a share of the first. */
   rssGrowth: number;
   /** The same over the second half of the run only (SQLite's page cache and V8's young generation fill during the first). */
@@ -54,7 +54,7 @@ export async function runMemory({ quick, stores }: MemoryOptions): Promise<Memor
         store,
         warmup: config.warmup,
         ops: config.ops,
-        samples: samples.map((s) => ({ ops: s.ops, rssMiB: s.rssBytes / MIB, heapUsedMiB: s.heapUsedBytes / MIB })),
+        samples: samples.map((s) => ({ ops: s.ops, rssMiB: s.rssBytes / MIB, heapUsedMiB: s.heapUsedBytes / MIB, heapTotalMiB: s.heapTotalBytes / MIB })),
         rssGrowth,
         rssGrowthSecondHalf: (last.rssBytes - middle.rssBytes) / middle.rssBytes,
         rssSlopeMiBPer10k: slope(xs, samples.map((s) => s.rssBytes / MIB)),

@@ -135,6 +135,14 @@ export function renderMemory(results: readonly MemoryResult[]): string {
       verdict(m.target),
     ];
   });
-  const samples = results.map((m) => `${storeName(m.store)} RSS MiB every ${thousands(m.samples[1]!.ops)} ops: ${m.samples.map((s) => fixed(s.rssMiB, 1)).join(', ')}`).join('\n');
+  const samples = results
+    .map((m) => {
+      const every = `every ${thousands(m.samples[1]!.ops)} ops`;
+      return [
+        `${storeName(m.store)} RSS MiB ${every}:        ${m.samples.map((s) => fixed(s.rssMiB, 1)).join(', ')}`,
+        `${storeName(m.store)} V8 heap total MiB ${every}: ${m.samples.map((s) => fixed(s.heapTotalMiB, 1)).join(', ')}`,
+      ].join('\n');
+    })
+    .join('\n');
   return `### 4. Memory (fresh \`engine.execute\` calls, Drizzle store, GC before each sample)\n\n${table(['store', 'warm-up + measured ops', 'RSS MiB, first → last', 'RSS growth', 'growth, 2nd half', 'RSS slope MiB / 10k ops', 'heap used MiB', 'heap slope MiB / 10k ops', 'target (growth)'], rows)}\n\n\`\`\`\n${samples}\n\`\`\``;
 }
