@@ -211,9 +211,23 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       expect(endpoint.order(replay)).not.toEqual(endpoint.order(staleAnswer));
     });
 
-    // Minor (see README): retryUntil stops when its next back-off step would pass the deadline,
-    // so with a 3 s lease the last attempt comes ~1.4 s before the lease ends.
-    it.todo('E7: the failed outcome write is retried until the lease ends (a last attempt shortly before it), as README.md says');
+    it('E7: the failed outcome write is retried until the lease ends (a last attempt shortly before it), as README.md says', async () => {
+      const key = `fault-e7-${randomUUID()}`;
+      proxy.dropWhenClientSends(COMPLETE_STATEMENT);
+      try {
+        expect((await create(key)).status).toBe(200);
+        const gaveUp = await app.waitForEvent((event) => event.type === 'storeError' && event.key === key && !event.willRetry, LEASE_MS + 2000);
+        const gaveUpAt = Date.now();
+        const claimed = await record(key);
+        const leaseLeft = claimed!.leaseUntil.getTime() - gaveUpAt;
+        const attempts = app.events.filter((event) => event.type === 'storeError' && event.key === key).length;
+        console.info(`[reliability] E7 ${endpoint.name}: ${attempts} failed outcome writes; the last one ended ${leaseLeft} ms before the lease (${gaveUp.type})`);
+        expect(leaseLeft).toBeLessThan(400);
+        expect(attempts).toBeGreaterThanOrEqual(3);
+      } finally {
+        proxy.clearDropRules();
+      }
+    });
 
     it('service resumes when PostgreSQL is reachable again, without restarting the app: 503s while it is down, then every key executes once', async () => {
       const keys = Array.from({ length: 5 }, () => `resume-${randomUUID()}`);

@@ -187,10 +187,22 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('503 problem bodies and log lines wi
     expect(replays.map((answer) => answer.replayed)).toEqual([true, true]);
   });
 
-  // Bug (see README): when the outcome write fails, the `storeError` event carries drizzle's
-  // DrizzleQueryError, whose message lists the statement's parameters, the stored body among
-  // them, and the example logs that message on its `[idem]` line.
-  it.todo('K5: a storeError log line for a failed outcome write (E7) does not contain the stored response body');
+  it('K5: a storeError log line for a failed outcome write (E7) does not contain the stored response body', async () => {
+    // The store rethrows drizzle's query errors without the statement's parameters (StoreQueryError).
+    for (const endpoint of PAYMENT_ENDPOINTS) {
+      const key = `k5-${randomUUID()}`;
+      proxy.dropWhenClientSends('idem:complete:');
+      const answer = await endpoint.create(server.url, input, { key, account: 'ivan' });
+      expect(answer.status).toBe(200); // E7: the real outcome, though it was not stored
+      const failure = await server.waitForEvent((event) => event.type === 'storeError' && event.key === key && event.operation === 'complete');
+      proxy.clearDropRules();
+      const line = server.lines.find((candidate) => candidate.startsWith('[idem] ') && candidate.includes('"storeError"') && candidate.includes(key));
+      expect(line, 'the storeError line').toBeDefined();
+      expect(JSON.stringify(failure)).toContain('[idem] store query failed');
+      expectNoSecretIn([line!], storedSecrets(endpoint, [answer]), 'a storeError line');
+      expect(line).not.toContain('params');
+    }
+  });
 });
 
 describe('maxStoredBytes: an outcome larger than the store takes', () => {
@@ -248,7 +260,18 @@ describe('maxStoredBytes: an outcome larger than the store takes', () => {
     expect(app.executions).toBe(1);
   });
 
-  // Bug (see README): @idem/envelop's error codec revives the engine's "too large" description as
-  // a GraphQLError without a message: the replay is a 200 `{"errors":[{}]}`.
-  it.todo('GraphQL: a retry of an oversized outcome gets a 500 whose message says the request was executed (outcome and status) and must not be retried');
+  it('GraphQL: a retry of an oversized outcome gets a 500 whose message says the request was executed (outcome and status) and must not be retried', async () => {
+    const app = createCountingApp({ store: new MemoryStore(), maxStoredBytes: MAX_STORED_BYTES });
+    const key = `big-${randomUUID()}`;
+    const call = () => graphqlOrders.create(app.yogaFetch, IN_PROCESS, { amount: 1, note: SECRET, size: 1000 }, { key, account: 'judy' });
+    expect((await call()).status).toBe(200);
+    const replay = await call();
+    expect(replay.status).toBe(500);
+    expect(replay.replayed).toBe(true);
+    expect(replay.body.errors).toHaveLength(1);
+    expect(replay.body.errors[0].message).toMatch(/this request was executed \(outcome: success, status 200\).*Do not retry it/);
+    expect(replay.body.errors[0].extensions).toMatchObject({ code: 'IDEMPOTENCY_OUTCOME_NOT_STORED', idempotency: { executed: true, reason: 'too_large', status: 200 } });
+    expect(replay.text).not.toContain(SECRET);
+    expect(app.executions).toBe(1);
+  });
 });

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
 import { is } from 'drizzle-orm';
 import { PgDatabase } from 'drizzle-orm/pg-core';
-import type { DrizzleDatabase } from '@idem/drizzle';
+import { retryConcurrentDdl, type DrizzleDatabase } from '@idem/drizzle';
 
 export interface LedgerEntry {
   id: string;
@@ -34,6 +34,11 @@ export class PaymentChannel {
 
   /** Creates the ledger table when it is missing (and adds the downstream key to an older one). */
   async migrate(): Promise<void> {
+    // Several servers may start at once on a fresh database (the reliability suite does).
+    await retryConcurrentDdl(() => this.#createLedger());
+  }
+
+  async #createLedger(): Promise<void> {
     const pg = this.#isPg();
     await this.#run(
       pg

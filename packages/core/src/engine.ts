@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { formatIdempotencyKey } from './key.ts';
 import { FingerprintMismatchError, KeyExpiredError, RequestInProgressError, StoreUnavailableError, DEFAULT_DOCUMENTATION_URL } from './errors.ts';
 import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration } from './events.ts';
-import { defaultErrorCodec, deserializeValue, serializeValue, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.ts';
+import { OutcomeNotStoredError, defaultErrorCodec, deserializeValue, serializeValue, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.ts';
 import type { AtomicMode, AtomicResult, ClaimResult, IdempotencyRecord, IdempotencyStore, StoredOutcome } from './store.ts';
 import { toMilliseconds, type Duration } from './duration.ts';
 
@@ -308,7 +308,7 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
       retentionMs: request.retention === undefined ? policy.retentionMs : toMilliseconds(request.retention),
       expiredReuse: request.expiredReuse ?? policy.expiredReuse,
       /** What is stored of a handler's result: serialized, error described, size bounded. */
-      toOutcome: (result: AtomicResult<unknown>) => boundedOutcome(toStoredOutcome(result, serializer, errors), maxStoredBytes),
+      toOutcome: (result: AtomicResult<unknown>) => boundedOutcome(toStoredOutcome(result, serializer, errors), maxStoredBytes, errors),
     };
   }
   type Endpoint = ReturnType<typeof resolve>;
@@ -431,31 +431,29 @@ function toStoredOutcome<T>(result: AtomicResult<T>, serializer: OutcomeSerializ
     } catch (error) {
       // E4: the handler ran, so something must be stored; a value the serializer cannot
       // write is replayed as a 500 naming the cause rather than executed twice.
-      const description: StoredErrorDescription = {
-        name: 'IdempotencySerializationError',
-        message: `[idem] the handler's result could not be serialized for replay: ${error instanceof Error ? error.message : String(error)}`,
-        code: 'INTERNAL_SERVER_ERROR',
-        status: 500,
-      };
-      return { kind: 'error', status: 500, body: JSON.stringify(description) };
+      const reason = error instanceof Error ? error.message : String(error);
+      return describedError(errors, new OutcomeNotStoredError(`[idem] this request was executed (outcome: success, status 200), but its result could not be serialized for replay (${reason}). Do not retry it: look the result up instead.`, { executed: true, reason: 'unserializable', outcomeKind: 'success', status: 200 }));
     }
   }
-  const description = errors.describe(result.error);
+  return describedError(errors, result.error);
+}
+
+function describedError(errors: ErrorCodec, error: unknown): StoredOutcome {
+  const description = errors.describe(error);
   return { kind: 'error', status: description.status, body: JSON.stringify(description) };
 }
 
 /** An outcome whose body is over the limit becomes a 500 that tells what happened (see `maxStoredBytes`). */
-function boundedOutcome(outcome: StoredOutcome, maxStoredBytes: number): StoredOutcome {
+function boundedOutcome(outcome: StoredOutcome, maxStoredBytes: number, errors: ErrorCodec): StoredOutcome {
   const size = outcome.body === null ? 0 : Buffer.byteLength(outcome.body, 'utf8');
   if (size <= maxStoredBytes) return outcome;
-  const description: StoredErrorDescription = {
-    name: 'IdempotencyOutcomeTooLarge',
-    message: `[idem] this request was executed (outcome: ${outcome.kind}, status ${outcome.status}), but its result (${size} bytes) is larger than the ${maxStoredBytes} bytes idem stores, so it cannot be replayed. Do not retry it: look the result up instead.`,
-    code: 'INTERNAL_SERVER_ERROR',
-    status: 500,
-    data: { executed: true, outcomeKind: outcome.kind, status: outcome.status, bytes: size, maxStoredBytes },
-  };
-  return { kind: 'error', status: 500, body: JSON.stringify(description) };
+  return describedError(
+    errors,
+    new OutcomeNotStoredError(
+      `[idem] this request was executed (outcome: ${outcome.kind}, status ${outcome.status}), but its result (${size} bytes) is larger than the ${maxStoredBytes} bytes idem stores, so it cannot be replayed. Do not retry it: look the result up instead.`,
+      { executed: true, reason: 'too_large', outcomeKind: outcome.kind, status: outcome.status, bytes: size, maxStoredBytes },
+    ),
+  );
 }
 
 const SYNCHRONOUS_HANDLER_REQUIRED = '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
@@ -495,15 +493,18 @@ function describeGeneration(record: IdempotencyRecord): ExpiredGeneration {
 }
 
 async function retryUntil(deadline: number, attempt: () => Promise<void>, onError: (error: unknown, willRetry: boolean) => void): Promise<void> {
+  // Back off, but never past the lease: the last attempt lands just before it ends (E7).
+  const lastCall = deadline - 25;
   let delay = 50;
   for (;;) {
-    await new Promise((resolve) => setTimeout(resolve, delay).unref?.());
+    const wait = Math.min(delay, lastCall - Date.now());
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait).unref?.());
     try {
       await attempt();
       return;
     } catch (error) {
       delay = Math.min(delay * 2, 2000);
-      const willRetry = Date.now() + delay < deadline;
+      const willRetry = Date.now() < lastCall;
       onError(error, willRetry);
       if (!willRetry) return;
     }

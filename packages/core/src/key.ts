@@ -23,14 +23,22 @@ export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
 export function parseIdempotencyKey(raw: string | readonly string[] | null | undefined): string | undefined {
   if (raw === null || raw === undefined) return undefined;
   if (typeof raw !== 'string') {
-    const present = raw.filter((value) => value.trim() !== '');
+    const present = raw.filter((value) => trimOws(value) !== '');
     if (present.length > 1) throw new InvalidKeyError('multiple', 'Send exactly one Idempotency-Key header field.');
     return parseIdempotencyKey(present[0]);
   }
-  const trimmed = raw.trim();
+  const trimmed = trimOws(raw);
   if (trimmed === '') return undefined;
   const value = trimmed.startsWith('"') ? unquote(trimmed) : trimmed;
   return validateKey(value);
+}
+
+/**
+ * Trims what HTTP calls optional white space (RFC 9110 §5.6.3: SP and HTAB) and nothing else:
+ * `String.prototype.trim` would also drop VT, FF or NBSP, which are not allowed in a key (K3).
+ */
+function trimOws(value: string): string {
+  return value.replace(/^[ \t]+|[ \t]+$/g, '');
 }
 
 /** Validates a key that did not come from a header (an input field or argument, K4). */

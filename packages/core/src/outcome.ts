@@ -40,13 +40,33 @@ export class ReplayedError extends Error {
   }
 }
 
-/** The default codec: reads `code` and `status` (or `statusCode`) when an error has them. */
+/**
+ * What the engine stores, through the endpoint's codec, when the handler ran but its outcome
+ * cannot be stored as it is (too large for `maxStoredBytes`, or not serializable): a 500 whose
+ * message says the request *was* executed, so a retry neither runs it again nor pretends
+ * nothing happened. `data` tells how it ended.
+ */
+export class OutcomeNotStoredError extends Error {
+  readonly code = 'INTERNAL_SERVER_ERROR';
+  readonly status = 500;
+  constructor(
+    message: string,
+    readonly data: { executed: true; reason: 'too_large' | 'unserializable'; outcomeKind: 'success' | 'error'; status: number; bytes?: number; maxStoredBytes?: number },
+  ) {
+    super(message);
+    this.name = 'IdempotencyOutcomeNotStored';
+  }
+}
+
+/** The default codec: reads `code`, `status` (or `statusCode`) and `data` when an error has them. */
 export const defaultErrorCodec: ErrorCodec = {
   describe(error) {
     if (error instanceof Error) {
-      const { code, status, statusCode } = error as Error & { code?: unknown; status?: unknown; statusCode?: unknown };
+      const { code, status, statusCode, data } = error as Error & { code?: unknown; status?: unknown; statusCode?: unknown; data?: unknown };
       const httpStatus = typeof status === 'number' ? status : typeof statusCode === 'number' ? statusCode : 500;
-      return { name: error.name, message: error.message, code: typeof code === 'string' ? code : 'INTERNAL_SERVER_ERROR', status: httpStatus };
+      const description: StoredErrorDescription = { name: error.name, message: error.message, code: typeof code === 'string' ? code : 'INTERNAL_SERVER_ERROR', status: httpStatus };
+      if (data !== undefined) description.data = data;
+      return description;
     }
     return { name: 'Error', message: String(error), code: 'INTERNAL_SERVER_ERROR', status: 500 };
   },

@@ -12,6 +12,13 @@ describe('parseIdempotencyKey', () => {
     expect(parseIdempotencyKey(' "abc";v=1 ')).toBe('abc');
   });
 
+  it('K3: trims only HTTP white space (SP, HTAB): NBSP, VT and FF around a key are refused', () => {
+    expect(parseIdempotencyKey('\t abc \t')).toBe('abc');
+    for (const padding of ['\u00a0', '\u000b', '\u000c']) {
+      expect(catchError(() => parseIdempotencyKey(`${padding}abc${padding}`))).toMatchObject({ reason: 'charset', status: 400 });
+    }
+  });
+
   it('K2: treats absent, empty and blank values as no key', () => {
     expect(parseIdempotencyKey(undefined)).toBeUndefined();
     expect(parseIdempotencyKey(null)).toBeUndefined();

@@ -21,6 +21,7 @@ import { defineSqliteTables } from './sqlite-schema.ts';
 import { sqliteStatements } from './sqlite-store.ts';
 import type { StoreStatements, TransactionStatements } from './store-statements.ts';
 import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
+import { withoutQueryParameters } from './query-errors.ts';
 
 export interface DrizzleStoreOptions {
   /**
@@ -65,7 +66,7 @@ export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {
   const detected = detectDialect(db);
   const statements =
     detected.dialect === 'postgres' ? pgStatements(detected.db, definePgTables(tables)) : sqliteStatements(detected.db, defineSqliteTables(tables));
-  return storeOver(statements, detected.dialect, tables);
+  return withoutQueryParameters(storeOver(statements, detected.dialect, tables));
 }
 
 function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): DrizzleStore {

@@ -4,7 +4,7 @@
  * `openDatabase` from a `DATABASE_URL` (the same URLs as the `idem` CLI).
  */
 export { createDrizzleStore, sweepAll, type DrizzleStore, type DrizzleStoreOptions, type SweepAllOptions } from './drizzle-store.ts';
-export { migrate, MIGRATIONS_FOLDERS, type MigrateOptions } from './migrate.ts';
+export { migrate, retryConcurrentDdl, MIGRATIONS_FOLDERS, type MigrateOptions } from './migrate.ts';
 export type { Dialect, DrizzleDatabase } from './dialect.ts';
 export { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
 export { definePgTables, idemKeys as pgIdemKeys, idemKeyHistory as pgIdemKeyHistory, type PgTables } from './pg-schema.ts';
@@ -25,3 +25,4 @@ export {
   type OpenedDatabase,
   type ParseDatabaseUrlOptions,
 } from './connect.ts';
+export { StoreQueryError } from './query-errors.ts';

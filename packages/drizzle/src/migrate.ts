@@ -50,7 +50,39 @@ export async function migrate(db: DrizzleDatabase, { migrationsTable = '__idem_m
   const schema = migrationsSchema ?? (await currentSchema(detected.db));
   const config: MigrationConfig = { migrationsFolder: MIGRATIONS_FOLDERS.postgres, migrationsTable, migrationsSchema: schema };
   const { dialect, session } = detected.db as unknown as MigratableDatabase<PgDialect>;
-  await dialect.migrate(readMigrationFiles(config), session, config);
+  // Several processes starting at once on a fresh database race to create the same tables:
+  // PostgreSQL lets one `CREATE … IF NOT EXISTS` win and fails the others (duplicate table,
+  // or a unique violation in its catalog). The loser rolled back; running again finds the
+  // journal of the winner and has nothing left to do.
+  await retryConcurrentDdl(() => dialect.migrate(readMigrationFiles(config), session, config));
+}
+
+const DDL_ATTEMPTS = 5;
+
+/**
+ * Runs idempotent DDL (`CREATE … IF NOT EXISTS`, a migrator) again when a concurrent process
+ * created the same object first and PostgreSQL failed this one; other errors pass through.
+ * Use it for your own start-up DDL next to `migrate()`.
+ */
+export async function retryConcurrentDdl<T>(run: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await run();
+    } catch (error) {
+      if (attempt >= DDL_ATTEMPTS || !isConcurrentDdlConflict(error)) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 50 + Math.random() * 200 * attempt));
+    }
+  }
+}
+/** SQLSTATEs of a concurrent `CREATE … IF NOT EXISTS`: unique_violation, duplicate_table, duplicate_object, duplicate_schema. */
+const CONCURRENT_DDL_CODES = new Set(['23505', '42P07', '42710', '42P06']);
+
+function isConcurrentDdlConflict(error: unknown): boolean {
+  for (let cause: unknown = error; cause instanceof Error; cause = cause.cause) {
+    const code = (cause as { code?: unknown }).code;
+    if (typeof code === 'string' && CONCURRENT_DDL_CODES.has(code)) return true;
+  }
+  return false;
 }
 
 async function currentSchema(db: AnyPgDatabase): Promise<string> {

@@ -1,5 +1,5 @@
 import { GraphQLError, type ExecutionResult, type Source, type SourceLocation } from 'graphql';
-import type { ErrorCodec, OutcomeSerializer, StoredErrorDescription } from '@idem/core';
+import { OutcomeNotStoredError, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from '@idem/core';
 
 /**
  * A GraphQL error as stored (E4). `unexpected` remembers that the error wrapped something other
@@ -82,7 +82,12 @@ export function storedResultSerializer(serializer: OutcomeSerializer): OutcomeSe
 export function graphqlErrorCodec(source: Source | undefined): ErrorCodec {
   return {
     describe(error): StoredErrorDescription {
-      const graphqlError = asGraphQLError(error);
+      // The engine's own 500 for an outcome it could not store says the request was executed:
+      // a GraphQL error of its own, so that no masking hides it.
+      const graphqlError =
+        error instanceof OutcomeNotStoredError
+          ? new GraphQLError(error.message, { extensions: { code: 'IDEMPOTENCY_OUTCOME_NOT_STORED', http: { status: error.status }, idempotency: error.data } })
+          : asGraphQLError(error);
       const http = graphqlError.extensions['http'] as { status?: unknown } | undefined;
       const code = graphqlError.extensions['code'];
       return {

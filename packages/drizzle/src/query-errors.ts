@@ -1,0 +1,36 @@
+import { DrizzleQueryError } from 'drizzle-orm/errors';
+
+/**
+ * K5: a drizzle query error's message holds the statement's parameters — stored response
+ * bodies, keys, tokens — and stores hand their errors to the engine, which emits them in
+ * `storeError` events that users log. The store rethrows them as this error instead: the
+ * driver's own message and code, with the driver error as `cause`, and no parameters.
+ */
+export class StoreQueryError extends Error {
+  /** The driver's error code, e.g. PostgreSQL's SQLSTATE `57P01` or SQLite's `SQLITE_BUSY`. */
+  readonly code: string | undefined;
+
+  constructor(error: DrizzleQueryError) {
+    const cause = error.cause;
+    super(`[idem] store query failed: ${cause?.message ?? 'unknown driver error'}`, cause === undefined ? undefined : { cause });
+    this.name = 'StoreQueryError';
+    const code = (cause as { code?: unknown } | undefined)?.code;
+    this.code = typeof code === 'string' ? code : undefined;
+  }
+}
+
+/** Rethrows drizzle query errors of every method of `target` as {@link StoreQueryError}. */
+export function withoutQueryParameters<T extends object>(target: T): T {
+  const wrapped = { ...target } as Record<string, unknown>;
+  for (const [name, value] of Object.entries(target)) {
+    if (typeof value !== 'function') continue;
+    wrapped[name] = async (...args: unknown[]) => {
+      try {
+        return await (value as (...a: unknown[]) => unknown).apply(target, args);
+      } catch (error) {
+        throw error instanceof DrizzleQueryError ? new StoreQueryError(error) : error;
+      }
+    };
+  }
+  return wrapped as T;
+}
