@@ -3,10 +3,8 @@ import { createSchema, createYoga } from 'graphql-yoga';
 import { HandlerNotStartedError, idempotencyClaim } from '@idem/core';
 import type { DrizzleDatabase } from '@idem/drizzle';
 import { useYogaIdempotency, idempotentDirectiveTypeDefs } from '@idem/envelop';
-import type { IdempotencyEventHandler, IdempotencyStore } from '@idem/core';
 import { accountOf } from './account.ts';
-import { paymentInput } from './trpc.ts';
-import type { PaymentChannel } from './channel.ts';
+import { paymentInput, type PaymentsRouterOptions } from './trpc.ts';
 
 const typeDefs = /* GraphQL */ `
   ${idempotentDirectiveTypeDefs}
@@ -42,15 +40,8 @@ const typeDefs = /* GraphQL */ `
   }
 `;
 
-export interface PaymentsGraphQLOptions {
-  store: IdempotencyStore;
-  channel: PaymentChannel;
-  retentionMs: number;
-  leaseMs: number;
-  onEvent?: IdempotencyEventHandler;
-  /** Atomic mode (PostgreSQL). Defaults to false. */
-  atomic?: boolean;
-}
+/** The same configuration as the tRPC router's: one store, one channel, one policy. */
+export type PaymentsGraphQLOptions = PaymentsRouterOptions;
 
 interface GraphQLContext {
   request: Request;
