@@ -30,6 +30,8 @@ export interface ExampleOptions {
   ttl?: string;
   /** CHANNEL_DELAY_MS. Defaults to 0. */
   channelDelayMs?: number;
+  /** IDEM_ATOMIC=1 (PostgreSQL only): the ledger row commits with the claim and the outcome. Defaults to off. */
+  atomic?: boolean;
   /** A name for messages. */
   name?: string;
 }
@@ -69,6 +71,7 @@ export class ExampleFleet {
       CHANNEL_DELAY_MS: String(options.channelDelayMs ?? 0),
       IDEM_LEASE: options.lease ?? '',
       IDEM_TTL: options.ttl ?? '',
+      IDEM_ATOMIC: options.atomic ? '1' : '',
     };
     const child = spawn(process.execPath, ['--import', 'tsx', EXAMPLE_MAIN], { cwd: REPOSITORY_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.#children.add(child);

@@ -15,6 +15,8 @@ export interface TcpProxyStats {
   destroyed: number;
   /** Connections cut by a drop rule, before the matching bytes reached the target. */
   dropped: number;
+  /** Connections cut by a cut-after rule, once the matching bytes were forwarded. */
+  cutAfter: number;
 }
 
 export interface TcpProxy {
@@ -33,9 +35,18 @@ export interface TcpProxy {
    * those bytes are forwarded: the statement never reaches the server.
    */
   dropWhenClientSends(pattern: string): void;
+  /**
+   * Cut any connection whose client sends `pattern` right after those bytes are forwarded: the
+   * server receives the statement (and runs it), the client never sees the answer. The client's
+   * bytes are still forwarded for 100 ms (the rest of the message), nothing is sent back.
+   */
+  cutAfterClientSends(pattern: string): void;
   clearDropRules(): void;
   close(): Promise<void>;
 }
+
+/** How long a cut-after rule keeps forwarding the client's bytes before it cuts. */
+const CUT_AFTER_MS = 100;
 
 interface Pair {
   client: Socket;
@@ -43,10 +54,11 @@ interface Pair {
 }
 
 export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
-  const stats: TcpProxyStats = { accepted: 0, refused: 0, destroyed: 0, dropped: 0 };
+  const stats: TcpProxyStats = { accepted: 0, refused: 0, destroyed: 0, dropped: 0, cutAfter: 0 };
   const open = new Set<Pair>();
   let refusing = false;
   let dropRules: Buffer[] = [];
+  let cutAfterRules: Buffer[] = [];
 
   const server: Server = createServer((client) => {
     client.on('error', () => {});
@@ -60,23 +72,44 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     upstream.on('error', () => {});
     const pair: Pair = { client, upstream };
     open.add(pair);
+    let flushing = false;
     const close = () => {
       open.delete(pair);
       client.destroy();
-      upstream.destroy();
+      // A cut-after rule ends the upstream side gracefully: the forwarded bytes must arrive.
+      if (!flushing) upstream.destroy();
     };
     client.on('close', close);
     upstream.on('close', close);
-    upstream.on('data', (chunk: Buffer) => client.write(chunk));
+    let cutting = false;
+    upstream.on('data', (chunk: Buffer) => void (cutting || client.write(chunk)));
     let tail = Buffer.alloc(0);
     client.on('data', (chunk: Buffer) => {
+      if (cutting) {
+        upstream.write(chunk);
+        return;
+      }
       const window = Buffer.concat([tail, chunk]);
       if (dropRules.some((rule) => window.includes(rule))) {
         stats.dropped++;
         close();
         return;
       }
-      const longest = Math.max(0, ...dropRules.map((rule) => rule.length - 1));
+      if (cutAfterRules.some((rule) => window.includes(rule))) {
+        // Forward this chunk and whatever follows for a moment (the rest of an extended-protocol
+        // message, its Sync), but nothing back: then cut both sides.
+        stats.cutAfter++;
+        cutting = true;
+        open.delete(pair);
+        upstream.write(chunk);
+        setTimeout(() => {
+          flushing = true;
+          upstream.end();
+          client.destroy();
+        }, CUT_AFTER_MS);
+        return;
+      }
+      const longest = Math.max(0, ...[...dropRules, ...cutAfterRules].map((rule) => rule.length - 1));
       tail = window.subarray(Math.max(0, window.length - longest));
       upstream.write(chunk);
     });
@@ -113,7 +146,11 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     refuseNewConnections: () => void (refusing = true),
     destroyOpenSockets,
     dropWhenClientSends: (pattern) => void (dropRules = [...dropRules, Buffer.from(pattern)]),
-    clearDropRules: () => void (dropRules = []),
+    cutAfterClientSends: (pattern) => void (cutAfterRules = [...cutAfterRules, Buffer.from(pattern)]),
+    clearDropRules: () => {
+      dropRules = [];
+      cutAfterRules = [];
+    },
     async close() {
       destroyOpenSockets();
       await new Promise<void>((resolve) => server.close(() => resolve()));
