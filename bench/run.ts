@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --only floor,http,scale,memory] [-- --quick]`: runs the parts in sequence,
+ * `npm run bench [-- --only floor,http,scale,memory,commits] [-- --quick]`: runs the parts in sequence,
  * prints their tables and writes everything to bench/results/<date>.json.
  * Needs PostgreSQL at DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test) and, for
  * the HTTP part, Redis at REDIS_URL (default redis://127.0.0.1:6379).
@@ -11,13 +11,14 @@ import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { createClient } from '@redis/client';
 import { adminQuery, openBenchSqlite, postgresReachable, POSTGRES_URL, REDIS_URL } from './databases.ts';
+import { renderCommits, runCommits } from './commits.ts';
 import { runFloor } from './floor.ts';
 import { runHttp } from './http.ts';
 import { runMemory } from './memory.ts';
 import { renderFloor, renderHttp, renderMachine, renderMemory, renderScale, type MachineNotes } from './report.ts';
 import { runScale } from './scale.ts';
 
-const PARTS = ['floor', 'http', 'scale', 'memory'] as const;
+const PARTS = ['floor', 'http', 'scale', 'memory', 'commits'] as const;
 type Part = (typeof PARTS)[number];
 const STORES = ['sqlite', 'postgres'] as const;
 
@@ -69,6 +70,12 @@ for (const part of parts) {
       const result = await runMemory({ quick, stores: STORES });
       results.memory = result;
       section = renderMemory(result);
+      break;
+    }
+    case 'commits': {
+      const result = await runCommits({ quick });
+      results.commits = result;
+      section = renderCommits(result);
       break;
     }
   }
