@@ -149,6 +149,10 @@ async function openPostgres(url: string, { max = 10, connectionTimeoutMillis = D
   // An idle connection that drops (server restart, network) must not crash the process: the
   // pool discards it and the next query opens a new one.
   pool.on('error', () => {});
+  // A connection checked out of the pool (a transaction in atomic mode holds one while the
+  // handler runs) emits 'error' on the client when it drops: the query in flight rejects
+  // anyway, so the event must not become an uncaught exception that ends the process.
+  pool.on('connect', (client) => client.on('error', () => {}));
   let ended = false;
   return {
     dialect: 'postgres',
