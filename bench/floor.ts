@@ -192,13 +192,16 @@ async function captureStoreSql(database: BenchDatabase): Promise<{ claim: Captur
   const mark = captured.length;
   await store.claim({ ...request, token: randomUUID() });
   const [claim, complete] = captured;
-  const read = captured.slice(mark).find((entry) => /^select /i.test(entry.sql));
-  if (!claim || !complete || !read || !/^insert into "idem_keys"/i.test(claim.sql) || !/^update "idem_keys" set "state" = 'completed'/i.test(complete.sql)) {
+  // PostgreSQL claims with one statement that also reads the existing row (a data-modifying CTE),
+  // so its replay is that statement alone; SQLite inserts, then reads.
+  const oneStatementReplay = claim !== undefined && /^with "claimed" as \(insert into "idem_keys"/i.test(claim.sql);
+  const read = oneStatementReplay ? claim : captured.slice(mark).find((entry) => /^select /i.test(entry.sql));
+  if (!claim || !complete || !read || !(oneStatementReplay || /^insert into "idem_keys"/i.test(claim.sql)) || !/^update "idem_keys" set "state" = 'completed'/i.test(complete.sql)) {
     throw new Error(`[bench] the store's statements changed; update bench/floor.ts:\n${captured.map((entry) => entry.sql).join('\n')}`);
   }
-  expectParams(claim, [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
+  expectParams(claim, oneStatementReplay ? [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS, SCOPE, key] : [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
   expectParams(complete, ['success', 200, BODY, SCOPE, key, token]);
-  expectParams(read, [SCOPE, key]);
+  if (!oneStatementReplay) expectParams(read, [SCOPE, key]);
   return { claim, complete, read };
 }
 
@@ -236,13 +239,17 @@ function sqliteStatements(database: Extract<BenchDatabase, { dialect: 'sqlite' }
 function postgresStatements(database: Extract<BenchDatabase, { dialect: 'postgres' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
   const { pool } = database;
   const named = (name: string, text: string) => (values: unknown[]) => pool.query({ name: `bench:${name}`, text, values });
-  const claim = named('claim', sql.claim.sql);
+  const claimStatement = named('claim', sql.claim.sql);
   const complete = named('complete', sql.complete.sql);
   const read = named('read', sql.read.sql);
+  // The claim-or-read statement binds the key twice (the insert, then the read of a conflict).
+  const oneStatementReplay = sql.read === sql.claim;
+  const claim = (values: unknown[]) => claimStatement(oneStatementReplay ? [...values, SCOPE, values[1]] : values);
   const select = named('select', 'SELECT * FROM "idem_keys" WHERE "scope" = $1 AND "key" = $2');
   return {
     async claim(key, token) {
-      if ((await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS])).rowCount !== 1) throw new Error('[bench] raw claim lost');
+      const result = await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
+      if (result.rowCount !== 1 || (oneStatementReplay && result.rows[0]?.inserted !== true)) throw new Error('[bench] raw claim lost');
     },
     async complete(key, token) {
       if ((await complete(['success', 200, BODY, SCOPE, key, token])).rowCount !== 1) throw new Error('[bench] raw complete lost');
@@ -251,7 +258,12 @@ function postgresStatements(database: Extract<BenchDatabase, { dialect: 'postgre
       if ((await select([SCOPE, key])).rowCount !== 1) throw new Error('[bench] raw select found nothing');
     },
     async claimThenRead(key, token) {
-      if ((await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS])).rowCount !== 0) throw new Error('[bench] expected a conflict');
+      const claimed = await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
+      if (oneStatementReplay) {
+        if (claimed.rowCount !== 1 || claimed.rows[0]?.inserted !== false) throw new Error('[bench] expected the existing row');
+        return;
+      }
+      if (claimed.rowCount !== 0) throw new Error('[bench] expected a conflict');
       if ((await read([SCOPE, key])).rowCount !== 1) throw new Error('[bench] raw read found nothing');
     },
   };

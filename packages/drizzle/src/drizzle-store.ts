@@ -118,6 +118,16 @@ function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): Dr
 
     async claim(request) {
       let mayBeNew = true;
+      if (s.claimOrRead) {
+        // One round trip for a new key and for a replay alike; the loop below handles the rest.
+        const first = await s.claimOrRead(request);
+        if (first && 'inserted' in first) return { outcome: 'claimed', record: toRecord(first.inserted) };
+        if (first) {
+          const result = await settle(request, first.live.row, first.live.now);
+          if (result) return result;
+          mayBeNew = false;
+        }
+      }
       for (let round = 0; round < MAX_CLAIM_ROUNDS; round++) {
         if (mayBeNew) {
           const inserted = await s.insertClaim(request);

@@ -69,6 +69,21 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
 
   const insertClaim = claimInsert(db, b).prepare(name('claim'));
 
+  // The replay path in one round trip: the insert that conflicts, and the row it conflicted
+  // with. PostgreSQL wants the data-modifying WITH at the top, so the UNION sits in FROM.
+  const claimed = db.$with('claimed').as(claimInsert(db, b));
+  const fromUnion = (column: { name: string }) => sql`r.${sql.identifier(column.name)}`;
+  const unionColumns = Object.fromEntries(Object.entries(getTableColumns(keys)).map(([field, column]) => [field, fromUnion(column).mapWith(column)]));
+  const claimOrRead = db
+    .with(claimed)
+    .select({ inserted: sql<boolean>`r.inserted`, ...unionColumns, now: sql`r.now`.mapWith(keys.createdAt) })
+    .from(
+      sql`(SELECT true AS inserted, ${claimed}.*, ${clock.now} AS now FROM ${claimed}
+           UNION ALL
+           SELECT false, ${keys}.*, ${clock.now} FROM ${keys} WHERE ${thisKey(b)} AND NOT EXISTS (SELECT 1 FROM ${claimed})) AS r`,
+    )
+    .prepare(name('claim_or_read'));
+
   const readLive = db
     .select({ ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) })
     .from(keys)
@@ -181,6 +196,12 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     async insertClaim(request) {
       const [row] = await insertClaim.execute(claimParameters(request));
       return row as LiveRow | undefined;
+    },
+    async claimOrRead(request) {
+      const [found] = await claimOrRead.execute(claimParameters(request));
+      if (!found) return undefined;
+      const { inserted, now, ...row } = found as unknown as LiveRow & { inserted: boolean; now: Date };
+      return inserted ? { inserted: row as LiveRow } : { live: { row: row as LiveRow, now } };
     },
     async readLive(scope, key) {
       const [found] = await readLive.execute({ scope, key });

@@ -12,6 +12,13 @@ export interface StoreStatements {
   insertClaim(request: ClaimRequest): Promise<LiveRow | undefined>;
   /** The live row together with the database clock, or undefined when there is none. */
   readLive(scope: string, key: string): Promise<{ row: LiveRow; now: Date } | undefined>;
+  /**
+   * Rule 1 and the read of an existing row in ONE round trip, where the dialect can (a
+   * data-modifying CTE on PostgreSQL): the inserted row, or the live row with the clock, or
+   * undefined when neither is visible to the statement's snapshot (a concurrent claim committed
+   * meanwhile; the caller then falls back to `insertClaim`/`readLive`).
+   */
+  claimOrRead?(request: ClaimRequest): Promise<{ inserted: LiveRow } | { live: { row: LiveRow; now: Date } } | undefined>;
   /** Rule 3, compare-and-set on the released owner's token; undefined when the CAS lost. */
   reclaimReleased(request: ClaimRequest, releasedToken: string): Promise<LiveRow | undefined>;
   /** Rule 4, compare-and-set on the stale owner's token and lease; undefined when the CAS lost. */
