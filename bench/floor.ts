@@ -69,8 +69,8 @@ interface RawStatements {
   claim(key: string, token: string): Promise<void> | void;
   complete(key: string, token: string): Promise<void> | void;
   selectByKey(key: string): Promise<void> | void;
-  /** What the store runs on a replay: the claim (conflicting, no row) then the read. */
-  claimThenRead(key: string, token: string): Promise<void> | void;
+  /** What the store runs on a replay, raw: SQLite its read (arrays, as the store takes it), PostgreSQL the claim-or-read statement. */
+  replayStatements(key: string, token: string): Promise<void> | void;
 }
 
 interface Captured {
@@ -90,7 +90,7 @@ async function compare(database: BenchDatabase, quick: boolean): Promise<FloorRe
   const sync = database.dialect === 'sqlite';
   // Short batches and many rounds: on a shared machine, what disturbs one variant's batch should
   // disturb its neighbours' too, and the median over rounds drops the rounds it did not.
-  const opsPerBatch = sync ? (quick ? 200 : 300) : quick ? 30 : 50;
+  const opsPerBatch = sync ? (quick ? 200 : 1000) : quick ? 30 : 50;
   const rounds = quick ? 5 : 41;
   let cursor = 0;
   const nextReplayKey = () => replayKeys[cursor++ % REPLAY_KEYS]!;
@@ -116,7 +116,7 @@ async function compare(database: BenchDatabase, quick: boolean): Promise<FloorRe
       batch: () => timeBatch(opsPerBatch, () => engine.execute({ scope: SCOPE, key: randomUUID(), fingerprint: FINGERPRINT }, () => VALUE)),
     },
     { name: 'raw SELECT by key', batch: rawBatch(() => raw.selectByKey(nextReplayKey())) },
-    { name: 'raw claim (conflict) + read', batch: rawBatch(() => raw.claimThenRead(nextReplayKey(), randomUUID())) },
+    { name: 'raw replay statement', batch: rawBatch(() => raw.replayStatements(nextReplayKey(), randomUUID())) },
     { name: 'store replay (claim)', batch: () => timeBatch(opsPerBatch, () => storeReplay(store, nextReplayKey())) },
     {
       name: 'engine replay',
@@ -137,7 +137,7 @@ async function compare(database: BenchDatabase, quick: boolean): Promise<FloorRe
     'store claim + complete / raw claim + complete': ratio('store claim + complete', 'raw claim + complete'),
     'engine fresh / raw claim + complete': ratio('engine fresh', 'raw claim + complete'),
     'engine fresh / store claim + complete': ratio('engine fresh', 'store claim + complete'),
-    'raw claim (conflict) + read / raw SELECT by key': ratio('raw claim (conflict) + read', 'raw SELECT by key'),
+    'raw replay statement / raw SELECT by key': ratio('raw replay statement', 'raw SELECT by key'),
     'store replay (claim) / raw SELECT by key': ratio('store replay (claim)', 'raw SELECT by key'),
     'engine replay / raw SELECT by key': ratio('engine replay', 'raw SELECT by key'),
   };
@@ -189,16 +189,21 @@ async function captureStoreSql(database: BenchDatabase): Promise<{ claim: Captur
   const request = { scope: SCOPE, key, fingerprint: FINGERPRINT, token, leaseMs: LEASE_MS, retentionMs: RETENTION_MS, expiredReuse: 'execute' } as const;
   await store.claim(request);
   await store.complete({ scope: SCOPE, key, token, outcome: { kind: 'success', status: 200, body: BODY } });
-  const mark = captured.length;
+  const fresh = captured.splice(0);
   await store.claim({ ...request, token: randomUUID() });
-  const [claim, complete] = captured;
-  // PostgreSQL claims with one statement that also reads the existing row (a data-modifying CTE),
-  // so its replay is that statement alone; SQLite inserts, then reads.
-  const oneStatementReplay = claim !== undefined && /^with "claimed" as \(insert into "idem_keys"/i.test(claim.sql);
-  const read = oneStatementReplay ? claim : captured.slice(mark).find((entry) => /^select /i.test(entry.sql));
-  if (!claim || !complete || !read || !(oneStatementReplay || /^insert into "idem_keys"/i.test(claim.sql)) || !/^update "idem_keys" set "state" = 'completed'/i.test(complete.sql)) {
-    throw new Error(`[bench] the store's statements changed; update bench/floor.ts:\n${captured.map((entry) => entry.sql).join('\n')}`);
+  const replay = captured.splice(0);
+  // PostgreSQL claims with one statement that also reads the existing row (a data-modifying CTE):
+  // a fresh claim and a replay are that statement. SQLite reads first: a fresh claim is the read
+  // (a miss), the insert and the completion; a replay is the read alone.
+  const oneStatementReplay = database.dialect === 'postgres';
+  const claim = fresh.find((entry) => /^(insert into "idem_keys"|with "claimed" as \(insert into "idem_keys")/i.test(entry.sql));
+  const complete = fresh.find((entry) => /^update "idem_keys" set "state" = 'completed'/i.test(entry.sql));
+  const [read] = replay;
+  const expectedFresh = oneStatementReplay ? [claim, complete] : [read, claim, complete];
+  if (!claim || !complete || !read || replay.length !== 1 || fresh.length !== expectedFresh.length || fresh.some((entry, i) => entry.sql !== expectedFresh[i]?.sql)) {
+    throw new Error(`[bench] the store's statements changed; update bench/floor.ts:\n${[...fresh, ...replay].map((entry) => entry.sql).join('\n')}`);
   }
+  if (oneStatementReplay && read.sql !== claim.sql) throw new Error('[bench] expected the PostgreSQL replay to be the claim-or-read statement');
   expectParams(claim, oneStatementReplay ? [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS, SCOPE, key] : [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
   expectParams(complete, ['success', 200, BODY, SCOPE, key, token]);
   if (!oneStatementReplay) expectParams(read, [SCOPE, key]);
@@ -214,7 +219,7 @@ function expectParams(statement: Captured, expected: unknown[]): void {
 function sqliteStatements(database: Extract<BenchDatabase, { dialect: 'sqlite' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
   const claim = database.client.prepare(sql.claim.sql);
   const complete = database.client.prepare(sql.complete.sql);
-  const read = database.client.prepare(sql.read.sql);
+  const read = database.client.prepare(sql.read.sql).raw();
   const select = database.client.prepare('SELECT * FROM "idem_keys" WHERE "scope" = ? AND "key" = ?');
   return {
     claim(key, token) {
@@ -229,8 +234,7 @@ function sqliteStatements(database: Extract<BenchDatabase, { dialect: 'sqlite' }
     selectByKey(key) {
       if (!select.get(SCOPE, key)) throw new Error('[bench] raw select found nothing');
     },
-    claimThenRead(key, token) {
-      if (claim.get(SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS)) throw new Error('[bench] expected a conflict');
+    replayStatements(key) {
       if (!read.get(SCOPE, key)) throw new Error('[bench] raw read found nothing');
     },
   };
@@ -241,15 +245,13 @@ function postgresStatements(database: Extract<BenchDatabase, { dialect: 'postgre
   const named = (name: string, text: string) => (values: unknown[]) => pool.query({ name: `bench:${name}`, text, values });
   const claimStatement = named('claim', sql.claim.sql);
   const complete = named('complete', sql.complete.sql);
-  const read = named('read', sql.read.sql);
   // The claim-or-read statement binds the key twice (the insert, then the read of a conflict).
-  const oneStatementReplay = sql.read === sql.claim;
-  const claim = (values: unknown[]) => claimStatement(oneStatementReplay ? [...values, SCOPE, values[1]] : values);
+  const claim = (values: unknown[]) => claimStatement([...values, SCOPE, values[1]]);
   const select = named('select', 'SELECT * FROM "idem_keys" WHERE "scope" = $1 AND "key" = $2');
   return {
     async claim(key, token) {
       const result = await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
-      if (result.rowCount !== 1 || (oneStatementReplay && result.rows[0]?.inserted !== true)) throw new Error('[bench] raw claim lost');
+      if (result.rowCount !== 1 || result.rows[0]?.inserted !== true) throw new Error('[bench] raw claim lost');
     },
     async complete(key, token) {
       if ((await complete(['success', 200, BODY, SCOPE, key, token])).rowCount !== 1) throw new Error('[bench] raw complete lost');
@@ -257,14 +259,9 @@ function postgresStatements(database: Extract<BenchDatabase, { dialect: 'postgre
     async selectByKey(key) {
       if ((await select([SCOPE, key])).rowCount !== 1) throw new Error('[bench] raw select found nothing');
     },
-    async claimThenRead(key, token) {
+    async replayStatements(key, token) {
       const claimed = await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
-      if (oneStatementReplay) {
-        if (claimed.rowCount !== 1 || claimed.rows[0]?.inserted !== false) throw new Error('[bench] expected the existing row');
-        return;
-      }
-      if (claimed.rowCount !== 0) throw new Error('[bench] expected a conflict');
-      if ((await read([SCOPE, key])).rowCount !== 1) throw new Error('[bench] raw read found nothing');
+      if (claimed.rowCount !== 1 || claimed.rows[0]?.inserted !== false) throw new Error('[bench] expected the existing row');
     },
   };
 }

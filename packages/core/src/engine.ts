@@ -223,7 +223,12 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
     },
     async execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext) => Promise<T> | T): Promise<ExecuteResult<T>> {
       const endpoint = resolve(request);
-      const claim = await claimOrFail(endpoint);
+      let claim: ClaimResult;
+      try {
+        claim = await store.claim(claimRequest(endpoint));
+      } catch (error) {
+        throw claimFailed(endpoint, error);
+      }
       if (claim.outcome === 'existing') return answerExisting<T>(endpoint, claim);
       announceClaim(endpoint, claim);
 
@@ -240,7 +245,7 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
         result = { ok: false, error, replayed: false, generation: record.generation };
       }
 
-      await storeOutcome(endpoint.scope, endpoint.key, record, endpoint.toOutcome(result));
+      await storeOutcome(endpoint.scope, endpoint.key, record, outcomeOf(endpoint, result));
       return result;
     },
 
@@ -264,7 +269,12 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
       }
 
       // The key has a record: the rules of `execute`, then the handler in a transaction of its own.
-      const claim = await claimOrFail(endpoint);
+      let claim: ClaimResult;
+      try {
+        claim = await store.claim(claimRequest(endpoint));
+      } catch (error) {
+        throw claimFailed(endpoint, error);
+      }
       if (claim.outcome === 'existing') return answerExisting<T>(endpoint, claim);
       announceClaim(endpoint, claim);
       const { record } = claim;
@@ -307,23 +317,23 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
       leaseMs: request.lease === undefined ? policy.leaseMs : toMilliseconds(request.lease),
       retentionMs: request.retention === undefined ? policy.retentionMs : toMilliseconds(request.retention),
       expiredReuse: request.expiredReuse ?? policy.expiredReuse,
-      /** What is stored of a handler's result: serialized, error described, size bounded. */
-      toOutcome: (result: AtomicResult<unknown>) => boundedOutcome(toStoredOutcome(result, serializer, errors), maxStoredBytes, errors),
     };
   }
   type Endpoint = ReturnType<typeof resolve>;
+
+  /** What is stored of a handler's result: serialized, error described, size bounded. */
+  function outcomeOf({ serializer, errors }: Endpoint, result: AtomicResult<unknown>): StoredOutcome {
+    return boundedOutcome(toStoredOutcome(result, serializer, errors), maxStoredBytes, errors);
+  }
 
   function claimRequest({ scope, key, fingerprint, leaseMs, retentionMs, expiredReuse }: Endpoint) {
     return { scope, key, fingerprint, token: randomUUID(), leaseMs, retentionMs, expiredReuse };
   }
 
-  async function claimOrFail(endpoint: Endpoint): Promise<ClaimResult> {
-    try {
-      return await store.claim(claimRequest(endpoint));
-    } catch (error) {
-      emit({ type: 'storeError', scope: endpoint.scope, key: endpoint.key, operation: 'claim', error, willRetry: false });
-      throw new StoreUnavailableError(unavailableRetryAfter, error);
-    }
+  /** The store failed to claim: 503 (callers await `store.claim` themselves: on the replay path every promise layer is a measurable share of one SQLite read). */
+  function claimFailed({ scope, key }: Endpoint, error: unknown): StoreUnavailableError {
+    emit({ type: 'storeError', scope, key, operation: 'claim', error, willRetry: false });
+    return new StoreUnavailableError(unavailableRetryAfter, error);
   }
 
   /** The key already has a live record: 422 (expired with `reject`, or another payload), a replay, or 409. */
@@ -397,7 +407,7 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
         try {
           // E4: a handler that did not start leaves nothing behind — here, by rolling back.
           if (!result.ok && result.error instanceof HandlerNotStartedError) throw result.error;
-          return (stored = endpoint.toOutcome(result));
+          return (stored = outcomeOf(endpoint, result));
         } catch (error) {
           own.add(error);
           throw error;

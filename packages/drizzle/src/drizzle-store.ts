@@ -13,13 +13,13 @@ import {
   type StoredOutcome,
 } from '@idem/core';
 import { detectDialect, type Dialect, type DrizzleDatabase } from './dialect.ts';
-import { chain, type Eventually } from './eventually.ts';
+import { chain, isThenable, type Eventually } from './eventually.ts';
 import { definePgTables } from './pg-schema.ts';
 import { pgStatements } from './pg-store.ts';
 import { isExpired, toRecord, toTimeline, type LiveRow } from './record-rows.ts';
 import { defineSqliteTables } from './sqlite-schema.ts';
 import { sqliteStatements } from './sqlite-store.ts';
-import type { StoreStatements, TransactionStatements } from './store-statements.ts';
+import type { FirstStep, StoreStatements, TransactionStatements } from './store-statements.ts';
 import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
 import { withoutQueryParameters } from './query-errors.ts';
 
@@ -66,14 +66,27 @@ export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {
   const detected = detectDialect(db);
   const statements =
     detected.dialect === 'postgres' ? pgStatements(detected.db, definePgTables(tables)) : sqliteStatements(detected.db, defineSqliteTables(tables));
+  // Every method answers a promise through this wrapper, also those that answer at once inside.
   return withoutQueryParameters(storeOver(statements, detected.dialect, tables));
 }
 
 function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): DrizzleStore {
+  /**
+   * Rule 5 without a write, the common case (a replay, a conflict, a mismatch, an expired key
+   * rejected): the answer at once, or undefined when rules 2–4 may change the row.
+   */
+  function settledWithoutWrite(request: ClaimRequest, row: LiveRow, now: Date): ClaimResult | undefined {
+    if (isExpired(row, now)) return request.expiredReuse === 'reject' ? { outcome: 'existing', record: toRecord(row), now, expired: true } : undefined;
+    if (row.state === 'released') return undefined;
+    if (row.state === 'processing' && row.leaseUntil.getTime() <= now.getTime() && fingerprintsMatch(row.fingerprint, request.fingerprint)) return undefined;
+    return { outcome: 'existing', record: toRecord(row), now, expired: false };
+  }
+
   /** Rules 2–5 of the contract for a live row read at `now`; undefined when a compare-and-set lost. */
   async function settle(request: ClaimRequest, row: LiveRow, now: Date): Promise<ClaimResult | undefined> {
+    const settled = settledWithoutWrite(request, row, now);
+    if (settled) return settled;
     if (isExpired(row, now)) {
-      if (request.expiredReuse === 'reject') return { outcome: 'existing', record: toRecord(row), now, expired: true };
       const reused = await s.reuseExpired(request, row);
       return reused && { outcome: 'claimed', record: toRecord(reused.record), expired: toRecord(reused.archived) };
     }
@@ -81,11 +94,40 @@ function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): Dr
       const record = await s.reclaimReleased(request, row.token);
       return record && { outcome: 'claimed', record: toRecord(record) };
     }
-    if (row.state === 'processing' && row.leaseUntil.getTime() <= now.getTime() && fingerprintsMatch(row.fingerprint, request.fingerprint)) {
-      const record = await s.takeOverStale(request, row.token);
-      return record && { outcome: 'claimed', record: toRecord(record), takeover: { previousToken: row.token, previousLeaseUntil: row.leaseUntil } };
+    const record = await s.takeOverStale(request, row.token);
+    return record && { outcome: 'claimed', record: toRecord(record), takeover: { previousToken: row.token, previousLeaseUntil: row.leaseUntil } };
+  }
+
+  /** After the first step: claimed, answered, or the loop of {@link settleContended}. */
+  function afterFirstStep(request: ClaimRequest, first: FirstStep): Eventually<ClaimResult> {
+    if (first && 'inserted' in first) return { outcome: 'claimed', record: toRecord(first.inserted) };
+    if (first) return settledWithoutWrite(request, first.live.row, first.live.now) ?? settleContended(request, first.live);
+    return settleContended(request, undefined);
+  }
+
+  /**
+   * The rest: a write of rules 2–4 on the row seen first, then, while a compare-and-set or an
+   * insert loses to a concurrent claimant (or the row is purged in between), read and try again.
+   */
+  async function settleContended(request: ClaimRequest, seen: { row: LiveRow; now: Date } | undefined): Promise<ClaimResult> {
+    if (seen) {
+      const result = await settle(request, seen.row, seen.now);
+      if (result) return result;
     }
-    return { outcome: 'existing', record: toRecord(row), now, expired: false };
+    let mayBeNew = false;
+    for (let round = 0; round < MAX_CLAIM_ROUNDS; round++) {
+      if (mayBeNew) {
+        const inserted = await s.insertClaim(request);
+        if (inserted) return { outcome: 'claimed', record: toRecord(inserted) };
+      }
+      const live = await s.readLive(request.scope, request.key);
+      // Purged between the insert and the read: the key is new again.
+      mayBeNew = live === undefined;
+      if (!live) continue;
+      const result = await settle(request, live.row, live.now);
+      if (result) return result;
+    }
+    throw new Error(`[idem] claim did not settle after ${MAX_CLAIM_ROUNDS} rounds of contention on one key`);
   }
 
   /** One transaction: committed with what `work` returns, rolled back when it throws (a {@link Rollback} answers its value). */
@@ -116,31 +158,11 @@ function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): Dr
     dialect,
     tables,
 
-    async claim(request) {
-      let mayBeNew = true;
-      if (s.claimOrRead) {
-        // One round trip for a new key and for a replay alike; the loop below handles the rest.
-        const first = await s.claimOrRead(request);
-        if (first && 'inserted' in first) return { outcome: 'claimed', record: toRecord(first.inserted) };
-        if (first) {
-          const result = await settle(request, first.live.row, first.live.now);
-          if (result) return result;
-          mayBeNew = false;
-        }
-      }
-      for (let round = 0; round < MAX_CLAIM_ROUNDS; round++) {
-        if (mayBeNew) {
-          const inserted = await s.insertClaim(request);
-          if (inserted) return { outcome: 'claimed', record: toRecord(inserted) };
-        }
-        const live = await s.readLive(request.scope, request.key);
-        // Purged between the insert and the read: the key is new again.
-        mayBeNew = live === undefined;
-        if (!live) continue;
-        const result = await settle(request, live.row, live.now);
-        if (result) return result;
-      }
-      throw new Error(`[idem] claim did not settle after ${MAX_CLAIM_ROUNDS} rounds of contention on one key`);
+    // Not `async`: on SQLite a replay is one synchronous read, and each promise layer would be
+    // a measurable share of it. `withoutQueryParameters` below hands the caller a promise.
+    claim(request) {
+      const first = s.claimOrRead(request);
+      return (isThenable(first) ? first.then((step) => afterFirstStep(request, step)) : afterFirstStep(request, first)) as Promise<ClaimResult>;
     },
 
     atomicHandlers: s.atomicHandlers,

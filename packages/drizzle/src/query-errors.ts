@@ -1,4 +1,5 @@
 import { DrizzleQueryError } from 'drizzle-orm/errors';
+import { isThenable } from './eventually.ts';
 
 /**
  * K5: a drizzle query error's message holds the statement's parameters — stored response
@@ -19,18 +20,30 @@ export class StoreQueryError extends Error {
   }
 }
 
-/** Rethrows drizzle query errors of every method of `target` as {@link StoreQueryError}. */
+/**
+ * Rethrows drizzle query errors of every method of `target` as {@link StoreQueryError}; every
+ * method answers a promise. Not an `async` wrapper: one promise layer less on the replay path.
+ */
 export function withoutQueryParameters<T extends object>(target: T): T {
   const wrapped = { ...target } as Record<string, unknown>;
   for (const [name, value] of Object.entries(target)) {
     if (typeof value !== 'function') continue;
-    wrapped[name] = async (...args: unknown[]) => {
+    wrapped[name] = (...args: unknown[]) => {
       try {
-        return await (value as (...a: unknown[]) => unknown).apply(target, args);
+        const result: unknown = (value as (...a: unknown[]) => unknown).apply(target, args);
+        return isThenable(result) ? (result as Promise<unknown>).then(undefined, rethrowWithoutParameters) : Promise.resolve(result);
       } catch (error) {
-        throw error instanceof DrizzleQueryError ? new StoreQueryError(error) : error;
+        return Promise.reject(withoutParameters(error));
       }
     };
   }
   return wrapped as T;
+}
+
+function withoutParameters(error: unknown): unknown {
+  return error instanceof DrizzleQueryError ? new StoreQueryError(error) : error;
+}
+
+function rethrowWithoutParameters(error: unknown): never {
+  throw withoutParameters(error);
 }

@@ -7,18 +7,21 @@ import type { AtomicResult, ClaimRequest, StoredOutcome } from '@idem/core';
 import type { Eventually } from './eventually.ts';
 import type { HistoryRow, LiveRow } from './record-rows.ts';
 
+/** What the first step of a claim found: the row it inserted, the live row with the clock, or neither. */
+export type FirstStep = { inserted: LiveRow } | { live: { row: LiveRow; now: Date } } | undefined;
+
 export interface StoreStatements {
   /** Rule 1: `INSERT … ON CONFLICT (scope, key) DO NOTHING RETURNING *`; undefined when the key exists. */
   insertClaim(request: ClaimRequest): Promise<LiveRow | undefined>;
   /** The live row together with the database clock, or undefined when there is none. */
   readLive(scope: string, key: string): Promise<{ row: LiveRow; now: Date } | undefined>;
   /**
-   * Rule 1 and the read of an existing row in ONE round trip, where the dialect can (a
-   * data-modifying CTE on PostgreSQL): the inserted row, or the live row with the clock, or
-   * undefined when neither is visible to the statement's snapshot (a concurrent claim committed
-   * meanwhile; the caller then falls back to `insertClaim`/`readLive`).
+   * Rule 1 and the read of an existing row in one step: the inserted row, or the live row with
+   * the clock, or undefined when the insert conflicted with a row the step could not read (a
+   * concurrent claim committed meanwhile; the caller then re-reads). PostgreSQL: one
+   * data-modifying CTE, one round trip. SQLite: the read first, then the insert on a miss.
    */
-  claimOrRead?(request: ClaimRequest): Promise<{ inserted: LiveRow } | { live: { row: LiveRow; now: Date } } | undefined>;
+  claimOrRead(request: ClaimRequest): Eventually<FirstStep>;
   /** Rule 3, compare-and-set on the released owner's token; undefined when the CAS lost. */
   reclaimReleased(request: ClaimRequest, releasedToken: string): Promise<LiveRow | undefined>;
   /** Rule 4, compare-and-set on the stale owner's token and lease; undefined when the CAS lost. */

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { drizzle } from 'drizzle-orm/better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { createDrizzleStore, defineSqliteTables, migrate } from '../src/index.ts';
 import { sqliteSweepCandidates } from '../src/sqlite-store.ts';
@@ -74,5 +75,29 @@ describe('drizzle store on SQLite', () => {
 
   it('refuses a database that is not a drizzle instance', () => {
     expect(() => createDrizzleStore({} as never)).toThrow(/\[idem\] unsupported database/);
+  });
+
+  it('E2: a replay reads the key with one SELECT; a new key is that read, the insert and the completion', async () => {
+    const target = await openSqliteTarget();
+    try {
+      await migrate(target.db);
+      const statements: string[] = [];
+      const store = createDrizzleStore(drizzle(target.client, { logger: { logQuery: (query) => void statements.push(query.split(' ')[0]!.toLowerCase()) } }));
+      const request = { scope: 's', key: randomUUID(), fingerprint: 'f', token: 't1', leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' } as const;
+
+      expect((await store.claim(request)).outcome).toBe('claimed');
+      await store.complete({ scope: 's', key: request.key, token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } });
+      expect(statements).toEqual(['select', 'insert', 'update']);
+
+      statements.length = 0;
+      const replay = await store.claim({ ...request, token: 't2' });
+      expect(statements).toEqual(['select']);
+      // The hot read maps its row by position: it must answer what drizzle's own mapping answers.
+      expect(replay).toMatchObject({ outcome: 'existing', expired: false, record: await store.get('s', request.key) });
+      expect(replay.record).toMatchObject({ state: 'completed', token: 't1', generation: 1, outcome: { kind: 'success', status: 201, body: '{"id":1}' } });
+      expect(replay.record.completedAt).toBeInstanceOf(Date);
+    } finally {
+      await target.close();
+    }
   });
 });
