@@ -93,7 +93,7 @@ export function renderHttp(result: HttpResult): string {
 
 export function renderScale(result: ScaleResult): string {
   const claims = table(
-    ['store', 'rows in the big table', 'bulk fill, s', 'claim, empty table, µs', 'claim, big table, µs', '**big / empty** (p25–p75)', 'target'],
+    ['store', 'rows in the big table', 'bulk fill, s', 'claim, empty table, µs', 'claim, big table, µs', '**big / empty** (p25–p75)', 'target', 'raw INSERT alone: empty → big, µs', 'raw big / empty (p25–p75)'],
     result.claims.map((c) => [
       storeName(c.store),
       thousands(c.rowsInBigTable),
@@ -102,6 +102,8 @@ export function renderScale(result: ScaleResult): string {
       micros(c.microsPerClaim.big),
       spread(c.ratio),
       verdict(c.target),
+      `${micros(c.raw.microsPerInsert.empty)} → ${micros(c.raw.microsPerInsert.big)}`,
+      spread(c.raw.ratio).replace(/\*\*/g, ''),
     ]),
   );
   const sweeps = table(

@@ -30,6 +30,11 @@ export interface ClaimScaleResult {
   rounds: number;
   microsPerClaim: { empty: number; big: number };
   ratio: { median: number; p25: number; p75: number };
+  /**
+   * The same comparison for the raw driver running the store's insert alone (a prepared
+   * statement, same rows, same rounds): how much of the ratio is the database's own.
+   */
+  raw: { microsPerInsert: { empty: number; big: number }; ratio: { median: number; p25: number; p75: number } };
   target: Target;
 }
 
@@ -92,15 +97,26 @@ async function claimLatency(store: 'sqlite' | 'postgres', quick: boolean): Promi
       }
       return nanosSince(start) / claimsPerBatch;
     };
+    const rawBatch = (target: BenchDatabase) => {
+      const insert = rawInsert(target);
+      return async () => {
+        const start = process.hrtime.bigint();
+        for (let i = 0; i < claimsPerBatch; i++) await insert(`acct_${i % SCOPES}/payments.create`, randomUUID(), randomUUID());
+        return nanosSince(start) / claimsPerBatch;
+      };
+    };
     const times = await interleave(
       [
         { name: 'empty', batch: claimBatch(createDrizzleStore(empty.db)) },
         { name: 'big', batch: claimBatch(createDrizzleStore(big.db)) },
+        { name: 'raw empty', batch: rawBatch(empty) },
+        { name: 'raw big', batch: rawBatch(big) },
       ],
       { rounds, warmupRounds: 2 },
     );
     const ratio = medianRatio(times, 'big', 'empty');
     const [p25, p75] = ratioSpread(times, 'big', 'empty');
+    const [rawP25, rawP75] = ratioSpread(times, 'raw big', 'raw empty');
     return {
       store,
       rowsInBigTable: rows,
@@ -109,6 +125,10 @@ async function claimLatency(store: 'sqlite' | 'postgres', quick: boolean): Promi
       rounds,
       microsPerClaim: { empty: median(times.empty!) / 1000, big: median(times.big!) / 1000 },
       ratio: { median: ratio, p25, p75 },
+      raw: {
+        microsPerInsert: { empty: median(times['raw empty']!) / 1000, big: median(times['raw big']!) / 1000 },
+        ratio: { median: medianRatio(times, 'raw big', 'raw empty'), p25: rawP25, p75: rawP75 },
+      },
       target: { ratio, atMost: 1.2, met: ratio <= 1.2 },
     };
   } finally {
@@ -215,6 +235,28 @@ async function fillExpired(database: BenchDatabase, rows: number, { archivedShar
     .run(rows, { now });
   database.client.exec('ANALYZE');
   database.client.pragma('wal_checkpoint(TRUNCATE)');
+}
+
+/** The store's claim insert written by hand as a raw prepared statement (same table and columns, `ON CONFLICT … DO NOTHING RETURNING *`), per key. */
+function rawInsert(database: BenchDatabase): (scope: string, key: string, token: string) => Promise<void> | void {
+  const columns = 'scope, key, generation, fingerprint, state, token, created_at, lease_until, expires_at, takeovers';
+  if (database.dialect === 'sqlite') {
+    const insert = database.client.prepare(
+      `INSERT INTO idem_keys (${columns}) VALUES (?, ?, 1, NULL, 'processing', ?, @now, @now + 30000, @now + ${DAY_MS}, 0) ON CONFLICT (scope, key) DO NOTHING RETURNING *`,
+    );
+    return (scope, key, token) => {
+      if (insert.all(scope, key, token, { now: Date.now() }).length !== 1) throw new Error('[bench] raw insert lost');
+    };
+  }
+  const { pool } = database;
+  return async (scope, key, token) => {
+    const result = await pool.query({
+      name: 'bench:raw-insert',
+      text: `INSERT INTO idem_keys (${columns}) VALUES ($1, $2, 1, NULL, 'processing', $3, now(), now() + interval '30 seconds', now() + interval '1 day', 0) ON CONFLICT (scope, key) DO NOTHING RETURNING *`,
+      values: [scope, key, token],
+    });
+    if (result.rowCount !== 1) throw new Error('[bench] raw insert lost');
+  };
 }
 
 /** What a hand-written sweeper does: find one expired row, archive it, repeat (raw prepared statements, one transaction each). */
