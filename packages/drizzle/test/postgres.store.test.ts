@@ -102,4 +102,32 @@ describe(`drizzle store on ${where}`, () => {
       await pool.end();
     }
   });
+
+  it('E1/E2: a new key and a replay are one claim-or-read statement each, answering what drizzle\'s own mapping answers', async () => {
+    const target = await openPostgresTarget();
+    try {
+      await migrate(target.db);
+      let statements = 0;
+      const db = target.pool ? drizzle(target.pool, { logger: { logQuery: () => void statements++ } }) : target.db;
+      const store = createDrizzleStore(db);
+      const request = { scope: 's', key: randomUUID(), fingerprint: 'f', token: 't1', leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' } as const;
+
+      const fresh = await store.claim(request);
+      expect(fresh).toMatchObject({ outcome: 'claimed', record: { state: 'processing', token: 't1', generation: 1, outcome: null } });
+      // Positional mapping of the driver's rows: the same record drizzle maps for `get`.
+      expect(fresh.record).toEqual(await store.get('s', request.key));
+      await store.complete({ scope: 's', key: request.key, token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } });
+
+      statements = 0;
+      const replay = await store.claim({ ...request, token: 't2' });
+      if (target.pool) expect(statements).toBe(1);
+      expect(replay).toMatchObject({ outcome: 'existing', expired: false, record: { state: 'completed', token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } } });
+      expect(replay.record).toEqual(await store.get('s', request.key));
+      if (replay.outcome !== 'existing') throw new Error('expected a replay');
+      expect(replay.now).toBeInstanceOf(Date);
+      expect(Math.abs(replay.now.getTime() - Date.now())).toBeLessThan(60_000);
+    } finally {
+      await target.close();
+    }
+  });
 });
