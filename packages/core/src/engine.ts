@@ -330,7 +330,12 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
     return { scope, key, fingerprint, token: randomUUID(), leaseMs, retentionMs, expiredReuse };
   }
 
-  /** The store failed to claim: 503 (callers await `store.claim` themselves: on the replay path every promise layer is a measurable share of one SQLite read). */
+  /**
+   * The store failed to claim: 503. `execute` and `executeAtomic` each await `store.claim` in
+   * their own try/catch on purpose: on the replay path every promise layer is a measurable share
+   * of one SQLite read (a shared helper with `.then` took the floor's replay ratio from 1.10× to
+   * 1.20× one SELECT).
+   */
   function claimFailed({ scope, key }: Endpoint, error: unknown): StoreUnavailableError {
     emit({ type: 'storeError', scope, key, operation: 'claim', error, willRetry: false });
     return new StoreUnavailableError(unavailableRetryAfter, error);
