@@ -1,7 +1,7 @@
-import { createEngine, type EngineOptions, type IdempotencyEngine } from './engine.ts';
-import type { IdempotencyStore } from './store.ts';
-import type { FingerprintOption } from './fingerprint.ts';
-import type { Duration } from './duration.ts';
+import { createEngine, type EngineOptions, type IdempotencyEngine } from './engine.js';
+import type { IdempotencyStore } from './store.js';
+import type { FingerprintOption } from './fingerprint.js';
+import type { Duration } from './duration.js';
 
 /**
  * Principal for endpoints whose keys are deliberately shared by every caller (S1). Passing it

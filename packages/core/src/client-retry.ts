@@ -8,11 +8,11 @@
  * browser clients can use it; `@idem/trpc`'s `idempotencyLink` and `@idem/envelop/client`
  * are built on it.
  */
-import { formatDuration, toMilliseconds, type Duration } from './duration.ts';
+import { formatDuration, toMilliseconds, type Duration } from './duration.js';
 
 // What a client needs of the key rules, so that this module alone serves browser clients.
-export { formatIdempotencyKey, parseIdempotencyKey, validateKey, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './key.ts';
-export { type Duration } from './duration.ts';
+export { formatIdempotencyKey, parseIdempotencyKey, validateKey, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './key.js';
+export { type Duration } from './duration.js';
 
 /**
  * Why an attempt may be repeated with the same key:

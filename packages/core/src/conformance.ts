@@ -10,9 +10,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createEngine } from './engine.ts';
-import { FingerprintMismatchError, RequestInProgressError } from './errors.ts';
-import type { ClaimRequest, ClaimResult, IdempotencyStore } from './store.ts';
+import { createEngine } from './engine.js';
+import { FingerprintMismatchError, RequestInProgressError } from './errors.js';
+import type { ClaimRequest, ClaimResult, IdempotencyStore } from './store.js';
 
 export interface StoreConformanceOptions {
   /** Shown in the describe block. */

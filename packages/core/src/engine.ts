@@ -1,10 +1,10 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { formatIdempotencyKey } from './key.ts';
-import { FingerprintMismatchError, KeyExpiredError, RequestInProgressError, StoreUnavailableError, DEFAULT_DOCUMENTATION_URL } from './errors.ts';
-import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration } from './events.ts';
-import { OutcomeNotStoredError, defaultErrorCodec, deserializeValue, serializeValue, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.ts';
-import type { AtomicMode, AtomicResult, ClaimResult, IdempotencyRecord, IdempotencyStore, StoredOutcome } from './store.ts';
-import { toMilliseconds, type Duration } from './duration.ts';
+import { formatIdempotencyKey } from './key.js';
+import { FingerprintMismatchError, KeyExpiredError, RequestInProgressError, StoreUnavailableError, DEFAULT_DOCUMENTATION_URL } from './errors.js';
+import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration } from './events.js';
+import { OutcomeNotStoredError, defaultErrorCodec, deserializeValue, serializeValue, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.js';
+import type { AtomicMode, AtomicResult, ClaimResult, IdempotencyRecord, IdempotencyStore, StoredOutcome } from './store.js';
+import { toMilliseconds, type Duration } from './duration.js';
 
 /** Retention and lease rules of one endpoint; every field falls back to the engine's. */
 export interface EndpointPolicy {

@@ -1,4 +1,4 @@
-import type { RecordState } from './store.ts';
+import type { RecordState } from './store.js';
 
 interface EventBase {
   /** The record's scope: principal + operation (S1). */

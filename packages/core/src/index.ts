@@ -1,11 +1,11 @@
-export * from './errors.ts';
-export * from './key.ts';
-export * from './fingerprint.ts';
-export * from './duration.ts';
-export * from './outcome.ts';
-export type * from './events.ts';
-export type * from './store.ts';
-export { MemoryStore, fingerprintsMatch, toTimelineEntry, type MemoryStoreOptions } from './memory-store.ts';
+export * from './errors.js';
+export * from './key.js';
+export * from './fingerprint.js';
+export * from './duration.js';
+export * from './outcome.js';
+export type * from './events.js';
+export type * from './store.js';
+export { MemoryStore, fingerprintsMatch, toTimelineEntry, type MemoryStoreOptions } from './memory-store.js';
 export {
   createEngine,
   deriveKey,
@@ -23,9 +23,9 @@ export {
   type ExecuteRequest,
   type ExecuteResult,
   type IdempotencyEngine,
-} from './engine.ts';
-export { sharedPrincipal, createAdapterEngine, type AdapterOptions } from './adapter-options.ts';
-export { createPolicyDocument, renderPolicyHtml, type EndpointPolicyDescription, type PolicyDocument } from './policy.ts';
+} from './engine.js';
+export { sharedPrincipal, createAdapterEngine, type AdapterOptions } from './adapter-options.js';
+export { createPolicyDocument, renderPolicyHtml, type EndpointPolicyDescription, type PolicyDocument } from './policy.js';
 export {
   retryWithinRetention,
   retryDeadline,
@@ -49,4 +49,4 @@ export {
   type RetryNotice,
   type RetryReason,
   type RetryWithinRetentionOptions,
-} from './client-retry.ts';
+} from './client-retry.js';

@@ -1,5 +1,5 @@
 import { parseItem, serializeItem } from 'structured-headers';
-import { InvalidKeyError, MissingKeyError, AmbiguousKeyError } from './errors.ts';
+import { InvalidKeyError, MissingKeyError, AmbiguousKeyError } from './errors.js';
 
 /** K3: the longest key accepted. */
 export const MAX_KEY_LENGTH = 255;

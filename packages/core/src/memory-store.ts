@@ -1,4 +1,4 @@
-import type { ClaimRequest, ClaimResult, IdempotencyRecord, IdempotencyStore, StoredOutcome, TimelineEntry } from './store.ts';
+import type { ClaimRequest, ClaimResult, IdempotencyRecord, IdempotencyStore, StoredOutcome, TimelineEntry } from './store.js';
 
 export interface MemoryStoreOptions {
   /** The store's clock, in epoch milliseconds. Defaults to `Date.now`. */

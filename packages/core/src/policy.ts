@@ -1,4 +1,4 @@
-import { formatDuration } from './duration.ts';
+import { formatDuration } from './duration.js';
 
 /** One idempotent endpoint, as published (R4). */
 export interface EndpointPolicyDescription {

@@ -3,7 +3,7 @@
  * key was reused. Timelines carry no bodies, so nothing stored is ever printed (K5).
  */
 import type { TimelineEntry } from '@idem/core';
-import { humanizeSpan, iso, NONE, plural, renderTable } from './cli-format.ts';
+import { humanizeSpan, iso, NONE, plural, renderTable } from './cli-format.js';
 
 /** The timelines of one key, one per scope that holds it. */
 export interface KeyTimelines {

@@ -4,10 +4,10 @@
  * `policy` reads one row per scope, not every record.
  */
 import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
-import type { OpenedDatabase } from './connect.ts';
-import { postgresClock, sqliteClock } from './database-clock.ts';
-import { idemKeyHistory as pgHistory, idemKeys as pgKeys } from './pg-schema.ts';
-import { idemKeyHistory as sqliteHistory, idemKeys as sqliteKeys } from './sqlite-schema.ts';
+import type { OpenedDatabase } from './connect.js';
+import { postgresClock, sqliteClock } from './database-clock.js';
+import { idemKeyHistory as pgHistory, idemKeys as pgKeys } from './pg-schema.js';
+import { idemKeyHistory as sqliteHistory, idemKeys as sqliteKeys } from './sqlite-schema.js';
 
 type Row = Record<string, unknown>;
 

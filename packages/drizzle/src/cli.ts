@@ -8,13 +8,13 @@ import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { toMilliseconds } from '@idem/core';
-import { explainJson, renderExplain, type KeyTimelines } from './cli-explain.ts';
-import { plural } from './cli-format.ts';
-import { asPublishedPolicy, databasePolicyJson, renderDatabasePolicy, renderPublishedPolicy } from './cli-policy.ts';
-import { databaseNow, findScopes, pingDatabase, scopeFigures } from './cli-queries.ts';
-import { DatabaseUrlError, describeDatabase, openDatabase, parseDatabaseUrl, type DatabaseLocation, type OpenedDatabase } from './connect.ts';
-import { createDrizzleStore, sweepAll } from './drizzle-store.ts';
-import { migrate } from './migrate.ts';
+import { explainJson, renderExplain, type KeyTimelines } from './cli-explain.js';
+import { plural } from './cli-format.js';
+import { asPublishedPolicy, databasePolicyJson, renderDatabasePolicy, renderPublishedPolicy } from './cli-policy.js';
+import { databaseNow, findScopes, pingDatabase, scopeFigures } from './cli-queries.js';
+import { DatabaseUrlError, describeDatabase, openDatabase, parseDatabaseUrl, type DatabaseLocation, type OpenedDatabase } from './connect.js';
+import { createDrizzleStore, sweepAll } from './drizzle-store.js';
+import { migrate } from './migrate.js';
 
 export const USAGE = `Usage: idem <command> [options]
 

@@ -12,16 +12,16 @@ import {
   type IdempotencyStore,
   type StoredOutcome,
 } from '@idem/core';
-import { detectDialect, type Dialect, type DrizzleDatabase } from './dialect.ts';
-import { chain, isThenable, type Eventually } from './eventually.ts';
-import { definePgTables } from './pg-schema.ts';
-import { pgStatements } from './pg-store.ts';
-import { isExpired, toRecord, toTimeline, type LiveRow } from './record-rows.ts';
-import { defineSqliteTables } from './sqlite-schema.ts';
-import { sqliteStatements } from './sqlite-store.ts';
-import type { FirstStep, StoreStatements, TransactionStatements } from './store-statements.ts';
-import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
-import { withoutQueryParameters } from './query-errors.ts';
+import { detectDialect, type Dialect, type DrizzleDatabase } from './dialect.js';
+import { chain, isThenable, type Eventually } from './eventually.js';
+import { definePgTables } from './pg-schema.js';
+import { pgStatements } from './pg-store.js';
+import { isExpired, toRecord, toTimeline, type LiveRow } from './record-rows.js';
+import { defineSqliteTables } from './sqlite-schema.js';
+import { sqliteStatements } from './sqlite-store.js';
+import type { FirstStep, StoreStatements, TransactionStatements } from './store-statements.js';
+import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
+import { withoutQueryParameters } from './query-errors.js';
 
 export interface DrizzleStoreOptions {
   /**

@@ -3,17 +3,17 @@
  * PostgreSQL (node-postgres, PGlite), with its tables, migrations, sweeper and timeline, and
  * `openDatabase` from a `DATABASE_URL` (the same URLs as the `idem` CLI).
  */
-export { createDrizzleStore, sweepAll, type DrizzleStore, type DrizzleStoreOptions, type SweepAllOptions } from './drizzle-store.ts';
-export { migrate, retryConcurrentDdl, MIGRATIONS_FOLDERS, type MigrateOptions } from './migrate.ts';
-export type { Dialect, DrizzleDatabase } from './dialect.ts';
-export { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
-export { definePgTables, idemKeys as pgIdemKeys, idemKeyHistory as pgIdemKeyHistory, type PgTables } from './pg-schema.ts';
+export { createDrizzleStore, sweepAll, type DrizzleStore, type DrizzleStoreOptions, type SweepAllOptions } from './drizzle-store.js';
+export { migrate, retryConcurrentDdl, MIGRATIONS_FOLDERS, type MigrateOptions } from './migrate.js';
+export type { Dialect, DrizzleDatabase } from './dialect.js';
+export { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
+export { definePgTables, idemKeys as pgIdemKeys, idemKeyHistory as pgIdemKeyHistory, type PgTables } from './pg-schema.js';
 export {
   defineSqliteTables,
   idemKeys as sqliteIdemKeys,
   idemKeyHistory as sqliteIdemKeyHistory,
   type SqliteTables,
-} from './sqlite-schema.ts';
+} from './sqlite-schema.js';
 export {
   DatabaseUrlError,
   describeDatabase,
@@ -24,5 +24,5 @@ export {
   type OpenDatabaseOptions,
   type OpenedDatabase,
   type ParseDatabaseUrlOptions,
-} from './connect.ts';
-export { StoreQueryError } from './query-errors.ts';
+} from './connect.js';
+export { StoreQueryError } from './query-errors.js';

@@ -9,7 +9,7 @@ import { sql } from 'drizzle-orm';
 import { readMigrationFiles, type MigrationConfig } from 'drizzle-orm/migrator';
 import type { PgDialect } from 'drizzle-orm/pg-core';
 import type { SQLiteSyncDialect } from 'drizzle-orm/sqlite-core';
-import { detectDialect, type AnyPgDatabase, type DrizzleDatabase } from './dialect.ts';
+import { detectDialect, type AnyPgDatabase, type DrizzleDatabase } from './dialect.js';
 
 export interface MigrateOptions {
   /** The journal table recording applied migrations. Defaults to `__idem_migrations`. */

@@ -6,10 +6,10 @@
  * claim and completion statements, unprepared, on the transaction's own connection.
  */
 import { and, eq, getTableColumns, getTableName, sql, type Placeholder, type SQL } from 'drizzle-orm';
-import { postgresClock as clock, postgresStatementClock } from './database-clock.ts';
-import type { AnyPgDatabase } from './dialect.ts';
-import type { PgTables } from './pg-schema.ts';
-import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.ts';
+import { postgresClock as clock, postgresStatementClock } from './database-clock.js';
+import type { AnyPgDatabase } from './dialect.js';
+import type { PgTables } from './pg-schema.js';
+import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.js';
 import {
   archiving,
   claimParameters,
@@ -26,8 +26,8 @@ import {
   type ClaimBindings,
   type OutcomeBindings,
   type OwnerBindings,
-} from './row-writes.ts';
-import type { StoreStatements, TransactionStatements } from './store-statements.ts';
+} from './row-writes.js';
+import type { StoreStatements, TransactionStatements } from './store-statements.js';
 
 const param = sql.placeholder;
 

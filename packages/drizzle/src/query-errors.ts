@@ -1,5 +1,5 @@
 import { DrizzleQueryError } from 'drizzle-orm/errors';
-import { isThenable } from './eventually.ts';
+import { isThenable } from './eventually.js';
 
 /**
  * K5: a drizzle query error's message holds the statement's parameters — stored response

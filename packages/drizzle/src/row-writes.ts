@@ -5,7 +5,7 @@
  */
 import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
 import type { ClaimRequest, StoredOutcome } from '@idem/core';
-import type { DatabaseClock } from './database-clock.ts';
+import type { DatabaseClock } from './database-clock.js';
 
 /** The inputs of a claim statement, each as SQL. */
 export interface ClaimBindings {

@@ -5,7 +5,7 @@
  */
 import { sql } from 'drizzle-orm';
 import { index, integer, primaryKey, sqliteTable, text } from 'drizzle-orm/sqlite-core';
-import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.ts';
+import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
 
 const RECORD_STATES = ['processing', 'completed', 'released', 'archived'] as const;
 const OUTCOME_KINDS = ['success', 'error'] as const;

@@ -7,10 +7,10 @@
  */
 import type { ClaimRequest } from '@idem/core';
 import { and, eq, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
-import { sqliteClock as clock } from './database-clock.ts';
-import type { SyncSQLiteDatabase } from './dialect.ts';
-import { isThenable } from './eventually.ts';
-import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.ts';
+import { sqliteClock as clock } from './database-clock.js';
+import type { SyncSQLiteDatabase } from './dialect.js';
+import { isThenable } from './eventually.js';
+import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.js';
 import {
   archiving,
   claimParameters,
@@ -20,9 +20,9 @@ import {
   historyCopy,
   outcomeParameters,
   takeover,
-} from './row-writes.ts';
-import type { SqliteTables } from './sqlite-schema.ts';
-import type { StoreStatements, TransactionStatements } from './store-statements.ts';
+} from './row-writes.js';
+import type { SqliteTables } from './sqlite-schema.js';
+import type { StoreStatements, TransactionStatements } from './store-statements.js';
 
 const SYNCHRONOUS_HANDLER_REQUIRED = '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
 

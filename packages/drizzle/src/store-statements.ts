@@ -4,8 +4,8 @@
  * choose between them live once, in `drizzle-store.ts`.
  */
 import type { AtomicResult, ClaimRequest, StoredOutcome } from '@idem/core';
-import type { Eventually } from './eventually.ts';
-import type { HistoryRow, LiveRow } from './record-rows.ts';
+import type { Eventually } from './eventually.js';
+import type { HistoryRow, LiveRow } from './record-rows.js';
 
 /** What the first step of a claim found: the row it inserted, the live row with the clock, or neither. */
 export type FirstStep = { inserted: LiveRow } | { live: { row: LiveRow; now: Date } } | undefined;

@@ -1,5 +1,5 @@
 import { GraphQLError, type ASTVisitor, type ValidationContext } from 'graphql';
-import { IDEMPOTENT_DIRECTIVE_NAME } from './directive.ts';
+import { IDEMPOTENT_DIRECTIVE_NAME } from './directive.js';
 
 /**
  * Validation rule: `@idempotent` belongs on root mutation fields. Anywhere else it would be

@@ -1,7 +1,7 @@
 import { getArgumentValues, getDirectiveValues, type GraphQLDirective } from 'graphql';
 import { AmbiguousKeyError, MissingKeyError, readArgumentKey, resolveKey } from '@idem/core';
-import { isRequiredField, type RequiredKeyOption } from './options.ts';
-import type { RootField } from './root-fields.ts';
+import { isRequiredField, type RequiredKeyOption } from './options.js';
+import type { RootField } from './root-fields.js';
 
 /**
  * Which unit of idempotency an operation gets:

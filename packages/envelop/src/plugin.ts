@@ -29,15 +29,15 @@ import {
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
-import { IdempotentDirectivePlacementRule } from './directive-placement-rule.ts';
-import { IDEMPOTENT_DIRECTIVE_NAME } from './directive.ts';
-import { idempotencyGraphQLError } from './error-mapping.ts';
-import { planKeys } from './key-plan.ts';
-import { documentForField, fragmentsOf, normalizedOperation, normalizedSelection } from './normalized-document.ts';
-import { DEFAULT_KEY_ARGUMENT, type FingerprintInput, type IdempotencyOptions } from './options.ts';
-import { headersOf, idempotencyKeyHeader, requestOf } from './request-headers.ts';
-import { collectRootFields, type RootField } from './root-fields.ts';
-import { asGraphQLError, fromStoredResult, graphqlErrorCodec, storedResultSerializer, toStoredResult, type StoredExecutionResult } from './stored-result.ts';
+import { IdempotentDirectivePlacementRule } from './directive-placement-rule.js';
+import { IDEMPOTENT_DIRECTIVE_NAME } from './directive.js';
+import { idempotencyGraphQLError } from './error-mapping.js';
+import { planKeys } from './key-plan.js';
+import { documentForField, fragmentsOf, normalizedOperation, normalizedSelection } from './normalized-document.js';
+import { DEFAULT_KEY_ARGUMENT, type FingerprintInput, type IdempotencyOptions } from './options.js';
+import { headersOf, idempotencyKeyHeader, requestOf } from './request-headers.js';
+import { collectRootFields, type RootField } from './root-fields.js';
+import { asGraphQLError, fromStoredResult, graphqlErrorCodec, storedResultSerializer, toStoredResult, type StoredExecutionResult } from './stored-result.js';
 
 /**
  * `extensions.idempotency` of a response that contains replayed outcomes (E2).

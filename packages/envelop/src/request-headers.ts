@@ -1,5 +1,5 @@
 import { IDEMPOTENCY_KEY_HEADER } from '@idem/core';
-import type { RequestHeaders } from './options.ts';
+import type { RequestHeaders } from './options.js';
 
 const HEADER_NAME = IDEMPOTENCY_KEY_HEADER.toLowerCase();
 

@@ -1,8 +1,8 @@
 import { getOperationAST, parse, type ExecutionResult } from 'graphql';
 import { isAsyncIterable } from '@envelop/core';
-import type { IdempotencyOptions } from './options.ts';
-import { createIdempotencyPlugin, type IdempotencyPlugin, type IdempotencyResultExtension } from './plugin.ts';
-import { requestOf } from './request-headers.ts';
+import type { IdempotencyOptions } from './options.js';
+import { createIdempotencyPlugin, type IdempotencyPlugin, type IdempotencyResultExtension } from './plugin.js';
+import { requestOf } from './request-headers.js';
 import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
 
 

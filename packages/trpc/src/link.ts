@@ -23,7 +23,7 @@ import {
   type RetryReason,
 } from '@idem/core/client';
 import type { IdempotencyErrorCode } from '@idem/core';
-import { DEFAULT_KEY_FIELD } from './options.ts';
+import { DEFAULT_KEY_FIELD } from './options.js';
 
 /** Where the link puts the key of a mutation call. */
 export interface IdempotencyLinkKeyOptions {

@@ -16,11 +16,11 @@ import {
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
-import { getTransport, type IdempotencyTransport } from './context.ts';
-import { trpcErrorCodec } from './error-codec.ts';
-import { toTRPCError } from './error-mapping.ts';
-import { replayedResult } from './middleware-result.ts';
-import { DEFAULT_KEY_FIELD, type IdempotencyOptions } from './options.ts';
+import { getTransport, type IdempotencyTransport } from './context.js';
+import { trpcErrorCodec } from './error-codec.js';
+import { toTRPCError } from './error-mapping.js';
+import { replayedResult } from './middleware-result.js';
+import { DEFAULT_KEY_FIELD, type IdempotencyOptions } from './options.js';
 
 type MiddlewareOptions<TContext> = Omit<Parameters<TRPCMiddlewareFunction<object, any, object, object, unknown>>[0], 'ctx'> & { ctx: TContext };
 type MiddlewareReturn = ReturnType<TRPCMiddlewareFunction<any, any, object, object, unknown>>;
