@@ -11,7 +11,8 @@ import type Database from 'better-sqlite3';
 import type { BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
 import type { NodePgDatabase } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import { migrate, openDatabase } from '@idem/drizzle';
+import { migrate } from '@idem/drizzle';
+import { openDatabase } from '@idem/drizzle/connect';
 
 export const POSTGRES_URL = process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
 export const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379';

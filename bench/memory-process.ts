@@ -5,7 +5,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { createEngine, sha256 } from '@idem/core';
-import { createDrizzleStore, openDatabase } from '@idem/drizzle';
+import { createDrizzleStore } from '@idem/drizzle';
+import { openDatabase } from '@idem/drizzle/connect';
 
 export interface MemorySample {
   /** Operations after the warm-up. */

@@ -22,7 +22,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql, type SQL } from 'drizzle-orm';
-import { openDatabase, type OpenedDatabase } from '@idem/drizzle';
+import { openDatabase, type OpenedDatabase } from '@idem/drizzle/connect';
 import type { IdempotencyEvent } from '@idem/core';
 import { createPaymentsApp, type PaymentsApp } from '../../examples/payments/src/app.ts';
 import { ExampleFleet, type ExampleServer } from './support/example-server.ts';

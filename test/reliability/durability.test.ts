@@ -7,7 +7,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDrizzleStore, openDatabase } from '@idem/drizzle';
+import { createDrizzleStore } from '@idem/drizzle';
+import { openDatabase } from '@idem/drizzle/connect';
 import { ExampleFleet } from './support/example-server.ts';
 import { SHARED_DATABASES, type SharedDatabase } from './support/databases.ts';
 import { graphqlPayments, ledger, trpcPayments, type PaymentEndpoint, type PaymentInput } from './support/payments.ts';

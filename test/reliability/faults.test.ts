@@ -9,7 +9,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createDrizzleStore, openDatabase, type OpenedDatabase } from '@idem/drizzle';
+import { createDrizzleStore } from '@idem/drizzle';
+import { openDatabase, type OpenedDatabase } from '@idem/drizzle/connect';
 import type { IdempotencyEvent } from '@idem/core';
 import { POSTGRES_SCHEMA, postgresAddress, type SharedDatabase } from './support/databases.ts';
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';

@@ -1,5 +1,5 @@
 import { toMilliseconds } from '@idem/core';
-import { DatabaseUrlError, parseDatabaseUrl as parseStoreDatabaseUrl, type DatabaseLocation } from '@idem/drizzle';
+import { DatabaseUrlError, parseDatabaseUrl as parseStoreDatabaseUrl, type DatabaseLocation } from '@idem/drizzle/connect';
 import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 

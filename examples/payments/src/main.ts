@@ -2,7 +2,8 @@
  * `npm start`: the payments example. Reads its configuration from the environment (see
  * config.ts), applies migrations, and serves tRPC at /trpc and GraphQL at /graphql.
  */
-import { migrate, openDatabase } from '@idem/drizzle';
+import { migrate } from '@idem/drizzle';
+import { openDatabase } from '@idem/drizzle/connect';
 import type { IdempotencyEvent } from '@idem/core';
 import { createPaymentsApp } from './app.ts';
 import { ConfigError, readConfig } from './config.ts';

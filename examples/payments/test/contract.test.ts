@@ -8,13 +8,14 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { TRPCClientError } from '@trpc/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openDatabase, type DrizzleDatabase } from '@idem/drizzle';
+import type { DrizzleDatabase } from '@idem/drizzle';
+import { openDatabase } from '@idem/drizzle/connect';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteConnection, openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
 import { get, graphql, ledger, migrateExample, mutate, newKey, sleep, startExample, trpcClient, type LedgerEntry, type Reply, type RunningExample } from './http.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
-const IDEM_BIN = 'packages/drizzle/bin/idem.mjs';
+const IDEM_BIN = 'packages/drizzle/dist/bin.js';
 /** The configuration of the main server, as `npm start` would read it. */
 const ENV = { IDEM_TTL: '30m', IDEM_LEASE: '45s' };
 const PAYMENT = { amount: 4200, currency: 'EUR' };

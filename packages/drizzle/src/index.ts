@@ -1,10 +1,11 @@
 /**
  * `@idem/drizzle`: the idempotency store over drizzle, for SQLite (better-sqlite3) and
- * PostgreSQL (node-postgres, PGlite), with its tables, migrations, sweeper and timeline, and
- * `openDatabase` from a `DATABASE_URL` (the same URLs as the `idem` CLI).
+ * PostgreSQL (node-postgres, PGlite), with its tables, migrations, sweeper and timeline.
+ * `openDatabase` (a `DATABASE_URL` opened with its driver, as the `idem` CLI does) is on its
+ * own entry, `@idem/drizzle/connect`, so this one imports no driver.
  */
 export { createDrizzleStore, sweepAll, type DrizzleStore, type DrizzleStoreOptions, type SweepAllOptions } from './drizzle-store.js';
-export { migrate, retryConcurrentDdl, MIGRATIONS_FOLDERS, type MigrateOptions } from './migrate.js';
+export { migrate, retryConcurrentDdl, type MigrateOptions } from './migrate.js';
 export type { Dialect, DrizzleDatabase } from './dialect.js';
 export { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
 export { definePgTables, idemKeys as pgIdemKeys, idemKeyHistory as pgIdemKeyHistory, type PgTables } from './pg-schema.js';
@@ -14,15 +15,4 @@ export {
   idemKeyHistory as sqliteIdemKeyHistory,
   type SqliteTables,
 } from './sqlite-schema.js';
-export {
-  DatabaseUrlError,
-  describeDatabase,
-  openDatabase,
-  parseDatabaseUrl,
-  redactDatabaseUrl,
-  type DatabaseLocation,
-  type OpenDatabaseOptions,
-  type OpenedDatabase,
-  type ParseDatabaseUrlOptions,
-} from './connect.js';
 export { StoreQueryError } from './query-errors.js';

@@ -2,14 +2,15 @@
  * `migrate(db)`: applies the committed drizzle-kit migrations of the detected dialect with
  * drizzle's own migrator. Safe to run on every start: applied migrations are recorded in the
  * journal table `__idem_migrations` (kept apart from your app's `__drizzle_migrations`), and
- * the SQL itself uses `IF NOT EXISTS`.
+ * the SQL itself uses `IF NOT EXISTS`. The SQL is embedded in the module, so a bundled app
+ * (Next.js, a serverless function) migrates without the package's folder on disk.
  */
-import { fileURLToPath } from 'node:url';
 import { sql } from 'drizzle-orm';
-import { readMigrationFiles, type MigrationConfig } from 'drizzle-orm/migrator';
+import type { MigrationConfig } from 'drizzle-orm/migrator';
 import type { PgDialect } from 'drizzle-orm/pg-core';
 import type { SQLiteSyncDialect } from 'drizzle-orm/sqlite-core';
 import { detectDialect, type AnyPgDatabase, type DrizzleDatabase } from './dialect.js';
+import { migrationsFor } from './migration-files.js';
 
 export interface MigrateOptions {
   /** The journal table recording applied migrations. Defaults to `__idem_migrations`. */
@@ -20,12 +21,6 @@ export interface MigrateOptions {
    */
   migrationsSchema?: string;
 }
-
-/** The committed migrations, resolved relative to this package so they ship with it. */
-export const MIGRATIONS_FOLDERS = {
-  sqlite: fileURLToPath(new URL('../migrations/sqlite', import.meta.url)),
-  postgres: fileURLToPath(new URL('../migrations/postgres', import.meta.url)),
-} as const;
 
 /**
  * The same call as drizzle's `migrate` of `drizzle-orm/node-postgres/migrator`,
@@ -42,19 +37,19 @@ interface MigratableDatabase<TDialect extends { migrate: (...args: never[]) => u
 export async function migrate(db: DrizzleDatabase, { migrationsTable = '__idem_migrations', migrationsSchema }: MigrateOptions = {}): Promise<void> {
   const detected = detectDialect(db);
   if (detected.dialect === 'sqlite') {
-    const config: MigrationConfig = { migrationsFolder: MIGRATIONS_FOLDERS.sqlite, migrationsTable };
+    const config: MigrationConfig = { migrationsFolder: '', migrationsTable };
     const { dialect, session } = detected.db as unknown as MigratableDatabase<SQLiteSyncDialect>;
-    dialect.migrate(readMigrationFiles(config), session, config);
+    dialect.migrate(migrationsFor('sqlite'), session, config);
     return;
   }
   const schema = migrationsSchema ?? (await currentSchema(detected.db));
-  const config: MigrationConfig = { migrationsFolder: MIGRATIONS_FOLDERS.postgres, migrationsTable, migrationsSchema: schema };
+  const config: MigrationConfig = { migrationsFolder: '', migrationsTable, migrationsSchema: schema };
   const { dialect, session } = detected.db as unknown as MigratableDatabase<PgDialect>;
   // Several processes starting at once on a fresh database race to create the same tables:
   // PostgreSQL lets one `CREATE … IF NOT EXISTS` win and fails the others (duplicate table,
   // or a unique violation in its catalog). The loser rolled back; running again finds the
   // journal of the winner and has nothing left to do.
-  await retryConcurrentDdl(() => dialect.migrate(readMigrationFiles(config), session, config));
+  await retryConcurrentDdl(() => dialect.migrate(migrationsFor('postgres'), session, config));
 }
 
 const DDL_ATTEMPTS = 5;

@@ -12,7 +12,8 @@ import { describe, expect, it } from 'vitest';
 import { explainTimeline, renderTimelineTable } from '../src/cli-explain.ts';
 import { humanizeSpan, renderTable } from '../src/cli-format.ts';
 import { parseInvocation } from '../src/cli.ts';
-import { DatabaseUrlError, migrate, openDatabase, parseDatabaseUrl, redactDatabaseUrl } from '../src/index.ts';
+import { DatabaseUrlError, openDatabase, parseDatabaseUrl, redactDatabaseUrl } from '../src/connect.ts';
+import { migrate } from '../src/index.ts';
 
 describe('parseDatabaseUrl', () => {
   it.each([

@@ -18,7 +18,7 @@ import { isServerReachable, openPostgresTarget, postgresRequired } from './pg-ta
 import { openSqliteConnection } from './sqlite-target.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
-const BIN = 'packages/drizzle/bin/idem.mjs';
+const BIN = 'packages/drizzle/dist/bin.js';
 const UNREACHABLE = 'postgres://postgres@127.0.0.1:1/x';
 /** A body that must never reach the terminal (K5). */
 const SECRET = 'card-4242-4242';
@@ -29,7 +29,7 @@ interface Run {
   stderr: string;
 }
 
-/** Runs `node packages/drizzle/bin/idem.mjs …` from the repository root. */
+/** Runs `node packages/drizzle/dist/bin.js …` from the repository root. */
 function idem(args: string[], databaseUrl: string | undefined): Promise<Run> {
   const env = { ...process.env };
   delete env.DATABASE_URL;

@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import { sql, type SQL } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ClaimRequest, ClaimResult, IdempotencyStore } from '@idem/core';
-import { createDrizzleStore, migrate, MIGRATIONS_FOLDERS, sweepAll, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
+import { fileURLToPath } from 'node:url';
+import { createDrizzleStore, migrate, sweepAll, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
 
 export interface StoreHarness {
   dialect: 'sqlite' | 'postgres';
@@ -197,7 +198,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
 
     it('S1: uses the table names it is given', async () => {
       for (const file of ['0000_init.sql']) {
-        const folder = harness.dialect === 'sqlite' ? MIGRATIONS_FOLDERS.sqlite : MIGRATIONS_FOLDERS.postgres;
+        const folder = fileURLToPath(new URL(`../migrations/${harness.dialect}`, import.meta.url));
         const script = readFileSync(join(folder, file), 'utf8').replaceAll('idem_key_history', 'audit_history').replaceAll('idem_keys', 'audit_keys');
         for (const statement of script.split('--> statement-breakpoint')) await harness.exec(statement);
       }

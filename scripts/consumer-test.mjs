@@ -1,0 +1,465 @@
+#!/usr/bin/env node
+// The consumer test: idem as a user installs it, outside this workspace.
+//
+// It packs every package with `npm pack`, installs the tarballs into fresh apps in a temporary
+// directory, and then, with nothing of the monorepo on the path:
+//   (a) takes the tRPC and Yoga quick starts and the client snippet from README.md itself,
+//       type-checks and compiles them with the app's own tsc 5.9 (NodeNext, strict,
+//       skipLibCheck), runs the JavaScript on plain Node and shows a replay over HTTP;
+//   (b) imports every entry point with require() and with import;
+//   (c) runs `npx idem migrate` and `npx idem explain` from the installed tarball;
+//   (d) builds a Next.js App Router app serving tRPC through fetchRequestHandler on the Drizzle
+//       store, with Turbopack and with webpack, and shows each build answering a replay.
+// The plain app runs on drizzle-orm 0.44 and the Next.js app on 0.45: the two ends of the
+// peer range @idem/drizzle declares.
+//
+// Run it after `npm run build`: `npm run test:consumer`. KEEP_CONSUMER_APP=1 keeps the
+// temporary directory for a look afterwards.
+import { execFile, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const PACKAGES = ['core', 'drizzle', 'trpc', 'envelop'];
+/** Versions of the host libraries: the ones this workspace's lock resolved, so the npm cache serves them. */
+const version = (name) => JSON.parse(readFileSync(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')).version;
+const NEXT_VERSION = '16.4.6';
+const REACT_VERSION = '19.2.0';
+
+const work = mkdtempSync(join(tmpdir(), 'idem-consumer-'));
+const results = { passed: 0, failed: 0 };
+const children = new Set();
+
+function log(line) {
+  process.stdout.write(`[consumer] ${line}\n`);
+}
+
+/** Runs a command; resolves with its output, rejects with the output in the message. */
+function run(command, args, { cwd, env, timeout = 600_000 } = {}) {
+  return new Promise((resolve, reject) => {
+    execFile(command, args, { cwd, env: { ...process.env, ...env }, timeout, maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`${command} ${args.join(' ')} failed (${error.code ?? error.signal}):\n${stdout}\n${stderr}`));
+      else resolve({ stdout, stderr });
+    });
+  });
+}
+
+async function step(name, body) {
+  const started = Date.now();
+  try {
+    await body();
+    results.passed++;
+    log(`ok   ${name} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+  } catch (error) {
+    results.failed++;
+    log(`FAIL ${name}\n${error instanceof Error ? error.stack : String(error)}`);
+  }
+}
+
+function assert(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts a long-running process and waits until `url` answers. */
+async function startServer(command, args, { cwd, env, url }) {
+  const child = spawn(command, args, { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  children.add(child);
+  let output = '';
+  child.stdout.on('data', (chunk) => (output += chunk));
+  child.stderr.on('data', (chunk) => (output += chunk));
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${command} ${args.join(' ')} exited with ${child.exitCode}:\n${output}`);
+    try {
+      await fetch(url);
+      break;
+    } catch {
+      if (Date.now() > deadline) throw new Error(`${url} did not answer within 60 s:\n${output}`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
+  return {
+    output: () => output,
+    stop: () =>
+      new Promise((resolve) => {
+        if (child.exitCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
+}
+
+async function post(url, body, headers = {}) {
+  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  return { status: response.status, replayed: response.headers.get('idempotent-replayed'), text: await response.text() };
+}
+
+/**
+ * The three answers every server must give: executed, replayed (the same body; GraphQL adds
+ * `extensions.idempotency.replayed`, so there the `data` is compared), 422 for another payload.
+ */
+async function assertReplay(label, url, body, otherBody, { graphql = false } = {}) {
+  const headers = {};
+  const key = `"consumer-${label.replace(/[^A-Za-z0-9]+/g, '-')}-${Date.now()}"`;
+  const first = await post(url, body, { 'idempotency-key': key, ...headers });
+  const second = await post(url, body, { 'idempotency-key': key, ...headers });
+  const reused = await post(url, otherBody, { 'idempotency-key': key, ...headers });
+  log(`  ${label}: first ${first.status} replayed=${first.replayed} ${first.text}`);
+  log(`  ${label}: retry ${second.status} replayed=${second.replayed} ${second.text}`);
+  log(`  ${label}: other payload ${reused.status} ${reused.text.slice(0, 120)}…`);
+  assert(first.status === 200 && first.replayed === null, `${label}: the first request should execute, got ${first.status} replayed=${first.replayed}`);
+  assert(second.status === 200 && second.replayed === 'true', `${label}: the retry should be a replay, got ${second.status} replayed=${second.replayed}`);
+  const same = graphql ? JSON.stringify(JSON.parse(second.text).data) === JSON.stringify(JSON.parse(first.text).data) : second.text === first.text;
+  assert(same, `${label}: the replay should repeat the first answer`);
+  if (graphql) assert(JSON.parse(second.text).extensions?.idempotency?.replayed === true, `${label}: a GraphQL replay carries extensions.idempotency.replayed`);
+  assert(reused.status === 422, `${label}: another payload with the same key should answer 422, got ${reused.status}`);
+  return key;
+}
+
+/** The first ```ts block after a README heading. */
+function readmeBlock(readme, heading) {
+  const at = readme.indexOf(`\n${heading}\n`);
+  assert(at >= 0, `README.md has no heading "${heading}"`);
+  const match = /```ts\n([\s\S]*?)```/.exec(readme.slice(at));
+  assert(match, `README.md has no ts block after "${heading}"`);
+  return match[1];
+}
+
+/** Replaces `from` in a README snippet; the test fails if the README no longer says it. */
+function patch(source, from, to, what) {
+  assert(source.includes(from), `the README's ${what} no longer contains ${JSON.stringify(from)}: update scripts/consumer-test.mjs`);
+  return source.replaceAll(from, to);
+}
+
+async function pack() {
+  const tarballs = join(work, 'tarballs');
+  mkdirSync(tarballs);
+  const files = {};
+  for (const name of PACKAGES) {
+    const { stdout } = await run('npm', ['pack', '--silent', '--pack-destination', tarballs], { cwd: join(ROOT, 'packages', name) });
+    const file = stdout.trim().split('\n').pop();
+    files[`@idem/${name}`] = `file:${join(tarballs, file)}`;
+    const { stdout: listing } = await run('tar', ['-tzf', join(tarballs, file)]);
+    const shipped = listing.trim().split('\n');
+    const stray = shipped.filter((path) => !/^package\/(dist\/.*\.(js|d\.ts)|package\.json|README\.md|LICENSE)$/.test(path));
+    assert(stray.length === 0, `@idem/${name} ships files outside dist/, README and LICENSE: ${stray.join(', ')}`);
+    assert(!shipped.some((path) => /\.ts$/.test(path) && !/\.d\.ts$/.test(path)), `@idem/${name} ships TypeScript sources`);
+    log(`  packed @idem/${name}: ${file}, ${shipped.length} files`);
+  }
+  return files;
+}
+
+function appPackage(name, tarballs, dependencies, scripts = {}) {
+  return {
+    name,
+    private: true,
+    type: 'module',
+    scripts,
+    dependencies: { ...tarballs, ...dependencies },
+    // The tarballs depend on each other by version range (^0.1.0); the overrides make npm take
+    // the packed tarballs rather than look for those versions on the registry.
+    overrides: tarballs,
+  };
+}
+
+async function plainNodeApp(tarballs) {
+  const app = join(work, 'node-app');
+  mkdirSync(join(app, 'src'), { recursive: true });
+  writeFileSync(
+    join(app, 'package.json'),
+    JSON.stringify(
+      appPackage('idem-consumer-node', tarballs, {
+        '@trpc/server': version('@trpc/server'),
+        '@trpc/client': version('@trpc/client'),
+        zod: version('zod'),
+        graphql: version('graphql'),
+        'graphql-yoga': version('graphql-yoga'),
+        '@envelop/core': version('@envelop/core'),
+        'drizzle-orm': '0.44.7',
+        'better-sqlite3': version('better-sqlite3'),
+        typescript: version('typescript'),
+        '@types/node': version('@types/node'),
+        '@types/better-sqlite3': version('@types/better-sqlite3'),
+      }),
+      null,
+      2,
+    ),
+  );
+  writeFileSync(
+    join(app, 'tsconfig.json'),
+    JSON.stringify(
+      {
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          strict: true,
+          skipLibCheck: true,
+          outDir: 'dist',
+          rootDir: 'src',
+          types: ['node'],
+        },
+        include: ['src'],
+      },
+      null,
+      2,
+    ),
+  );
+  return app;
+}
+
+async function nextApp(tarballs) {
+  const app = join(work, 'next-app');
+  const files = {
+    'package.json': JSON.stringify(
+      appPackage(
+        'idem-consumer-next',
+        tarballs,
+        {
+          next: NEXT_VERSION,
+          react: REACT_VERSION,
+          'react-dom': REACT_VERSION,
+          '@trpc/server': version('@trpc/server'),
+          zod: version('zod'),
+          'drizzle-orm': version('drizzle-orm'),
+          'better-sqlite3': version('better-sqlite3'),
+          typescript: version('typescript'),
+          '@types/node': version('@types/node'),
+          '@types/react': '19.2.2',
+          '@types/better-sqlite3': version('@types/better-sqlite3'),
+        },
+        { build: 'next build' },
+      ),
+      null,
+      2,
+    ),
+    'next.config.mjs': 'export default {};\n',
+    'tsconfig.json': JSON.stringify(
+      {
+        compilerOptions: {
+          target: 'ES2022',
+          lib: ['dom', 'dom.iterable', 'esnext'],
+          strict: true,
+          skipLibCheck: true,
+          noEmit: true,
+          module: 'esnext',
+          moduleResolution: 'bundler',
+          resolveJsonModule: true,
+          isolatedModules: true,
+          esModuleInterop: true,
+          jsx: 'react-jsx',
+          incremental: true,
+          plugins: [{ name: 'next' }],
+        },
+        include: ['next-env.d.ts', '**/*.ts', '**/*.tsx', '.next/types/**/*.ts'],
+        exclude: ['node_modules'],
+      },
+      null,
+      2,
+    ),
+    'app/layout.tsx': `export default function RootLayout({ children }: { children: React.ReactNode }) {
+  return (
+    <html lang="en">
+      <body>{children}</body>
+    </html>
+  );
+}
+`,
+    'app/page.tsx': `export default function Home() {
+  return <main>idem on Next.js</main>;
+}
+`,
+    // As create-t3-app lays it out: the database, the tRPC setup, a router, the route handler.
+    'src/server/db.ts': `import Database from 'better-sqlite3';
+import { drizzle } from 'drizzle-orm/better-sqlite3';
+import { migrate } from '@idem/drizzle';
+
+const sqlite = new Database(process.env.IDEM_DB ?? 'idem-next.db');
+sqlite.pragma('journal_mode = WAL');
+export const db = drizzle(sqlite);
+await migrate(db);
+`,
+    'src/server/trpc.ts': `import { initTRPC } from '@trpc/server';
+import type { FetchCreateContextFnOptions } from '@trpc/server/adapters/fetch';
+import { idempotencyContext, idempotencyErrorFormatter } from '@idem/trpc';
+
+export const createTRPCContext = (opts: FetchCreateContextFnOptions) => ({
+  userId: opts.req.headers.get('x-user-id') ?? 'anonymous',
+  ...idempotencyContext(opts),
+});
+export type Context = ReturnType<typeof createTRPCContext>;
+
+const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
+export const createTRPCRouter = t.router;
+export const publicProcedure = t.procedure;
+`,
+    'src/server/root.ts': `import { z } from 'zod';
+import { createDrizzleStore } from '@idem/drizzle';
+import { idempotency } from '@idem/trpc';
+import { db } from './db';
+import { createTRPCRouter, publicProcedure, type Context } from './trpc';
+
+const idempotent = idempotency({ store: createDrizzleStore(db), principal: (ctx: Context) => ctx.userId });
+
+export const appRouter = createTRPCRouter({
+  createOrder: publicProcedure
+    .input(z.object({ amount: z.number().int().positive() }))
+    .use(idempotent)
+    .mutation(({ input }) => ({ orderId: crypto.randomUUID(), amount: input.amount })),
+});
+export type AppRouter = typeof appRouter;
+`,
+    'app/api/trpc/[trpc]/route.ts': `import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
+import { appRouter } from '../../../../src/server/root';
+import { createTRPCContext } from '../../../../src/server/trpc';
+
+const handler = (req: Request) => fetchRequestHandler({ endpoint: '/api/trpc', req, router: appRouter, createContext: createTRPCContext });
+
+export { handler as GET, handler as POST };
+`,
+  };
+  for (const [path, content] of Object.entries(files)) {
+    mkdirSync(join(app, path, '..'), { recursive: true });
+    writeFileSync(join(app, path), content);
+  }
+  return app;
+}
+
+async function main() {
+  log(`working in ${work} (Node ${process.version})`);
+  let tarballs;
+  await step('npm pack: every package ships dist/, README and LICENSE only', async () => {
+    tarballs = await pack();
+  });
+  if (!tarballs) return;
+
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const nodeApp = await plainNodeApp(tarballs);
+  const next = await nextApp(tarballs);
+  let installed = false;
+  await step('npm install of the tarballs into a fresh Node app (drizzle-orm 0.44)', async () => {
+    await run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: nodeApp });
+    installed = true;
+  });
+
+  if (installed) {
+    const port = { trpc: await freePort(), yoga: await freePort() };
+    let trpcKey;
+    await step("(a) README quick starts and client snippet compile with the user's tsc (NodeNext, strict)", async () => {
+      const trpc = patch(readmeBlock(readme, '## Quick start: tRPC'), '.listen(3000)', '.listen(Number(process.env.PORT))', 'tRPC quick start');
+      const yoga = patch(readmeBlock(readme, '## Quick start: GraphQL Yoga'), '.listen(4000)', '.listen(Number(process.env.PORT))', 'Yoga quick start');
+      let client = patch(readmeBlock(readme, '## Clients that know the shelf life'), "'http://localhost:3000'", '`http://127.0.0.1:${process.env.PORT}`', 'client snippet');
+      // The snippet builds a client for the quick start's AppRouter; the test then calls it.
+      client = `import type { AppRouter } from './trpc.js';\n${client}\nconsole.log(JSON.stringify(await trpc.createOrder.mutate({ amount: 7 })));\n`;
+      writeFileSync(join(nodeApp, 'src/trpc.ts'), trpc);
+      writeFileSync(join(nodeApp, 'src/yoga.ts'), yoga);
+      writeFileSync(join(nodeApp, 'src/client.ts'), client);
+      await run('npx', ['--no-install', 'tsc', '-p', '.'], { cwd: nodeApp });
+    });
+
+    await step('(a) the compiled tRPC quick start runs on plain Node and replays over HTTP; the README client calls it', async () => {
+      const server = await startServer(process.execPath, ['dist/trpc.js'], { cwd: nodeApp, env: { PORT: String(port.trpc) }, url: `http://127.0.0.1:${port.trpc}/` });
+      try {
+        trpcKey = await assertReplay('tRPC quick start', `http://127.0.0.1:${port.trpc}/createOrder`, { amount: 42 }, { amount: 43 });
+        const { stdout } = await run(process.execPath, ['dist/client.js'], { cwd: nodeApp, env: { PORT: String(port.trpc) }, timeout: 30_000 });
+        log(`  README client: ${stdout.trim()}`);
+        assert(JSON.parse(stdout).amount === 7, 'the README client should create an order of 7');
+      } finally {
+        await server.stop();
+      }
+    });
+
+    await step('(a) the compiled Yoga quick start runs on plain Node and replays over HTTP', async () => {
+      const server = await startServer(process.execPath, ['dist/yoga.js'], { cwd: nodeApp, env: { PORT: String(port.yoga) }, url: `http://127.0.0.1:${port.yoga}/graphql?query=%7Bok%7D` });
+      try {
+        const mutation = (amount) => ({ query: `mutation { createOrder(amount: ${amount}) { id amount } }` });
+        await assertReplay('Yoga quick start', `http://127.0.0.1:${port.yoga}/graphql`, mutation(42), mutation(43), { graphql: true });
+      } finally {
+        await server.stop();
+      }
+    });
+
+    await step('(b) every entry point loads with require() and with import', async () => {
+      const entries = PACKAGES.flatMap((name) => {
+        const manifest = JSON.parse(readFileSync(join(ROOT, 'packages', name, 'package.json'), 'utf8'));
+        return Object.keys(manifest.exports)
+          .filter((subpath) => subpath !== './package.json')
+          .map((subpath) => `@idem/${name}${subpath.slice(1)}`);
+      });
+      // @idem/core/conformance imports vitest, an optional peer the app does not have: that
+      // entry must fail with a clear "cannot find vitest", and every other entry must load.
+      const withoutConformance = entries.filter((entry) => entry !== '@idem/core/conformance');
+      writeFileSync(join(nodeApp, 'entries.cjs'), `for (const entry of ${JSON.stringify(withoutConformance)}) { const m = require(entry); if (Object.keys(m).length === 0) throw new Error(entry + ' exports nothing'); console.log('require', entry, Object.keys(m).length); }\n`);
+      writeFileSync(join(nodeApp, 'entries.mjs'), `for (const entry of ${JSON.stringify(withoutConformance)}) { const m = await import(entry); if (Object.keys(m).length === 0) throw new Error(entry + ' exports nothing'); console.log('import', entry, Object.keys(m).length); }\n`);
+      const cjs = await run(process.execPath, ['entries.cjs'], { cwd: nodeApp });
+      const esm = await run(process.execPath, ['entries.mjs'], { cwd: nodeApp });
+      for (const line of `${cjs.stdout}${esm.stdout}`.trim().split('\n')) log(`  ${line}`);
+      const conformance = await run(process.execPath, ['-e', "import('@idem/core/conformance').then(() => console.log('loaded'), (e) => console.log(e.code))"], { cwd: nodeApp });
+      assert(conformance.stdout.trim() === 'ERR_MODULE_NOT_FOUND', `@idem/core/conformance without vitest should fail to resolve vitest, got ${conformance.stdout}`);
+      log(`  @idem/core/conformance without vitest: ${conformance.stdout.trim()} (vitest is its optional peer)`);
+    });
+
+    await step('(c) npx idem migrate and npx idem explain from the installed tarball', async () => {
+      const env = { DATABASE_URL: 'file:idem.db' };
+      const migrate = await run('npx', ['--no-install', 'idem', 'migrate'], { cwd: nodeApp, env });
+      log(`  idem migrate: ${migrate.stdout.trim()}`);
+      assert(trpcKey, 'the tRPC quick start step stored no key to explain');
+      const key = trpcKey.slice(1, -1);
+      const explain = await run('npx', ['--no-install', 'idem', 'explain', key], { cwd: nodeApp, env });
+      for (const line of explain.stdout.trim().split('\n')) log(`  ${line}`);
+      assert(explain.stdout.includes(key) && /\b200\b/.test(explain.stdout), 'idem explain should show the stored 200 of the quick start key');
+      const json = JSON.parse((await run('npx', ['--no-install', 'idem', 'explain', key, '--json'], { cwd: nodeApp, env })).stdout);
+      assert(JSON.stringify(json).includes(key), 'idem explain --json should name the key');
+    });
+  }
+
+  let nextInstalled = false;
+  await step(`npm install of the tarballs into a Next.js ${NEXT_VERSION} App Router app (drizzle-orm ${version('drizzle-orm')})`, async () => {
+    await run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: next });
+    nextInstalled = true;
+  });
+  if (nextInstalled) {
+    for (const bundler of ['turbopack', 'webpack']) {
+      await step(`(d) next build (${bundler}) and next start answer a replay through fetchRequestHandler`, async () => {
+        rmSync(join(next, '.next'), { recursive: true, force: true });
+        const build = await run('npx', ['--no-install', 'next', 'build', bundler === 'webpack' ? '--webpack' : '--turbopack'], { cwd: next, env: { NEXT_TELEMETRY_DISABLED: '1', IDEM_DB: join(next, `build-${bundler}.db`) } });
+        assert(build.stdout.includes('/api/trpc/[trpc]'), `next build did not list the tRPC route:\n${build.stdout}`);
+        const port = await freePort();
+        const server = await startServer('npx', ['--no-install', 'next', 'start', '-p', String(port), '-H', '127.0.0.1'], {
+          cwd: next,
+          env: { NEXT_TELEMETRY_DISABLED: '1', IDEM_DB: join(next, `${bundler}.db`) },
+          url: `http://127.0.0.1:${port}/`,
+        });
+        try {
+          await assertReplay(`Next.js ${bundler}`, `http://127.0.0.1:${port}/api/trpc/createOrder`, { amount: 42 }, { amount: 43 });
+        } finally {
+          await server.stop();
+        }
+      });
+    }
+  }
+}
+
+try {
+  await main();
+} finally {
+  for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
+  if (process.env.KEEP_CONSUMER_APP) log(`kept ${work}`);
+  else rmSync(work, { recursive: true, force: true });
+  process.stdout.write(`consumer: ${results.passed} passed, ${results.failed} failed\n`);
+  process.exitCode = results.failed > 0 ? 1 : 0;
+}
