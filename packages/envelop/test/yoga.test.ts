@@ -1,6 +1,6 @@
 /**
  * Black-box behaviour of @idem/envelop through GraphQL Yoga (`yoga.fetch` and one real HTTP
- * server), on every store: memory, SQLite and PostgreSQL. Rule ids refer to SPEC.md.
+ * server), on every store: memory, SQLite and PostgreSQL. Rule ids refer to ../../../docs/spec.md.
  */
 import { randomUUID } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
