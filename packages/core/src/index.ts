@@ -9,6 +9,7 @@ export { MemoryStore, fingerprintsMatch, toTimelineEntry, type MemoryStoreOption
 export {
   createEngine,
   deriveKey,
+  claimForPart,
   idempotencyClaim,
   attachClaim,
   claimContextFields,

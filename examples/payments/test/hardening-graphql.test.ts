@@ -1,0 +1,120 @@
+/**
+ * Issue 14 (hardening), black-box against the payments example over real HTTP on SQLite and
+ * PostgreSQL: several root fields under one header key (items 2, 4), header field lines (12).
+ */
+import { request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DrizzleDatabase } from '@idem/drizzle';
+import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
+import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
+import { graphql, ledger, migrateExample, newKey, startExample, type LedgerEntry, type Reply, type RunningExample } from './http.ts';
+
+const databases: Array<{ name: string; open(): Promise<{ db: DrizzleDatabase; close(): Promise<void> }> }> = [
+  { name: 'SQLite', open: () => openSqliteTarget() },
+  { name: 'PostgreSQL', open: () => openPostgresTarget({ schemaPrefix: 'idem_hardening' }) },
+];
+
+const bearer = (account: string) => ({ authorization: `Bearer ${account}` });
+
+/** POSTs JSON with headers as given, several lines of one field included (Node sends an array as separate lines). */
+function postLines(url: string, json: unknown, headers: OutgoingHttpHeaders): Promise<Reply> {
+  const body = Buffer.from(JSON.stringify(json));
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json', 'content-length': body.length, ...headers } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('error', reject);
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        const responseHeaders = new Headers();
+        for (const [name, value] of Object.entries(res.headers)) if (typeof value === 'string') responseHeaders.set(name, value);
+        resolve({ status: res.statusCode ?? 0, headers: responseHeaders, text, body: JSON.parse(text) });
+      });
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+describe.each(databases)('hardening of the payments example (issue 14) on $name', ({ open }) => {
+  let database: { db: DrizzleDatabase; close(): Promise<void> };
+  let server: RunningExample;
+  let url: string;
+
+  async function newEntries(before: LedgerEntry[]): Promise<LedgerEntry[]> {
+    const now = await ledger(url);
+    expect(now.slice(0, before.length)).toEqual(before);
+    return now.slice(before.length);
+  }
+
+  beforeAll(async () => {
+    database = await open();
+    await migrateExample(database.db);
+    server = await startExample(database.db, { IDEM_TTL: '30m', IDEM_LEASE: '45s' });
+    url = server.url;
+  });
+  afterAll(async () => {
+    await server?.close();
+    await database?.close();
+  });
+
+  describe('item 2: a header key over several createPayment fields', () => {
+    it('E4: each field is charged for its own amount and answered with its own payment; the retry replays both and charges nothing', async () => {
+      const before = await ledger(url);
+      const key = newKey();
+      const query = 'mutation { a: createPayment(input: { amount: 100, currency: "EUR" }) { id amount } b: createPayment(input: { amount: 200, currency: "EUR" }) { id amount } }';
+      const first = await graphql(url, query, { headers: { 'idempotency-key': key, ...bearer('acct_parts') } });
+      const retry = await graphql(url, query, { headers: { 'idempotency-key': key, ...bearer('acct_parts') } });
+
+      expect(first.status, first.text).toBe(200);
+      const { a, b } = first.body.data;
+      expect([a.amount, b.amount]).toEqual([100, 200]);
+      expect(a.id).not.toBe(b.id);
+      expect(await newEntries(before)).toEqual([
+        { id: a.id, amount: 100, currency: 'EUR' },
+        { id: b.id, amount: 200, currency: 'EUR' },
+      ]);
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(retry.body.data).toEqual(first.body.data);
+      expect(await newEntries(before)).toHaveLength(2);
+    });
+  });
+
+  describe('item 4: a later field refused before it started, after an earlier one charged', () => {
+    it('E4: the unit is stored once the first field charged: the retry replays the answer, and the claim is never released', async () => {
+      const before = await ledger(url);
+      const key = newKey();
+      const query = 'mutation { a: createPayment(input: { amount: 100, currency: "EUR" }) { id amount } b: createPayment(input: { amount: -5, currency: "EUR" }) { id amount } }';
+      const first = await graphql(url, query, { headers: { 'idempotency-key': key, ...bearer('acct_refused_part') } });
+      const retry = await graphql(url, query, { headers: { 'idempotency-key': key, ...bearer('acct_refused_part') } });
+
+      expect(first.status, first.text).toBe(200);
+      expect(first.body.data).toBeNull();
+      expect(first.body.errors).toEqual([expect.objectContaining({ path: ['b'], extensions: expect.objectContaining({ code: 'BAD_USER_INPUT' }) })]);
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(retry.body).toEqual({ ...first.body, extensions: { idempotency: { replayed: true } } });
+      expect((await newEntries(before)).map((entry) => entry.amount)).toEqual([100]);
+      const forKey = server.events.filter((event) => 'key' in event && event.key === key).map((event) => event.type);
+      expect(forKey).toEqual(['claimed', 'completed', 'replayed']);
+    });
+  });
+
+  describe('item 12: two Idempotency-Key field lines, one of them empty', () => {
+    it('K1: tRPC and GraphQL both read the key of the non-empty line, the same key a single line sends', async () => {
+      const key = newKey();
+      const lines = { 'idempotency-key': [key, ''], ...bearer('acct_lines') };
+      const trpc = await postLines(`${url}/trpc/payments.create`, { amount: 700, currency: 'EUR' }, lines);
+      const gql = await postLines(`${url}/graphql`, { query: 'mutation { createPayment(input: { amount: 700, currency: "EUR" }) { id } }' }, lines);
+      const trpcSingle = await postLines(`${url}/trpc/payments.create`, { amount: 700, currency: 'EUR' }, { 'idempotency-key': key, ...bearer('acct_lines') });
+      const gqlSingle = await postLines(`${url}/graphql`, { query: 'mutation { createPayment(input: { amount: 700, currency: "EUR" }) { id } }' }, { 'idempotency-key': key, ...bearer('acct_lines') });
+
+      expect([trpc.status, gql.status], `${trpc.text} ${gql.text}`).toEqual([200, 200]);
+      expect(trpcSingle.headers.get('idempotent-replayed')).toBe('true');
+      expect(trpcSingle.body.result.data.id).toBe(trpc.body.result.data.id);
+      expect(gqlSingle.headers.get('idempotent-replayed')).toBe('true');
+      expect(gqlSingle.body.data.createPayment.id).toBe(gql.body.data.createPayment.id);
+      const claimed = server.events.filter((event) => event.type === 'claimed' && event.scope.startsWith('acct_lines/')).map((event) => 'key' in event && event.key);
+      expect(claimed).toEqual([key, key]);
+    });
+  });
+});
