@@ -1,6 +1,7 @@
 /**
  * Issue 14 (hardening), black-box against the payments example over real HTTP on SQLite and
- * PostgreSQL: several root fields under one header key (items 2, 4), header field lines (12).
+ * PostgreSQL: several root fields under one header key (items 2, 4), the variables a field key's
+ * selection reads (8), header field lines (12).
  */
 import { request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -96,6 +97,24 @@ describe.each(databases)('hardening of the payments example (issue 14) on $name'
       expect((await newEntries(before)).map((entry) => entry.amount)).toEqual([100]);
       const forKey = server.events.filter((event) => 'key' in event && event.key === key).map((event) => event.type);
       expect(forKey).toEqual(['claimed', 'completed', 'replayed']);
+    });
+  });
+
+  describe('item 8: an argument key, and the variables the selection reads', () => {
+    it('F1/F3: a retry whose @include/@skip variables select other fields is refused with 422; the same variables replay', async () => {
+      const before = await ledger(url);
+      const key = newKey();
+      const query = 'mutation ($v: Boolean!, $key: String) { createPayment(input: { amount: 800, currency: "EUR" }, idempotencyKey: $key) { id amount @include(if: $v) currency @skip(if: $v) } }';
+      const first = await graphql(url, query, { variables: { v: true, key }, headers: bearer('acct_shape') });
+      const other = await graphql(url, query, { variables: { v: false, key }, headers: bearer('acct_shape') });
+      const same = await graphql(url, query, { variables: { v: true, key }, headers: bearer('acct_shape') });
+
+      expect(first.body.data.createPayment).toEqual({ id: expect.any(String), amount: 800 });
+      expect(other.status, other.text).toBe(422);
+      expect(other.body.errors[0].extensions.code).toBe('IDEMPOTENCY_KEY_REUSED');
+      expect(same.headers.get('idempotent-replayed')).toBe('true');
+      expect(same.body.data).toEqual(first.body.data);
+      expect(await newEntries(before)).toHaveLength(1);
     });
   });
 

@@ -34,7 +34,7 @@ import { IdempotentDirectivePlacementRule } from './directive-placement-rule.js'
 import { IDEMPOTENT_DIRECTIVE_NAME } from './directive.js';
 import { idempotencyGraphQLError } from './error-mapping.js';
 import { planKeys } from './key-plan.js';
-import { documentForField, fragmentsOf, normalizedOperation, normalizedSelection } from './normalized-document.js';
+import { documentForField, effectiveSelection, fragmentsOf, normalizedOperation } from './normalized-document.js';
 import { DEFAULT_KEY_ARGUMENT, type FingerprintInput, type IdempotencyOptions } from './options.js';
 import { headersOf, idempotencyKeyHeader, requestOf } from './request-headers.js';
 import { collectRootFields, type RootField } from './root-fields.js';
@@ -239,7 +239,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
         try {
           const argumentValues = getArgumentValues(definition, nodes[0]!, variables);
           if (argument !== false) delete argumentValues[argument];
-          const input: FingerprintInput = { unit: 'field', field: fieldName, arguments: argumentValues, selection: normalizedSelection(nodes, fragments) };
+          const input: FingerprintInput = { unit: 'field', field: fieldName, arguments: argumentValues, ...effectiveSelection(nodes, fragments, variables) };
           const scope = formatScope(`${rootType.name}.${fieldName}`, principalId);
           const outcome = await executeUnit(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), (claim) => executeClaimed(claim, execute, fieldArgs));
           ran++;

@@ -1,5 +1,5 @@
 /**
- * Issue 14 (hardening), items 2 and 4, black-box through GraphQL Yoga on every store
+ * Issue 14 (hardening), items 2, 4 and 8, black-box through GraphQL Yoga on every store
  * (memory, SQLite, PostgreSQL). A small bank schema whose resolvers count their calls, and a
  * bank that deduplicates charges by the downstream key the claim derives, as a payment
  * provider with idempotency keys does.
@@ -155,6 +155,52 @@ describe.each(storeTargets)('hardening (issue 14) over $name', (target) => {
       expect(first.body.data).toEqual({ a: null, b: null });
       expect(retry.headers.get('idempotent-replayed')).toBeNull();
       expect(bank.calls).toEqual({ 'tryCharge:-1': 2, 'tryCharge:-2': 2 });
+    });
+  });
+
+  describe('item 8: a field key, and the variables its selection reads', () => {
+    const SHAPED = 'mutation ($v: Boolean!, $key: String) { tryCharge(amount: 5, idempotencyKey: $key) { id amount @include(if: $v) currency @skip(if: $v) } }';
+
+    it('F1/F3: a retry whose @include/@skip variables select other fields is refused with 422, not replayed with the wrong shape', async () => {
+      const key = randomUUID();
+      const first = await post({ query: SHAPED, variables: { v: true, key } }, { 'x-user': 'alice' });
+      const other = await post({ query: SHAPED, variables: { v: false, key } }, { 'x-user': 'alice' });
+
+      expect(first.body.data.tryCharge).toEqual({ id: 'rcpt-1', amount: 5 });
+      expect(other.status).toBe(422);
+      expect(other.body.errors[0].extensions.code).toBe('IDEMPOTENCY_KEY_REUSED');
+      expect(bank.calls).toEqual({ 'tryCharge:5': 1 });
+    });
+
+    it('F1: the same variables replay, and a literal condition equal to the variable selects the same fields', async () => {
+      const key = randomUUID();
+      const first = await post({ query: SHAPED, variables: { v: true, key } }, { 'x-user': 'alice' });
+      const same = await post({ query: SHAPED, variables: { v: true, key } }, { 'x-user': 'alice' });
+      const literal = await post({ query: `mutation { tryCharge(amount: 5, idempotencyKey: "${key}") { id amount @include(if: true) currency @skip(if: true) } }` }, { 'x-user': 'alice' });
+
+      expect(same.body.extensions.idempotency).toEqual({ replayed: true, replayedFields: ['tryCharge'] });
+      expect(same.body.data).toEqual(first.body.data);
+      expect(literal.body.data).toEqual(first.body.data);
+      expect(literal.body.extensions.idempotency.replayed).toBe(true);
+      expect(bank.calls).toEqual({ 'tryCharge:5': 1 });
+    });
+
+    it('F1/F3: conditions on fragments, and arguments inside the selection, count too', async () => {
+      const key = randomUUID();
+      const query = `
+        mutation ($v: Boolean!, $n: Int!) {
+          tryCharge(amount: 5, idempotencyKey: "${key}") { id ...Money @include(if: $v) lines(first: $n) }
+        }
+        fragment Money on Receipt { amount currency }`;
+      const first = await post({ query, variables: { v: true, n: 1 } }, { 'x-user': 'alice' });
+      const withoutFragment = await post({ query, variables: { v: false, n: 1 } }, { 'x-user': 'alice' });
+      const moreLines = await post({ query, variables: { v: true, n: 2 } }, { 'x-user': 'alice' });
+      const replay = await post({ query, variables: { v: true, n: 1 } }, { 'x-user': 'alice' });
+
+      expect(first.body.data.tryCharge).toEqual({ id: 'rcpt-1', amount: 5, currency: 'EUR', lines: ['rcpt-1/0'] });
+      expect([withoutFragment.status, moreLines.status]).toEqual([422, 422]);
+      expect(replay.body.data).toEqual(first.body.data);
+      expect(bank.calls).toEqual({ 'tryCharge:5': 1 });
     });
   });
 });
