@@ -1,7 +1,7 @@
 /**
  * Issue 14 (hardening), black-box against the payments example over real HTTP on SQLite and
  * PostgreSQL: several root fields under one header key (items 2, 4), the variables a field key's
- * selection reads (8), header field lines (12).
+ * selection reads (8), deep documents (10), header field lines (12).
  */
 import { request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -115,6 +115,28 @@ describe.each(databases)('hardening of the payments example (issue 14) on $name'
       expect(same.headers.get('idempotent-replayed')).toBe('true');
       expect(same.body.data).toEqual(first.body.data);
       expect(await newEntries(before)).toHaveLength(1);
+    });
+  });
+
+  describe('item 10: deep and long GraphQL documents', () => {
+    it('a document nested thousands of levels deep is refused with 400 before the parser overflows its stack; nothing is charged', async () => {
+      const before = await ledger(url);
+      const deepSelection = `{ ${'ledger { '.repeat(3000)}id${' }'.repeat(3000)} }`;
+      const deepValue = `mutation { createPayment(input: ${'['.repeat(3000)}1${']'.repeat(3000)}) { id } }`;
+      for (const query of [deepSelection, deepValue]) {
+        const answer = await graphql(url, query, { headers: { 'idempotency-key': newKey(), ...bearer('acct_deep') } });
+        expect(answer.status, answer.text.slice(0, 200)).toBe(400);
+        expect(answer.body.errors[0].message).toMatch(/token limit/i);
+      }
+      expect(await newEntries(before)).toEqual([]);
+    });
+
+    it('a selection deeper than the schema needs is refused with 400 by the depth limit, within the token limit', async () => {
+      const answer = await graphql(url, `{ ${'ledger { '.repeat(12)}id${' }'.repeat(12)} }`);
+      expect(answer.status, answer.text.slice(0, 200)).toBe(400);
+      expect(answer.body.errors.map((error: { message: string }) => error.message)).toContainEqual(expect.stringMatching(/depth limit/i));
+      const introspection = await graphql(url, '{ __schema { types { name fields { name type { name ofType { name ofType { name ofType { name } } } } } } } }');
+      expect(introspection.status).toBe(200);
     });
   });
 
