@@ -1,14 +1,16 @@
 /**
  * Issue 14 (hardening), black-box against the payments example over real HTTP on SQLite and
  * PostgreSQL: several root fields under one header key (items 2, 4), the variables a field key's
- * selection reads (8), deep documents (10), header field lines (12).
+ * selection reads (8), deep documents (10), header field lines (12), problem types (14).
  */
+import { randomUUID } from 'node:crypto';
 import { request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { IdempotencyStore } from '@idem/core';
 import type { DrizzleDatabase } from '@idem/drizzle';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
-import { graphql, ledger, migrateExample, newKey, startExample, type LedgerEntry, type Reply, type RunningExample } from './http.ts';
+import { graphql, ledger, migrateExample, mutate, newKey, startExample, type LedgerEntry, type Reply, type RunningExample } from './http.ts';
 
 const databases: Array<{ name: string; open(): Promise<{ db: DrizzleDatabase; close(): Promise<void> }> }> = [
   { name: 'SQLite', open: () => openSqliteTarget() },
@@ -156,6 +158,81 @@ describe.each(databases)('hardening of the payments example (issue 14) on $name'
       expect(gqlSingle.body.data.createPayment.id).toBe(gql.body.data.createPayment.id);
       const claimed = server.events.filter((event) => event.type === 'claimed' && event.scope.startsWith('acct_lines/')).map((event) => 'key' in event && event.key);
       expect(claimed).toEqual([key, key]);
+    });
+  });
+
+  describe('item 14: problem types', () => {
+    /** A store that is down: every claim fails (E5, 503). */
+    const downStore = (): IdempotencyStore => {
+      const store = server.app.store;
+      return {
+        claim: () => Promise.reject(new Error('store down')),
+        complete: (args) => store.complete(args),
+        release: (args) => store.release(args),
+        get: (scope, key) => store.get(scope, key),
+        timeline: (scope, key) => store.timeline(scope, key),
+        sweep: (options) => store.sweep(options),
+        purge: (options) => store.purge(options),
+        ping: () => store.ping(),
+      };
+    };
+
+    /** A key another request holds, still processing (E3, 409); no fingerprint, so any payload meets the claim. */
+    async function inProgress(scope: string): Promise<string> {
+      const key = newKey();
+      const claim = await server.app.store.claim({ scope, key, fingerprint: null, token: randomUUID(), leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' });
+      expect(claim.outcome).toBe('claimed');
+      return key;
+    }
+
+    it('K2/X1: tRPC and GraphQL problems carry an absolute type, one per kind: missing key, in progress, reused key, store unavailable', async () => {
+      const unavailable = await startExample(database.db, { IDEM_TTL: '30m', IDEM_LEASE: '45s' }, { store: downStore() });
+      try {
+        const account = bearer('acct_types');
+        const reusedKey = newKey();
+        await mutate(url, 'payments.create', { amount: 100, currency: 'EUR' }, { 'idempotency-key': reusedKey, ...account });
+        const trpc = [
+          await mutate(url, 'payments.create', { amount: 100, currency: 'EUR' }, account),
+          await mutate(url, 'payments.create', { amount: 100, currency: 'EUR' }, { 'idempotency-key': await inProgress('acct_types/payments.create'), ...account }),
+          await mutate(url, 'payments.create', { amount: 999, currency: 'EUR' }, { 'idempotency-key': reusedKey, ...account }),
+          await mutate(unavailable.url, 'payments.create', { amount: 100, currency: 'EUR' }, { 'idempotency-key': newKey(), ...account }),
+        ];
+        const gqlKey = newKey();
+        const pay = (amount: number) => `mutation { createPayment(input: { amount: ${amount}, currency: "EUR" }) { id } }`;
+        await graphql(url, pay(100), { headers: { 'idempotency-key': gqlKey, ...account } });
+        const gql = [
+          await graphql(url, pay(100), { headers: account }),
+          await graphql(url, pay(100), { headers: { 'idempotency-key': await inProgress('acct_types/mutation:createPayment'), ...account } }),
+          await graphql(url, pay(999), { headers: { 'idempotency-key': gqlKey, ...account } }),
+          await graphql(unavailable.url, pay(100), { headers: { 'idempotency-key': newKey(), ...account } }),
+        ];
+
+        const kinds = ['idempotency_key_missing', 'idempotency_request_in_progress', 'idempotency_key_reused', 'idempotency_store_unavailable'];
+        expect(trpc.map((reply) => reply.status)).toEqual([400, 409, 422, 503]);
+        expect(gql.map((reply) => reply.status)).toEqual([400, 409, 422, 503]);
+        expect(trpc.map((reply) => reply.body.error.data.idempotency.type)).toEqual([
+          ...kinds.slice(0, 3).map((kind) => `${url}/idempotency#${kind}`),
+          `${unavailable.url}/idempotency#idempotency_store_unavailable`,
+        ]);
+        expect(gql.map((reply) => reply.body.errors[0].extensions.idempotency.type)).toEqual([
+          ...kinds.slice(0, 3).map((kind) => `${url}/idempotency#${kind}`),
+          `${unavailable.url}/idempotency#idempotency_store_unavailable`,
+        ]);
+      } finally {
+        await unavailable.close();
+      }
+    });
+
+    it('R4: a problem type leads to the policy, whose JSON lists that type and whose HTML page has its anchor', async () => {
+      const refused = await graphql(url, 'mutation { createPayment(input: { amount: 1, currency: "EUR" }) { id } }', { headers: bearer('acct_types') });
+      const type = new URL(refused.body.errors[0].extensions.idempotency.type);
+      const policy = await fetch(type, { headers: { accept: 'application/json' } }).then((response) => response.json());
+      const page = await fetch(type, { headers: { accept: 'text/html' } }).then((response) => response.text());
+
+      expect(policy.documentationUrl).toBe(`${url}/idempotency`);
+      expect(policy.statuses).toContainEqual(expect.objectContaining({ status: 400, code: 'idempotency_key_missing', type: type.href }));
+      expect(new Set(policy.statuses.map((status: { type: string }) => status.type)).size).toBe(policy.statuses.length);
+      expect(page).toContain(`id="${type.hash.slice(1)}"`);
     });
   });
 });

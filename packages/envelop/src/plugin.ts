@@ -25,6 +25,8 @@ import {
   HandlerNotStartedError,
   isIdempotencyError,
   parseIdempotencyKey,
+  requestUrlOf,
+  resolveDocumentationUrl,
   type ErrorCodec,
   type ExecuteRequest,
   type IdempotencyEngine,
@@ -109,8 +111,11 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
   /** HTTP requests whose `Idempotency-Key` header a mutation operation already took. */
   const headerTaken = new WeakSet<object>();
 
-  const refuse = (error: IdempotencyError, operation?: OperationDefinitionNode): ExecutionResult => ({
-    errors: [idempotencyGraphQLError(error, { documentationUrl, ...(operation ? { nodes: [operation] } : {}) })],
+  /** K2/R4: the documentation URL, absolute for the HTTP request of `context` (problem types). */
+  const documentationFor = (context: unknown) => resolveDocumentationUrl(documentationUrl, requestUrlOf(requestOf(context)));
+
+  const refuse = (error: IdempotencyError, context: unknown, operation?: OperationDefinitionNode): ExecutionResult => ({
+    errors: [idempotencyGraphQLError(error, { documentationUrl: documentationFor(context), ...(operation ? { nodes: [operation] } : {}) })],
   });
 
   /**
@@ -209,7 +214,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
       return outcome.replayed ? withIdempotencyExtension(result, { replayed: true }) : result;
     } catch (error) {
       if (error instanceof UnstartedExecution) return error.result;
-      if (isIdempotencyError(error)) return refuse(error, operation);
+      if (isIdempotencyError(error)) return refuse(error, args.contextValue, operation);
       throw error;
     }
   }
@@ -283,7 +288,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
       result.errors = errors.map((entry) =>
         entry instanceof GraphQLError
           ? entry
-          : idempotencyGraphQLError(entry.refusal, { documentationUrl, nodes: entry.field.nodes, path: [entry.field.responseKey], http: wholeOperationRefused }),
+          : idempotencyGraphQLError(entry.refusal, { documentationUrl: documentationFor(args.contextValue), nodes: entry.field.nodes, path: [entry.field.responseKey], http: wholeOperationRefused }),
       );
     }
     result.data = data;
@@ -322,7 +327,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
         rootTypeName: rootType.name,
       });
     } catch (error) {
-      if (isIdempotencyError(error)) return refuse(error, operation);
+      if (isIdempotencyError(error)) return refuse(error, args.contextValue, operation);
       // An argument that does not coerce: execution reports it where it belongs.
       if (error instanceof GraphQLError) return execute(args);
       throw error;
