@@ -156,10 +156,11 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
     const extensions: Record<string, unknown> = {};
     let data: Record<string, unknown> | null = {};
     let anyStarted = false;
-    for (const { responseKey, nodes } of mutation.rootFields) {
+    for (const { responseKey, nodes, definition } of mutation.rootFields) {
       const partArgs: ExecutionArgs = { ...args, document: documentForField(args.document, mutation.operation, nodes) };
       const slice = await withClaim(args.contextValue, claimForPart(claim, responseKey), () => executeOnce(execute, partArgs));
-      anyStarted ||= started(slice);
+      // `__typename` has no resolver of its own: it never counts as a start.
+      anyStarted ||= definition !== undefined && started(slice);
       if (slice.errors) errors.push(...slice.errors.map(unwrapNotStarted));
       if (slice.extensions) Object.assign(extensions, slice.extensions);
       // A null in a non-null root field nulls the whole `data` and stops the operation, as graphql-js does.

@@ -146,6 +146,17 @@ describe.each(storeTargets)('hardening (issue 14) over $name', (target) => {
       expect(bank.calls).toEqual({ 'tryCharge:13': 1, 'tryCharge:-1': 1 });
     });
 
+    it('E4: __typename beside a field that did not start is no start: the claim is released', async () => {
+      const key = randomUUID();
+      const query = 'mutation { __typename a: charge(amount: -1) { id } }';
+      const first = await post({ query }, keyHeader(key));
+      const retry = await post({ query }, keyHeader(key));
+
+      expect(first.body.data).toBeNull();
+      expect(retry.headers.get('idempotent-replayed')).toBeNull();
+      expect(bank.calls).toEqual({ 'charge:-1': 2 });
+    });
+
     it('E4: when no field of the unit started, the claim is released and the retry runs again', async () => {
       const key = randomUUID();
       const query = 'mutation { a: tryCharge(amount: -1) { id } b: tryCharge(amount: -2) { id } }';
