@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createHTTPHandler } from '@trpc/server/adapters/standalone';
-import { renderPolicyHtml, type IdempotencyEvent, type IdempotencyStore } from '@idem/core';
+import { renderPolicyHtml, requestUrlOf, resolveDocumentationUrl, type IdempotencyEvent, type IdempotencyStore } from '@idem/core';
 import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
 import { PaymentChannel } from './channel.ts';
 import { createPaymentsRouter, createContext } from './trpc.ts';
@@ -40,13 +40,14 @@ export function createPaymentsApp({ db, retentionMs, leaseMs, channelDelayMs = 0
   const { router, engine: trpcEngine } = createPaymentsRouter(shared);
   const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/' });
   const { yoga, engine: graphqlEngine } = createPaymentsYoga(shared);
-  const policy = paymentsPolicy({ retentionMs, leaseMs, documentationUrl: DOCUMENTATION_PATH });
+  // Published at its absolute URL, as problem bodies link to it (their `type` is this URL with a fragment per problem).
+  const policyFor = (req: IncomingMessage) => paymentsPolicy({ retentionMs, leaseMs, documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)) });
 
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const path = new URL(req.url ?? '/', 'http://localhost').pathname;
     if (path.startsWith('/trpc/')) return void trpc(req, res);
     if (path === '/graphql') return void yoga(req, res);
-    if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD')) return sendPolicy(req, res, policy);
+    if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD')) return sendPolicy(req, res, policyFor(req));
     if (path === '/healthz' && req.method === 'GET') return void health(store, res);
     send(res, 404, 'application/problem+json', JSON.stringify({ type: 'about:blank', title: 'Not Found', status: 404, detail: `No route for ${req.method} ${path}` }));
   });

@@ -1,5 +1,7 @@
 import { GraphQLError } from 'graphql';
 import { createSchema, createYoga } from 'graphql-yoga';
+import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth';
+import { maxTokensPlugin } from '@escape.tech/graphql-armor-max-tokens';
 import { HandlerNotStartedError, idempotencyClaim } from '@idem/core';
 import type { DrizzleDatabase } from '@idem/drizzle';
 import { useYogaIdempotency, idempotentDirectiveTypeDefs } from '@idem/envelop';
@@ -39,6 +41,15 @@ const typeDefs = /* GraphQL */ `
     createPayment(input: PaymentInput!, idempotencyKey: String): Payment!
   }
 `;
+
+/**
+ * Bounds on a document, checked before it runs (graphql-armor): graphql-js's parser recurses
+ * once per nesting level, so an unbounded document a few thousand levels deep overflows its
+ * stack (a 500). The token limit stops the parser first, and so bounds its depth; the depth
+ * limit then refuses selections deeper than this schema needs (introspection excepted). Both
+ * answer 400.
+ */
+export const GRAPHQL_LIMITS = { maxTokens: 1000, maxDepth: 6 };
 
 /** The same configuration as the tRPC router's: one store, one channel, one policy. */
 export type PaymentsGraphQLOptions = PaymentsRouterOptions;
@@ -81,7 +92,12 @@ export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEve
         },
       },
     }),
-    plugins: [idempotency],
+    plugins: [
+      maxTokensPlugin({ n: GRAPHQL_LIMITS.maxTokens }),
+      // Reported as a validation error (400); thrown from a validation rule, Yoga would answer 200.
+      maxDepthPlugin({ n: GRAPHQL_LIMITS.maxDepth, propagateOnRejection: false, onReject: [(context, error) => context?.reportError(error)] }),
+      idempotency,
+    ],
   });
   return { yoga, engine: idempotency.engine };
 }

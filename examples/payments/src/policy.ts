@@ -26,7 +26,7 @@ export function paymentsPolicy({ retentionMs, leaseMs, documentationUrl }: { ret
         operation: 'Mutation.createPayment',
         keySources: ['Idempotency-Key header (the whole mutation operation is one record)', 'argument idempotencyKey', 'directive @idempotent(key:)'],
         stored: 'header key: the whole result (data and errors); argument or directive key: the field value or its error',
-        fingerprint: 'header key: the normalized operation document and its variables; argument key: the field arguments (key left out) and its selection set',
+        fingerprint: 'header key: the normalized operation document and its variables; argument key: the field arguments (key left out) and its effective selection (@skip/@include applied, the values of the variables it reads)',
       },
     ],
   });

@@ -72,9 +72,17 @@ export interface ClaimContext {
    * RFC 9651 sf-string (`"idem-…"`), ready for an `Idempotency-Key` header. Deterministic in
    * (scope, key, generation, label): a re-execution after a lease takeover (E6) sends the same
    * downstream key, so the provider deduplicates; a reuse after expiry (R2, a new generation)
-   * gets a new one, as it is a new request.
+   * gets a new one, as it is a new request. In a unit of several parts (see {@link part}) it
+   * is also distinct for each part.
    */
   deriveKey(label: string): string;
+  /**
+   * E4: the part of a unit of several parts this handler runs — with a GraphQL header key over
+   * several root fields, the root field's response key (alias or name). Keys derived from the
+   * claim differ per part, so a downstream provider never deduplicates one part onto another.
+   * Undefined when the unit is one part.
+   */
+  part?: string;
   /**
    * Atomic mode (`executeAtomic`, the adapters' `atomic: true`): the store's database transaction
    * (with `@idem/drizzle`, the Drizzle transaction). Write through it, and your writes commit
@@ -111,9 +119,20 @@ export function attachClaim(context: object, claim: ClaimContext): () => void {
 }
 
 /** See {@link ClaimContext.deriveKey}. */
-export function deriveKey(claim: { scope: string; key: string; generation: number }, label: string): string {
-  const digest = createHash('sha256').update(JSON.stringify([claim.scope, claim.key, claim.generation, label])).digest('base64url');
+export function deriveKey(claim: { scope: string; key: string; generation: number; part?: string | undefined }, label: string): string {
+  const parts = [claim.scope, claim.key, claim.generation, label];
+  if (claim.part !== undefined) parts.push(claim.part);
+  const digest = createHash('sha256').update(JSON.stringify(parts)).digest('base64url');
   return formatIdempotencyKey(`idem-${digest.slice(0, 32)}`);
+}
+
+/**
+ * E4: the claim as one part of a unit of several parts sees it (an adapter attaches it while
+ * that part runs): the same claim and transaction, with keys derived for this part only.
+ */
+export function claimForPart(claim: ClaimContext, part: string): ClaimContext {
+  const { scope, key, generation } = claim;
+  return { ...claim, part, deriveKey: (label) => deriveKey({ scope, key, generation, part }, label) };
 }
 
 /** The outcome the client gets: a value or an error, and whether it was replayed (E2). */

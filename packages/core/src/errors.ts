@@ -15,6 +15,7 @@ export type IdempotencyErrorCode =
 
 /** RFC 9457 problem details, with the idempotency code as an extension member. */
 export interface ProblemDetails {
+  /** The problem type: the documentation URL with the code as fragment ({@link problemType}). */
   type: string;
   title: string;
   status: number;
@@ -24,8 +25,22 @@ export interface ProblemDetails {
   retryAfter?: number;
 }
 
-/** The default `type` of problem bodies: a relative reference to the published policy (R4). */
+/**
+ * The default documentation URL, where the policy is published (R4): a path, which the adapters
+ * resolve against the URL of each request they answer (see `resolveDocumentationUrl`).
+ */
 export const DEFAULT_DOCUMENTATION_URL = '/idempotency';
+
+/**
+ * The RFC 9457 problem type of `code`: the documentation URL with the code as its fragment, e.g.
+ * `https://api.example.com/idempotency#idempotency_key_missing`. Each kind of problem has its
+ * own type (RFC 9457 makes `type` its primary identifier), documented under that anchor of the
+ * policy page (`createPolicyDocument`, `renderPolicyHtml`).
+ */
+export function problemType(documentationUrl: string, code: IdempotencyErrorCode): string {
+  const fragment = documentationUrl.indexOf('#');
+  return `${fragment === -1 ? documentationUrl : documentationUrl.slice(0, fragment)}#${code}`;
+}
 
 export abstract class IdempotencyError extends Error {
   abstract readonly code: IdempotencyErrorCode;
@@ -40,10 +55,14 @@ export abstract class IdempotencyError extends Error {
     this.retryAfter = options?.retryAfter;
   }
 
-  /** The problem+json body (RFC 9457). `type` is the documentation URL you configured. */
+  /**
+   * The problem+json body (RFC 9457). `type` is {@link problemType}: the documentation URL with
+   * this error's code as fragment. Pass an absolute URL (the adapters resolve the configured one
+   * against the request).
+   */
   toProblem(documentationUrl: string = DEFAULT_DOCUMENTATION_URL): ProblemDetails {
     const problem: ProblemDetails = {
-      type: documentationUrl,
+      type: problemType(documentationUrl, this.code),
       title: this.title,
       status: this.status,
       detail: this.message,

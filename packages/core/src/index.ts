@@ -1,4 +1,5 @@
 export * from './errors.js';
+export { resolveDocumentationUrl, requestUrlOf } from './documentation-url.js';
 export * from './key.js';
 export * from './fingerprint.js';
 export * from './duration.js';
@@ -9,6 +10,7 @@ export { MemoryStore, fingerprintsMatch, toTimelineEntry, type MemoryStoreOption
 export {
   createEngine,
   deriveKey,
+  claimForPart,
   idempotencyClaim,
   attachClaim,
   claimContextFields,

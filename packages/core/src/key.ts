@@ -11,26 +11,47 @@ export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
 export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
 
 /**
- * Parses an `Idempotency-Key` header value leniently (K1–K3): a quoted RFC 9651 sf-string
+ * Parses an `Idempotency-Key` header leniently (K1–K3): a quoted RFC 9651 sf-string
  * (parameters ignored) or a bare value; surrounding whitespace trimmed.
+ *
+ * `raw` is what the transport has: the field lines apart (Node's `headersDistinct`) or their
+ * combined value (a Fetch `Headers`, Node's `req.headers`: the lines joined with ", "). Both
+ * read alike (RFC 9110 §5.3): a comma outside a quoted string separates field lines, and empty
+ * lines are ignored, so `['K', '']` and `'K, '` are both the key `K`. A bare key cannot hold a
+ * comma; a quoted one can.
  *
  * Returns `undefined` when no key was sent (absent, empty or whitespace only): whether that
  * is an error depends on the endpoint (K2), see {@link requireKey}.
  *
  * @throws InvalidKeyError too long (> 255), a character outside 0x21–0x7E, `"` or `\`,
- *   a malformed quoted string, or several header fields.
+ *   a malformed quoted string, or several non-empty field lines.
  */
 export function parseIdempotencyKey(raw: string | readonly string[] | null | undefined): string | undefined {
   if (raw === null || raw === undefined) return undefined;
-  if (typeof raw !== 'string') {
-    const present = raw.filter((value) => trimOws(value) !== '');
-    if (present.length > 1) throw new InvalidKeyError('multiple', 'Send exactly one Idempotency-Key header field.');
-    return parseIdempotencyKey(present[0]);
+  const lines = typeof raw === 'string' ? [raw] : raw;
+  const present = lines.flatMap(fieldLines).map(trimOws).filter((line) => line !== '');
+  if (present.length > 1) throw new InvalidKeyError('multiple', 'Send exactly one Idempotency-Key header field.');
+  const [value] = present;
+  if (value === undefined) return undefined;
+  return value.startsWith('"') ? unquote(value) : validateKey(value);
+}
+
+/** The field lines a (possibly combined) field value holds: split at commas outside quoted strings. */
+function fieldLines(value: string): string[] {
+  const lines: string[] = [];
+  let start = 0;
+  let quoted = false;
+  for (let i = 0; i < value.length; i++) {
+    const c = value[i];
+    if (quoted && c === '\\') i++;
+    else if (c === '"') quoted = !quoted;
+    else if (c === ',' && !quoted) {
+      lines.push(value.slice(start, i));
+      start = i + 1;
+    }
   }
-  const trimmed = trimOws(raw);
-  if (trimmed === '') return undefined;
-  const value = trimmed.startsWith('"') ? unquote(trimmed) : trimmed;
-  return validateKey(value);
+  lines.push(value.slice(start));
+  return lines;
 }
 
 /**

@@ -1,4 +1,5 @@
 import { formatDuration } from './duration.js';
+import { problemType, type IdempotencyErrorCode } from './errors.js';
 
 /** One idempotent endpoint, as published (R4). */
 export interface EndpointPolicyDescription {
@@ -24,16 +25,19 @@ export interface EndpointPolicyDescription {
 /** The published retention policy (draft §2.3, SPEC R4), generated from the configuration. */
 export interface PolicyDocument {
   title: string;
-  /** The URL this document is served at; problem bodies use it as their `type`. */
+  /** The URL this document is served at; each problem's `type` is this URL with the problem's code as fragment. */
   documentationUrl: string;
   endpoints: Array<EndpointPolicyDescription & { retention: string; lease: string }>;
-  /** Statuses a client can meet, and what to do about each. */
-  statuses: Array<{ status: number; code: string; meaning: string; clientAction: string }>;
+  /**
+   * The problems a client can meet, and what to do about each. `type` is the problem type of
+   * problem bodies (`<documentationUrl>#<code>`); the HTML page has an anchor for each.
+   */
+  statuses: Array<{ status: number; code: IdempotencyErrorCode; type: string; meaning: string; clientAction: string }>;
   /** Advice derived from the shortest retention. */
   clientGuidance: string;
 }
 
-const STATUSES: PolicyDocument['statuses'] = [
+const STATUSES: Array<Omit<PolicyDocument['statuses'][number], 'type'>> = [
   { status: 400, code: 'idempotency_key_missing', meaning: 'The endpoint requires an Idempotency-Key and none was sent (K2).', clientAction: 'Send a key: a UUID v4 as a quoted string.' },
   { status: 400, code: 'idempotency_key_invalid', meaning: 'The key is longer than 255 characters or has characters outside visible ASCII, or a quote or backslash (K3).', clientAction: 'Fix the key; nothing was executed.' },
   { status: 400, code: 'idempotency_key_ambiguous', meaning: 'Two different keys were sent for one operation (K4).', clientAction: 'Send one key.' },
@@ -50,7 +54,7 @@ export function createPolicyDocument(options: { title?: string; documentationUrl
     title: options.title ?? 'Idempotency policy',
     documentationUrl: options.documentationUrl,
     endpoints,
-    statuses: STATUSES,
+    statuses: STATUSES.map((status) => ({ ...status, type: problemType(options.documentationUrl, status.code) })),
     clientGuidance: Number.isFinite(shortest)
       ? `Keep every retry with the same key within ${formatDuration(shortest)} of the first attempt (the shortest retention here). A retry after an endpoint's retention is executed as a new request${endpoints.some((e) => e.expiredReuse === 'reject') ? ' (or refused with 422 where reuse is rejected)' : ''}: past it, reconcile instead of retrying. Successful responses and errors raised after execution began (5xx included) are replayed with Idempotent-Replayed: true.`
       : 'No idempotent endpoints are configured.',
@@ -68,7 +72,7 @@ export function renderPolicyHtml(policy: PolicyDocument): string {
     )
     .join('\n');
   const statuses = policy.statuses
-    .map((s) => `<tr><td>${s.status}</td><td><code>${escapeHtml(s.code)}</code></td><td>${escapeHtml(s.meaning)}</td><td>${escapeHtml(s.clientAction)}</td></tr>`)
+    .map((s) => `<tr id="${escapeHtml(s.code)}"><td>${s.status}</td><td><a href="#${escapeHtml(s.code)}"><code>${escapeHtml(s.code)}</code></a></td><td>${escapeHtml(s.meaning)}</td><td>${escapeHtml(s.clientAction)}</td></tr>`)
     .join('\n');
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(policy.title)}</title>
@@ -82,7 +86,8 @@ export function renderPolicyHtml(policy: PolicyDocument): string {
 ${rows}
 </tbody></table>
 <h2>Statuses</h2>
-<table><thead><tr><th>Status</th><th>Code</th><th>Meaning</th><th>What to do</th></tr></thead><tbody>
+<p>Each problem body's <code>type</code> is this page's URL with the code as fragment, e.g. <code>${escapeHtml(policy.statuses[0]?.type ?? '')}</code>: the row below.</p>
+<table><thead><tr><th>Status</th><th>Code (problem type)</th><th>Meaning</th><th>What to do</th></tr></thead><tbody>
 ${statuses}
 </tbody></table>
 <p>Replays carry <code>Idempotent-Replayed: true</code>. Expired keys are archived, not deleted, so a reuse can be explained.</p>

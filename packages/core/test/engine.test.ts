@@ -283,13 +283,13 @@ describe('engine', () => {
 
   it('X1: renders errors as problem+json with the configured documentation URL as type', () => {
     expect(new RequestInProgressError(2).toProblem('https://api.example.com/idempotency')).toEqual({
-      type: 'https://api.example.com/idempotency',
+      type: 'https://api.example.com/idempotency#idempotency_request_in_progress',
       title: 'Server processing previous request',
       status: 409,
       detail: expect.stringContaining('still being processed'),
       code: 'idempotency_request_in_progress',
       retryAfter: 2,
     });
-    expect(new FingerprintMismatchError().toProblem()).toMatchObject({ type: '/idempotency', status: 422 });
+    expect(new FingerprintMismatchError().toProblem()).toMatchObject({ type: '/idempotency#idempotency_key_reused', status: 422 });
   });
 });

@@ -42,7 +42,6 @@ describe('parseIdempotencyKey', () => {
     ['a NUL', 'a\u0000b'],
     ['a backslash', 'a\\b'],
     ['a double quote', 'a"b'],
-    ['a comma-joined repeated header', 'a, b'],
   ])('K3: refuses %s', (_, value) => {
     expect(catchError(() => parseIdempotencyKey(value))).toMatchObject({ reason: 'charset', status: 400 });
   });
@@ -55,6 +54,7 @@ describe('parseIdempotencyKey', () => {
 
   it('K3: refuses several header fields', () => {
     expect(catchError(() => parseIdempotencyKey(['a', 'b']))).toMatchObject({ reason: 'multiple' });
+    expect(catchError(() => parseIdempotencyKey('a, b'))).toMatchObject({ reason: 'multiple', status: 400 });
     expect(parseIdempotencyKey(['a'])).toBe('a');
   });
 });

@@ -1,4 +1,6 @@
 import {
+  GraphQLIncludeDirective,
+  GraphQLSkipDirective,
   Kind,
   print,
   visit,
@@ -9,6 +11,7 @@ import {
   type OperationDefinitionNode,
   type SelectionSetNode,
 } from 'graphql';
+import { isIncluded } from './root-fields.js';
 
 export function fragmentsOf(document: DocumentNode): Map<string, FragmentDefinitionNode> {
   const fragments = new Map<string, FragmentDefinitionNode>();
@@ -47,14 +50,62 @@ export function normalizedOperation(operation: OperationDefinitionNode, fragment
   return print({ kind: Kind.DOCUMENT, definitions: [normalized, ...usedFragments([operation.selectionSet], fragments)] });
 }
 
-/**
- * F1, field unit: the field's printed selection set (empty for a leaf) and the fragments it
- * uses. The selection set shapes the stored value, so a changed selection is a different request.
- */
-export function normalizedSelection(nodes: readonly FieldNode[], fragments: ReadonlyMap<string, FragmentDefinitionNode>): string {
-  const sets = nodes.flatMap((node) => (node.selectionSet ? [node.selectionSet] : []));
-  return [...sets, ...usedFragments(sets, fragments)].map((node) => print(node)).join('\n');
+/** F1, field unit: what of a root field's selection shapes its stored value. */
+export interface EffectiveSelection {
+  /** The printed selection set (empty for a leaf) and the fragments it uses, `@skip`/`@include` applied. */
+  selection: string;
+  /** The coerced values of the variables the selection still reads: arguments of nested fields, other directives. */
+  variables: Record<string, unknown>;
 }
+
+/**
+ * F1, field unit: the field's effective selection. `@skip` and `@include` are applied with this
+ * request's variables and dropped, so `amount @include(if: $v)` counts as `amount` or as nothing;
+ * fragments count when the selection still spreads them; the variables it still reads count by
+ * value. A request that selects other fields is a different request: its stored value has
+ * another shape.
+ */
+export function effectiveSelection(nodes: readonly FieldNode[], fragments: ReadonlyMap<string, FragmentDefinitionNode>, variables: Record<string, unknown>): EffectiveSelection {
+  const sets = nodes.flatMap((node) => (node.selectionSet ? [applyConditions(node.selectionSet, variables)] : []));
+  const used = new Map<string, FragmentDefinitionNode>();
+  const pending = [...sets];
+  while (pending.length > 0) {
+    visit(pending.pop()!, {
+      FragmentSpread(node) {
+        const fragment = fragments.get(node.name.value);
+        if (!fragment || used.has(fragment.name.value)) return;
+        const applied: FragmentDefinitionNode = { ...fragment, selectionSet: applyConditions(fragment.selectionSet, variables) };
+        used.set(fragment.name.value, applied);
+        pending.push(applied.selectionSet);
+      },
+    });
+  }
+  const printed = [...sets, ...[...used.values()].sort((a, b) => compare(a.name.value, b.name.value))];
+  const read: Record<string, unknown> = {};
+  for (const node of printed) {
+    visit(node, {
+      Variable(variable) {
+        const name = variable.name.value;
+        if (Object.hasOwn(variables, name)) read[name] = variables[name];
+      },
+    });
+  }
+  return { selection: printed.map((node) => print(node)).join('\n'), variables: read };
+}
+
+/** The selection set with `@skip`/`@include` applied: excluded selections removed, the two directives dropped from the rest. */
+function applyConditions(set: SelectionSetNode, variables: Record<string, unknown>): SelectionSetNode {
+  return visit(set, {
+    enter(node) {
+      if (node.kind !== Kind.FIELD && node.kind !== Kind.INLINE_FRAGMENT && node.kind !== Kind.FRAGMENT_SPREAD) return undefined;
+      if (!isIncluded(node, variables)) return null;
+      const directives = node.directives?.filter((directive) => !CONDITIONS.has(directive.name.value));
+      return directives === undefined || directives.length === node.directives!.length ? undefined : { ...node, directives };
+    },
+  });
+}
+
+const CONDITIONS = new Set([GraphQLSkipDirective.name, GraphQLIncludeDirective.name]);
 
 /**
  * A document that executes only the given root field of `operation`: same operation (name,

@@ -16,13 +16,14 @@ export type RequiredKeyOption = boolean | readonly string[] | ((fieldName: strin
  * What the `fingerprint` option receives (F1, F2), per unit of idempotency:
  * - operation unit (header key): the normalized operation document and its coerced variables;
  * - field unit (argument or directive key): the field's coerced arguments without the key
- *   argument, and its printed selection set.
+ *   argument, and its effective selection: the printed selection set with `@skip`/`@include`
+ *   applied, and the values of the variables it still reads (arguments of nested fields).
  *
  * `{ fields: ['variables.input.amount'] }` picks dotted paths out of this object.
  */
 export type FingerprintInput =
   | { unit: 'operation'; document: string; variables: Record<string, unknown> }
-  | { unit: 'field'; field: string; arguments: Record<string, unknown>; selection: string };
+  | { unit: 'field'; field: string; arguments: Record<string, unknown>; selection: string; variables: Record<string, unknown> };
 
 /**
  * Options of {@link useIdempotency} and {@link useYogaIdempotency}: the shared adapter options

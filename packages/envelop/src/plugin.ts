@@ -19,11 +19,14 @@ import {
   computeFingerprint,
   createAdapterEngine,
   attachClaim,
+  claimForPart,
   type ClaimContext,
   formatScope,
   HandlerNotStartedError,
   isIdempotencyError,
   parseIdempotencyKey,
+  requestUrlOf,
+  resolveDocumentationUrl,
   type ErrorCodec,
   type ExecuteRequest,
   type IdempotencyEngine,
@@ -33,7 +36,7 @@ import { IdempotentDirectivePlacementRule } from './directive-placement-rule.js'
 import { IDEMPOTENT_DIRECTIVE_NAME } from './directive.js';
 import { idempotencyGraphQLError } from './error-mapping.js';
 import { planKeys } from './key-plan.js';
-import { documentForField, fragmentsOf, normalizedOperation, normalizedSelection } from './normalized-document.js';
+import { documentForField, effectiveSelection, fragmentsOf, normalizedOperation } from './normalized-document.js';
 import { DEFAULT_KEY_ARGUMENT, type FingerprintInput, type IdempotencyOptions } from './options.js';
 import { headersOf, idempotencyKeyHeader, requestOf } from './request-headers.js';
 import { collectRootFields, type RootField } from './root-fields.js';
@@ -108,8 +111,11 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
   /** HTTP requests whose `Idempotency-Key` header a mutation operation already took. */
   const headerTaken = new WeakSet<object>();
 
-  const refuse = (error: IdempotencyError, operation?: OperationDefinitionNode): ExecutionResult => ({
-    errors: [idempotencyGraphQLError(error, { documentationUrl, ...(operation ? { nodes: [operation] } : {}) })],
+  /** K2/R4: the documentation URL, absolute for the HTTP request of `context` (problem types). */
+  const documentationFor = (context: unknown) => resolveDocumentationUrl(documentationUrl, requestUrlOf(requestOf(context)));
+
+  const refuse = (error: IdempotencyError, context: unknown, operation?: OperationDefinitionNode): ExecutionResult => ({
+    errors: [idempotencyGraphQLError(error, { documentationUrl: documentationFor(context), ...(operation ? { nodes: [operation] } : {}) })],
   });
 
   /**
@@ -131,30 +137,53 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
   };
 
   const executeStarted = async (execute: ExecuteFn, args: ExecutionArgs): Promise<ExecutionResult> => {
-    const result = await execute(args);
-    if (isAsyncIterable(result)) throw new TypeError('[idem] incremental delivery (@defer, @stream) is not supported on idempotent mutations');
-    const executionResult = result as ExecutionResult;
-    if (executionResult.data === undefined) throw new HandlerNotStartedError(new UnstartedExecution(executionResult));
-    if (!executionResult.errors?.some(isNotStarted)) return executionResult;
+    const result = await executeOnce(execute, args);
     // A resolver refused before any side effect (`throw new HandlerNotStartedError(cause)`): when
     // no root field produced a value, the claim is released and nothing is stored (E4).
-    const unwrapped: ExecutionResult = { ...executionResult, errors: executionResult.errors.map(unwrapNotStarted) };
-    const produced = executionResult.data !== null && Object.values(executionResult.data).some((value) => value !== null);
-    if (!produced) throw new HandlerNotStartedError(new UnstartedExecution(unwrapped));
+    const unwrapped: ExecutionResult = result.errors?.some(isNotStarted) ? { ...result, errors: result.errors.map(unwrapNotStarted) } : result;
+    if (!started(result)) throw new HandlerNotStartedError(new UnstartedExecution(unwrapped));
     return unwrapped;
   };
 
-  /** Root fields run one after another, so one claim at a time sits on the context (`idempotencyClaim(context)`). */
-  const executeClaimed = async (claim: ClaimContext, execute: ExecuteFn, args: ExecutionArgs): Promise<ExecutionResult> => {
-    const context = args.contextValue;
-    const detach = context !== null && typeof context === 'object' ? attachClaim(context, claim) : () => {};
-    try {
-      const result = await executeStarted(execute, args);
-      if (atomic && rootFieldFailed(result)) throw new RolledBackExecution(rolledBack(result));
-      return result;
-    } finally {
-      detach();
+  /**
+   * E4, an operation unit of several root fields: each field runs as an execution of its own, one
+   * after another as graphql-js would run them, with the claim of its part attached
+   * (`claimForPart`, keys derived per response key). Once any part started, the unit's outcome
+   * is stored; only when none did is the claim released.
+   */
+  const executeParts = async (claim: ClaimContext, execute: ExecuteFn, args: ExecutionArgs, mutation: Mutation): Promise<ExecutionResult> => {
+    const errors: GraphQLError[] = [];
+    const extensions: Record<string, unknown> = {};
+    let data: Record<string, unknown> | null = {};
+    let anyStarted = false;
+    for (const { responseKey, nodes, definition } of mutation.rootFields) {
+      const partArgs: ExecutionArgs = { ...args, document: documentForField(args.document, mutation.operation, nodes) };
+      const slice = await withClaim(args.contextValue, claimForPart(claim, responseKey), () => executeOnce(execute, partArgs));
+      // `__typename` has no resolver of its own: it never counts as a start.
+      anyStarted ||= definition !== undefined && started(slice);
+      if (slice.errors) errors.push(...slice.errors.map(unwrapNotStarted));
+      if (slice.extensions) Object.assign(extensions, slice.extensions);
+      // A null in a non-null root field nulls the whole `data` and stops the operation, as graphql-js does.
+      if (!slice.data) {
+        data = null;
+        break;
+      }
+      data[responseKey] = slice.data[responseKey] ?? null;
     }
+    const result: ExecutionResult = errors.length > 0 ? { errors, data } : { data };
+    if (Object.keys(extensions).length > 0) result.extensions = extensions;
+    if (!anyStarted) throw new HandlerNotStartedError(new UnstartedExecution(result));
+    return result;
+  };
+
+  /** Root fields run one after another, so one claim at a time sits on the context (`idempotencyClaim(context)`). */
+  const executeClaimed = async (claim: ClaimContext, execute: ExecuteFn, args: ExecutionArgs, mutation?: Mutation): Promise<ExecutionResult> => {
+    const result =
+      mutation && mutation.rootFields.length > 1
+        ? await executeParts(claim, execute, args, mutation)
+        : await withClaim(args.contextValue, claim, () => executeStarted(execute, args));
+    if (atomic && rootFieldFailed(result)) throw new RolledBackExecution(rolledBack(result));
+    return result;
   };
 
   const endpoint = (scope: string, key: string, fingerprintValue: string | null, document: DocumentNode): ExecuteRequest => {
@@ -173,7 +202,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
     const input: FingerprintInput = { unit: 'operation', document: normalizedOperation(operation, fragments), variables };
     const source = args.document.loc?.source;
     try {
-      const outcome = await executeUnit(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), (claim) => executeClaimed(claim, execute, args));
+      const outcome = await executeUnit(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), (claim) => executeClaimed(claim, execute, args, mutation));
       const result: ExecutionResult = !outcome.ok
         ? outcome.error instanceof RolledBackExecution
           ? outcome.replayed
@@ -186,7 +215,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
       return outcome.replayed ? withIdempotencyExtension(result, { replayed: true }) : result;
     } catch (error) {
       if (error instanceof UnstartedExecution) return error.result;
-      if (isIdempotencyError(error)) return refuse(error, operation);
+      if (isIdempotencyError(error)) return refuse(error, args.contextValue, operation);
       throw error;
     }
   }
@@ -210,15 +239,13 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
       let slice: ExecutionResult;
       let refused = false;
       if (key === undefined || !definition) {
-        const result = await execute(fieldArgs);
-        if (isAsyncIterable(result)) throw new TypeError('[idem] incremental delivery (@defer, @stream) is not supported on idempotent mutations');
-        slice = result as ExecutionResult;
+        slice = await executeOnce(execute, fieldArgs);
         ran++;
       } else {
         try {
           const argumentValues = getArgumentValues(definition, nodes[0]!, variables);
           if (argument !== false) delete argumentValues[argument];
-          const input: FingerprintInput = { unit: 'field', field: fieldName, arguments: argumentValues, selection: normalizedSelection(nodes, fragments) };
+          const input: FingerprintInput = { unit: 'field', field: fieldName, arguments: argumentValues, ...effectiveSelection(nodes, fragments, variables) };
           const scope = formatScope(`${rootType.name}.${fieldName}`, principalId);
           const outcome = await executeUnit(endpoint(scope, key, await computeFingerprint(input, fingerprint), args.document), (claim) => executeClaimed(claim, execute, fieldArgs));
           ran++;
@@ -262,7 +289,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
       result.errors = errors.map((entry) =>
         entry instanceof GraphQLError
           ? entry
-          : idempotencyGraphQLError(entry.refusal, { documentationUrl, nodes: entry.field.nodes, path: [entry.field.responseKey], http: wholeOperationRefused }),
+          : idempotencyGraphQLError(entry.refusal, { documentationUrl: documentationFor(args.contextValue), nodes: entry.field.nodes, path: [entry.field.responseKey], http: wholeOperationRefused }),
       );
     }
     result.data = data;
@@ -301,7 +328,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>>(op
         rootTypeName: rootType.name,
       });
     } catch (error) {
-      if (isIdempotencyError(error)) return refuse(error, operation);
+      if (isIdempotencyError(error)) return refuse(error, args.contextValue, operation);
       // An argument that does not coerce: execution reports it where it belongs.
       if (error instanceof GraphQLError) return execute(args);
       throw error;
@@ -384,6 +411,32 @@ function underResponseKey(stored: StoredExecutionResult, responseKey: string): S
 
 function withIdempotencyExtension(result: ExecutionResult, extension: IdempotencyResultExtension): ExecutionResult {
   return { ...result, extensions: { ...result.extensions, idempotency: extension } };
+}
+
+async function executeOnce(execute: ExecuteFn, args: ExecutionArgs): Promise<ExecutionResult> {
+  const result = await execute(args);
+  if (isAsyncIterable(result)) throw new TypeError('[idem] incremental delivery (@defer, @stream) is not supported on idempotent mutations');
+  return result as ExecutionResult;
+}
+
+/** Runs `run` with `claim` attached to the context, where `idempotencyClaim(context)` finds it. */
+async function withClaim<T>(context: unknown, claim: ClaimContext, run: () => Promise<T>): Promise<T> {
+  const detach = context !== null && typeof context === 'object' ? attachClaim(context, claim) : () => {};
+  try {
+    return await run();
+  } finally {
+    detach();
+  }
+}
+
+/**
+ * Whether an execution started (E4): it reached the resolvers, and did not stop at a
+ * `HandlerNotStartedError` with no root field producing a value.
+ */
+function started(result: ExecutionResult): boolean {
+  if (result.data === undefined) return false;
+  if (!result.errors?.some(isNotStarted)) return true;
+  return result.data !== null && Object.values(result.data).some((value) => value !== null);
 }
 
 function isNotStarted(error: GraphQLError): boolean {

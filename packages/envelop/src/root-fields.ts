@@ -7,6 +7,7 @@ import {
   typeFromAST,
   type FieldNode,
   type FragmentDefinitionNode,
+  type FragmentSpreadNode,
   type GraphQLField,
   type GraphQLObjectType,
   type GraphQLSchema,
@@ -48,15 +49,9 @@ export function collectRootFields(
     if (type === rootType) return true;
     return type !== undefined && isAbstractType(type) && schema.isSubType(type, rootType);
   };
-  const included = (node: FieldNode | InlineFragmentNode | { directives?: FieldNode['directives'] }) => {
-    const skip = getDirectiveValues(GraphQLSkipDirective, node, variables);
-    if (skip?.['if'] === true) return false;
-    const include = getDirectiveValues(GraphQLIncludeDirective, node, variables);
-    return include?.['if'] !== false;
-  };
   const walk = (set: SelectionSetNode) => {
     for (const selection of set.selections) {
-      if (!included(selection)) continue;
+      if (!isIncluded(selection, variables)) continue;
       if (selection.kind === Kind.FIELD) {
         const responseKey = selection.alias?.value ?? selection.name.value;
         const nodes = fields.get(responseKey);
@@ -79,4 +74,12 @@ export function collectRootFields(
     const fieldName = nodes[0]!.name.value;
     return { responseKey, fieldName, nodes, definition: definitions[fieldName] };
   });
+}
+
+/** Whether `@skip` / `@include` with these variables keep a selection (GraphQL spec, CollectFields). */
+export function isIncluded(node: FieldNode | InlineFragmentNode | FragmentSpreadNode, variables: Record<string, unknown>): boolean {
+  const skip = getDirectiveValues(GraphQLSkipDirective, node, variables);
+  if (skip?.['if'] === true) return false;
+  const include = getDirectiveValues(GraphQLIncludeDirective, node, variables);
+  return include?.['if'] !== false;
 }

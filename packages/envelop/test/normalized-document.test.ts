@@ -1,7 +1,7 @@
 /** F1 for GraphQL: what the fingerprint sees of a document, and which root fields execute. */
 import { describe, expect, it } from 'vitest';
 import { buildSchema, parse, type OperationDefinitionNode } from 'graphql';
-import { fragmentsOf, normalizedOperation, normalizedSelection } from '../src/normalized-document.ts';
+import { effectiveSelection, fragmentsOf, normalizedOperation } from '../src/normalized-document.ts';
 import { collectRootFields } from '../src/root-fields.ts';
 
 const schema = buildSchema(`
@@ -56,12 +56,12 @@ describe('normalizedOperation (operation unit)', () => {
   });
 });
 
-describe('normalizedSelection (field unit)', () => {
+describe('effectiveSelection (field unit)', () => {
   it('is the printed selection set with its fragments; empty for a leaf field', () => {
     const { operation, fragments } = operationOf('mutation { create(name: "a") { id ...F } remove(id: 1) } fragment F on Item { name }');
     const [create, remove] = collectRootFields(schema, schema.getMutationType()!, operation.selectionSet, fragments, {});
-    expect(normalizedSelection(create!.nodes, fragments)).toBe('{\n  id\n  ...F\n}\nfragment F on Item {\n  name\n}');
-    expect(normalizedSelection(remove!.nodes, fragments)).toBe('');
+    expect(effectiveSelection(create!.nodes, fragments, {}).selection).toBe('{\n  id\n  ...F\n}\nfragment F on Item {\n  name\n}');
+    expect(effectiveSelection(remove!.nodes, fragments, {}).selection).toBe('');
   });
 });
 

@@ -96,7 +96,7 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       expect(reuse.body.data).toBeUndefined();
       expect(reuse.body.errors[0].extensions).toMatchObject({
         code: 'IDEMPOTENCY_KEY_REUSED',
-        idempotency: { status: 422, code: 'idempotency_key_reused', type: '/idempotency' },
+        idempotency: { status: 422, code: 'idempotency_key_reused', type: 'http://yoga/idempotency#idempotency_key_reused' },
       });
       expect(reuse.body.errors[0].extensions.http).toBeUndefined();
       expect(shop.calls.createOrder).toBe(1);
@@ -359,7 +359,7 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       const withHeader = await post({ query: 'mutation { placeOrder(input: { amount: 1, currency: "EUR" }) { id } }' }, keyHeader(randomUUID()));
 
       expect(response.status).toBe(400);
-      expect(response.body.errors[0].extensions).toMatchObject({ code: 'IDEMPOTENCY_KEY_MISSING', idempotency: { status: 400, type: '/idempotency' } });
+      expect(response.body.errors[0].extensions).toMatchObject({ code: 'IDEMPOTENCY_KEY_MISSING', idempotency: { status: 400, type: 'http://yoga/idempotency#idempotency_key_missing' } });
       expect(response.body.errors[0].message).toContain('Mutation.placeOrder');
       expect(withHeader.status).toBe(200);
       expect(shop.calls).toEqual({ placeOrder: 1 });

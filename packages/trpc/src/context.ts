@@ -1,4 +1,5 @@
 import type { TRPCRequestInfo } from '@trpc/server/http';
+import { requestUrlOf } from '@idem/core';
 
 /** Where the transport lives in the tRPC context. A symbol, so it never collides with your own fields. */
 export const IDEMPOTENCY_TRANSPORT: unique symbol = Symbol.for('@idem/trpc/transport');
@@ -19,6 +20,8 @@ export interface IdempotencyTransport {
   responseHeader(name: string): string | undefined;
   /** tRPC's description of the request (batch, calls); undefined outside the HTTP adapters. */
   info: TRPCRequestInfo | undefined;
+  /** The request's absolute URL, against which a relative `documentationUrl` is resolved (problem types); undefined when unknown. */
+  requestUrl?(): string | undefined;
 }
 
 /** The fields {@link idempotencyContext} adds to your context. */
@@ -77,6 +80,7 @@ export function idempotencyContext(options: IdempotencyContextOptions): Idempote
 }
 
 function createTransport({ req, res, resHeaders, info }: IdempotencyContextOptions): IdempotencyTransport {
+  const requestUrl = () => requestUrlOf(req);
   const requestHeader = isFetchRequest(req)
     ? (name: string) => req.headers.get(name) ?? undefined
     : (name: string) => {
@@ -90,6 +94,7 @@ function createTransport({ req, res, resHeaders, info }: IdempotencyContextOptio
       setResponseHeader: (name, value) => resHeaders.set(name, value),
       responseHeader: (name) => resHeaders.get(name) ?? undefined,
       info,
+      requestUrl,
     };
   }
   if (res) {
@@ -108,9 +113,10 @@ function createTransport({ req, res, resHeaders, info }: IdempotencyContextOptio
         return value === undefined ? undefined : String(value);
       },
       info,
+      requestUrl,
     };
   }
-  return { requestHeader, setResponseHeader: () => {}, responseHeader: () => undefined, info };
+  return { requestHeader, setResponseHeader: () => {}, responseHeader: () => undefined, info, requestUrl };
 }
 
 function isFetchRequest(req: NodeRequestLike | FetchRequestLike): req is FetchRequestLike {

@@ -11,6 +11,7 @@ import {
   isIdempotencyError,
   parseIdempotencyKey,
   readArgumentKey,
+  resolveDocumentationUrl,
   resolveKey,
   type ClaimContext,
   type IdempotencyEngine,
@@ -113,7 +114,7 @@ export function idempotency<TContext extends object = object>(options: Idempoten
     } catch (error) {
       if (!isIdempotencyError(error)) throw error;
       setRetryAfter(transport, error);
-      throw toTRPCError(error, documentationUrl);
+      throw toTRPCError(error, resolveDocumentationUrl(documentationUrl, transport?.requestUrl?.()));
     }
   };
   return Object.assign(middleware, { engine });

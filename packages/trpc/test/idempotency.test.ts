@@ -105,7 +105,7 @@ describe.each(storeTargets)('@idem/trpc over HTTP on $name', (target) => {
         expect(conflict.body.error.data).toMatchObject({
           code: 'CONFLICT',
           httpStatus: 409,
-          idempotency: { code: 'idempotency_request_in_progress', status: 409, retryAfter: 1, type: '/idempotency' },
+          idempotency: { code: 'idempotency_request_in_progress', status: 409, retryAfter: 1, type: `${url}/idempotency#idempotency_request_in_progress` },
         });
       }
       expect(app.calls.slowOrder).toBe(1);
@@ -151,7 +151,7 @@ describe.each(storeTargets)('@idem/trpc over HTTP on $name', (target) => {
       expect(response.status).toBe(400);
       expect(response.body.error.data).toMatchObject({ code: 'BAD_REQUEST', httpStatus: 400 });
       const { idempotency } = response.body.error.data;
-      expect(idempotency).toMatchObject({ code, status: 400, type: '/idempotency' });
+      expect(idempotency).toMatchObject({ code, status: 400, type: `${url}/idempotency#${code}` });
       expect(idempotency.title).toEqual(expect.any(String));
       expect(idempotency.detail).toBe(response.body.error.message);
       expect(app.calls.createOrder).toBeUndefined();

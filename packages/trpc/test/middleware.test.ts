@@ -181,7 +181,7 @@ describe('@idem/trpc middleware', () => {
     const response = await mutate(await serve(router), 'pay', undefined);
     expect(response.body.error.data).toMatchObject({
       mine: true,
-      idempotency: { code: 'idempotency_key_missing', type: 'https://api.example.com/idempotency', status: 400, title: 'Idempotency-Key is missing' },
+      idempotency: { code: 'idempotency_key_missing', type: 'https://api.example.com/idempotency#idempotency_key_missing', status: 400, title: 'Idempotency-Key is missing' },
     });
   });
 

@@ -6,7 +6,9 @@
  * - surrounding whitespace (OWS: SP and HTAB) is trimmed; empty means no key (K2: 400 missing);
  * - a value starting with `"` is an sf-string item, parameters ignored; anything else a bare value;
  * - the key: 1–255 characters, each visible ASCII (0x21–0x7E) other than `"` and `\` (K3);
- * - several non-empty header fields: 400.
+ * - several non-empty header fields: 400. A comma outside a quoted string separates field lines
+ *   (RFC 9110 §5.3: several lines and their comma-joined value are one field), and empty lines
+ *   are ignored, so the lines apart and joined read alike.
  *
  * Where the oracle cannot tell (parameter values of the rarer RFC 9651 types, and
  * whitespace JavaScript's `trim()` removes but HTTP does not) it says so instead of guessing.
@@ -44,14 +46,36 @@ export function expectArgumentKey(value: string): Expectation {
 /** One header field value (already combined, if the transport combines). */
 export function expectHeaderValue(raw: string): Expectation {
   // Only OWS (SP, HTAB) is trimmed: VT, FF, NBSP around a key are characters outside K3's set.
-  return parseValue(raw.replace(OWS, ''));
+  const present = splitAtCommas(raw)
+    .map((line) => line.replace(OWS, ''))
+    .filter((line) => line !== '');
+  if (present.length > 1) return rejected;
+  return parseValue(present[0] ?? '');
 }
 
-/** Several header fields, kept apart (Node's `headersDistinct`, as @idem/trpc reads them). */
+/** Several header fields, kept apart (Node's `headersDistinct`, as @idem/trpc reads them): the same field as their joined value. */
 export function expectDistinctFields(fields: readonly string[]): Expectation {
-  const present = fields.filter((field) => field.replace(OWS, '') !== '');
-  if (present.length > 1) return rejected;
-  return expectHeaderValue(present[0] ?? '');
+  return expectHeaderValue(fields.join(','));
+}
+
+/** The comma-separated members of a field value; a comma inside an sf-string (`\"` escapes kept) does not separate. */
+function splitAtCommas(value: string): string[] {
+  const members: string[] = [];
+  let member = '';
+  let inString = false;
+  for (let pos = 0; pos < value.length; pos++) {
+    const char = value[pos]!;
+    if (!inString && char === ',') {
+      members.push(member);
+      member = '';
+      continue;
+    }
+    member += char;
+    if (inString && char === '\\' && pos + 1 < value.length) member += value[++pos];
+    else if (char === '"') inString = !inString;
+  }
+  members.push(member);
+  return members;
 }
 
 /** Several header fields as Fetch `Headers` (and Node's `req.headers`) combine them: each trimmed, joined with ", ". */
