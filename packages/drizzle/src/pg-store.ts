@@ -16,6 +16,7 @@ import {
   claimPlaceholders,
   claimValues,
   completion,
+  expiredAt,
   freshClaim,
   historyCopy,
   outcomeParameters,
@@ -39,7 +40,7 @@ export function pgSweepCandidates(db: AnyPgDatabase, { keys }: PgTables, limit: 
   return db
     .select({ scope: keys.scope, key: keys.key })
     .from(keys)
-    .where(and(sql`${keys.state} <> 'archived'`, sql`${keys.expiresAt} <= ${clock.now}`))
+    .where(and(sql`${keys.state} <> 'archived'`, expiredAt(clock, keys)))
     .orderBy(keys.expiresAt)
     .limit(limit)
     .for('update', { skipLocked: true });
@@ -87,7 +88,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   const completeUpdate = (on: AnyPgDatabase, b: OwnerBindings, outcome: OutcomeBindings) =>
     on
       .update(keys)
-      .set(completion(postgresStatementClock, outcome))
+      .set(completion(postgresStatementClock, keys, outcome))
       .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`))
       .returning({ token: keys.token });
 

@@ -16,6 +16,7 @@ import {
   claimParameters,
   claimPlaceholders as b,
   completion,
+  expiredAt,
   freshClaim,
   historyCopy,
   outcomeParameters,
@@ -33,7 +34,7 @@ export function sqliteSweepCandidates(db: SyncSQLiteDatabase, { keys }: SqliteTa
   return db
     .select({ scope: keys.scope, key: keys.key })
     .from(keys)
-    .where(and(sql`${keys.state} <> 'archived'`, sql`${keys.expiresAt} <= ${clock.now}`))
+    .where(and(sql`${keys.state} <> 'archived'`, expiredAt(clock, keys)))
     .orderBy(keys.expiresAt)
     .limit(limit);
 }
@@ -131,7 +132,7 @@ export function sqliteStatements(db: SyncSQLiteDatabase, tables: SqliteTables): 
 
   const complete = db
     .update(keys)
-    .set(completion(clock))
+    .set(completion(clock, keys))
     .where(and(thisKey, ownedBy(b.token), sql`${keys.state} = 'processing'`))
     .returning({ token: keys.token })
     .prepare();
