@@ -18,6 +18,7 @@ import { definePgTables } from './pg-schema.js';
 import { pgStatements } from './pg-store.js';
 import { isExpired, toRecord, toTimeline, type LiveRow } from './record-rows.js';
 import { defineSqliteTables } from './sqlite-schema.js';
+import { DEFAULT_BUSY_RETRY_MS } from './sqlite-busy.js';
 import { sqliteStatements } from './sqlite-store.js';
 import type { FirstStep, StoreStatements, TransactionStatements } from './store-statements.js';
 import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
@@ -30,6 +31,15 @@ export interface DrizzleStoreOptions {
    * `definePgTables(names)` / `defineSqliteTables(names)` with drizzle-kit.
    */
   tables?: Partial<TableNames>;
+  /**
+   * SQLite: how long a statement that finds the database locked by another connection (another
+   * process writing) is retried — asynchronously, so the event loop keeps serving replays and
+   * health checks — before the store rejects and the engine answers 503 with `Retry-After`.
+   * Open the connection with `busy_timeout = 0` (`openDatabase` does): better-sqlite3's own
+   * busy timeout waits synchronously, blocking the whole process. Ignored on PostgreSQL.
+   * Defaults to 5000 ms.
+   */
+  busyRetryMs?: number;
 }
 
 /**
@@ -61,11 +71,11 @@ type ToOutcome<T> = (result: AtomicResult<T>) => StoredOutcome;
  * `drizzle-orm/pglite` (PostgreSQL) or `drizzle-orm/better-sqlite3` (SQLite). Run
  * {@link migrate} once before first use.
  */
-export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {} }: DrizzleStoreOptions = {}): DrizzleStore {
+export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {}, busyRetryMs = DEFAULT_BUSY_RETRY_MS }: DrizzleStoreOptions = {}): DrizzleStore {
   const tables: TableNames = { ...DEFAULT_TABLE_NAMES, ...tableNames };
   const detected = detectDialect(db);
   const statements =
-    detected.dialect === 'postgres' ? pgStatements(detected.db, definePgTables(tables)) : sqliteStatements(detected.db, defineSqliteTables(tables));
+    detected.dialect === 'postgres' ? pgStatements(detected.db, definePgTables(tables)) : sqliteStatements(detected.db, defineSqliteTables(tables), busyRetryMs);
   // Every method answers a promise through this wrapper, also those that answer at once inside.
   return withoutQueryParameters(storeOver(statements, detected.dialect, tables));
 }

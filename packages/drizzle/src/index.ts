@@ -26,3 +26,4 @@ export {
   type ParseDatabaseUrlOptions,
 } from './connect.js';
 export { StoreQueryError } from './query-errors.js';
+export { retrySqliteBusy, isSqliteBusy, DEFAULT_BUSY_RETRY_MS } from './sqlite-busy.js';

@@ -3,10 +3,15 @@
  * and PostgreSQL where both apply. Each test failed before its fix.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { createEngine, StoreUnavailableError, type ClaimRequest } from '@idem/core';
 import { runCli } from '../src/cli.ts';
-import { createDrizzleStore, migrate, type DrizzleDatabase } from '../src/index.ts';
+import { createDrizzleStore, migrate, openDatabase, type DrizzleDatabase, type OpenedDatabase } from '../src/index.ts';
 import { isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
+import { holdSqliteWriteLock, type HeldLock } from './sqlite-lock.ts';
 import { claimed } from './store-behaviour.ts';
 import { openSqliteTarget } from './sqlite-target.ts';
 
@@ -74,5 +79,93 @@ describe.each([
     expect(run.code).toBe(2);
     expect(run.stdout).toBe('');
     expect(run.stderr).toMatch(/^idem: "\\"unterminated" is not an Idempotency-Key: .*\n$/);
+  });
+});
+
+describe('SQLite while another process holds the write lock (issue 14, item 5)', () => {
+  let directory: string;
+  let opened: OpenedDatabase;
+  let lock: HeldLock | undefined;
+  const request = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => ({
+    scope: 'public/payments.create',
+    key: randomUUID(),
+    fingerprint: 'f',
+    token: randomUUID(),
+    leaseMs: 30_000,
+    retentionMs: 60_000,
+    expiredReuse: 'execute',
+    ...overrides,
+  });
+  /** Records when `promise` settles, without changing it. */
+  const tracked = <T>(promise: Promise<T>) => {
+    const state = { settled: false, promise };
+    promise.then(
+      () => (state.settled = true),
+      () => (state.settled = true),
+    );
+    return state;
+  };
+
+  beforeAll(async () => {
+    directory = mkdtempSync(join(tmpdir(), 'idem-busy-'));
+    // As an app opens it: `openDatabase`, the library's own defaults.
+    opened = await openDatabase(`file:${join(directory, 'idem.db')}`);
+    await migrate(opened.db);
+  });
+  afterEach(() => {
+    lock?.kill();
+    lock = undefined;
+  });
+  afterAll(async () => {
+    await opened?.close();
+    rmSync(directory, { recursive: true, force: true });
+  });
+
+  it('E1/E2: a claim waits for the lock without blocking the event loop: a replay and a ping are answered meanwhile, and the claim succeeds once the lock is released', async () => {
+    const store = createDrizzleStore(opened.db, { busyRetryMs: 30_000 });
+    const done = request();
+    claimed(await store.claim(done));
+    await store.complete({ scope: done.scope, key: done.key, token: done.token, outcome: { kind: 'success', status: 200, body: '"paid"' } });
+
+    lock = await holdSqliteWriteLock(join(directory, 'idem.db'));
+    const waiting = tracked(store.claim(request()));
+    const replay = await store.claim(request({ key: done.key }));
+    expect(replay).toMatchObject({ outcome: 'existing', record: { outcome: { body: '"paid"' } } });
+    await store.ping();
+    expect(waiting.settled).toBe(false);
+
+    await lock.release();
+    expect(await waiting.promise).toMatchObject({ outcome: 'claimed', record: { state: 'processing', generation: 1 } });
+  });
+
+  it('E5: a claim that cannot get the lock within busyRetryMs is a 503 with Retry-After through the engine, the handler does not run, and the event loop kept turning meanwhile', async () => {
+    const engine = createEngine({ store: createDrizzleStore(opened.db, { busyRetryMs: 200 }) });
+    const handler = vi.fn(() => 'charged');
+    lock = await holdSqliteWriteLock(join(directory, 'idem.db'));
+    let turned = false;
+    const answer = engine.execute({ scope: 'public/payments.create', key: randomUUID(), fingerprint: 'f' }, handler).catch((error: unknown) => error);
+    setImmediate(() => (turned = true));
+    const error = await answer;
+    expect(turned).toBe(true);
+    expect(error).toBeInstanceOf(StoreUnavailableError);
+    expect(error).toMatchObject({ status: 503, retryAfter: 2 });
+    expect(handler).not.toHaveBeenCalled();
+  });
+
+  it('R3: migrate() on a fresh file waits for the lock without blocking, then migrates', async () => {
+    const file = join(directory, 'fresh.db');
+    const fresh = await openDatabase(`file:${file}`);
+    try {
+      lock = await holdSqliteWriteLock(file);
+      const migrating = tracked(migrate(fresh.db));
+      await new Promise((resolve) => setImmediate(resolve));
+      await createDrizzleStore(opened.db).ping();
+      expect(migrating.settled).toBe(false);
+      await lock.release();
+      await migrating.promise;
+      claimed(await createDrizzleStore(fresh.db).claim(request()));
+    } finally {
+      await fresh.close();
+    }
   });
 });
