@@ -272,6 +272,13 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
         emit({ type: 'claimed', scope, key, generation: record.generation });
         return completed(endpoint, record, result, attempt.stored());
       }
+      if (fresh.inProgress) {
+        // Another transaction is running this key's handler; its claim is not visible before it
+        // commits, so there is no record to read: 409 at once (E3), nothing held meanwhile.
+        const retryAfter = Math.max(1, conflictRetryAfter);
+        emit({ type: 'conflict', scope, key, retryAfter });
+        throw new RequestInProgressError(retryAfter);
+      }
 
       // The key has a record: the rules of `execute`, then the handler in a transaction of its own.
       let claim: ClaimResult;

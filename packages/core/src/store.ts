@@ -136,7 +136,11 @@ export interface AtomicMode {
   /**
    * Rule 1 of `claim` and the whole execution, in one transaction: inserts the claim
    * (`INSERT … ON CONFLICT DO NOTHING`); when (scope, key) already has a record, rolls back and
-   * answers `{ executed: false }` (the engine then takes the normal `claim` path). Otherwise runs
+   * answers `{ executed: false }` (the engine then takes the normal `claim` path). When another
+   * transaction is claiming the same key at this moment (its claim not committed yet), answers
+   * `{ executed: false, inProgress: true }` at once instead of waiting for that transaction — a
+   * duplicate must not hold a connection for as long as the first handler runs — and the engine
+   * answers 409. Otherwise runs
    * `run(tx, record)`, stores `toOutcome(result)` as with `complete`, and commits.
    * `record` is the claim the handler ran under, as claimed.
    */
@@ -144,7 +148,7 @@ export interface AtomicMode {
     request: ClaimRequest,
     run: (tx: unknown, record: IdempotencyRecord) => T | Promise<T>,
     toOutcome: (result: AtomicResult<T>) => StoredOutcome,
-  ): Promise<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { executed: false }>;
+  ): Promise<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { executed: false; inProgress?: true }>;
 
   /**
    * For a claim already held by `token` (taken over, reclaimed after a release, a reuse after

@@ -20,7 +20,7 @@ import { isExpired, toRecord, toTimeline, type LiveRow } from './record-rows.js'
 import { defineSqliteTables } from './sqlite-schema.js';
 import { DEFAULT_BUSY_RETRY_MS } from './sqlite-busy.js';
 import { sqliteStatements } from './sqlite-store.js';
-import type { FirstStep, StoreStatements, TransactionStatements } from './store-statements.js';
+import { CLAIM_IN_PROGRESS, type FirstStep, type StoreStatements, type TransactionStatements } from './store-statements.js';
 import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
 import { withoutQueryParameters } from './query-errors.js';
 
@@ -179,8 +179,10 @@ function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): Dr
 
     atomicClaim<T>(request: ClaimRequest, run: Handler<T>, toOutcome: ToOutcome<T>) {
       const notNew = { executed: false } as const;
-      return inTransaction<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | typeof notNew>((t) =>
+      const inProgress = { executed: false, inProgress: true } as const;
+      return inTransaction<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | typeof notNew | typeof inProgress>((t) =>
         chain(t.insertClaim(request), (row) => {
+          if (row === CLAIM_IN_PROGRESS) throw new Rollback(inProgress);
           if (!row) throw new Rollback(notNew);
           const record = toRecord(row);
           return chain(runAndComplete(t, record, run, toOutcome, notNew), (result) => ({ executed: true as const, record, result }));

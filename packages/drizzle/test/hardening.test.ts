@@ -6,11 +6,15 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
+import { sql } from 'drizzle-orm';
+import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { createEngine, StoreUnavailableError, type ClaimRequest } from '@idem/core';
+import { createEngine, RequestInProgressError, StoreUnavailableError, type ClaimRequest, type IdempotencyEvent } from '@idem/core';
 import { runCli } from '../src/cli.ts';
 import { createDrizzleStore, migrate, openDatabase, type DrizzleDatabase, type OpenedDatabase } from '../src/index.ts';
-import { isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
+import { CREATE_PAYMENTS, countPgPayments, payOnPostgres } from './payments.ts';
+import { isServerReachable, openPostgresTarget, postgresRequired, type PostgresTarget } from './pg-target.ts';
 import { holdSqliteWriteLock, type HeldLock } from './sqlite-lock.ts';
 import { claimed } from './store-behaviour.ts';
 import { openSqliteTarget } from './sqlite-target.ts';
@@ -167,5 +171,66 @@ describe('SQLite while another process holds the write lock (issue 14, item 5)',
     } finally {
       await fresh.close();
     }
+  });
+});
+
+// PGlite is one connection in this process: there is no pool to starve.
+describe.skipIf(!postgresServer)('atomic mode on a PostgreSQL server: duplicates while the first transaction runs (issue 14, item 7)', () => {
+  let target: PostgresTarget;
+  let pool: pg.Pool;
+
+  beforeAll(async () => {
+    target = await openPostgresTarget({ max: 2, schemaPrefix: 'idem_hardening_pool' });
+    await migrate(target.db);
+    await target.db.execute(sql.raw(CREATE_PAYMENTS));
+    // A small pool, and a bounded wait for a connection: a starved pool shows up as a 503.
+    pool = new pg.Pool({ connectionString: target.url!, max: 3, connectionTimeoutMillis: 3000 });
+  });
+  afterAll(async () => {
+    await pool?.end();
+    await target?.close();
+  });
+
+  it('E3: duplicates get 409 at once without waiting for the first transaction, and an unrelated key still executes while it runs', async () => {
+    const db = drizzleNodePostgres(pool);
+    const events: IdempotencyEvent[] = [];
+    const engine = createEngine({ store: createDrizzleStore(db), onEvent: (event) => void events.push(event) });
+    const scope = 'public/payments.create';
+    const key = randomUUID();
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => (started = resolve));
+    let finish!: () => void;
+    const gate = new Promise<void>((resolve) => (finish = resolve));
+    const duplicateRuns = vi.fn();
+
+    const first = engine.executeAtomic({ scope, key, fingerprint: 'f' }, async (tx) => {
+      started();
+      await gate;
+      await payOnPostgres(tx, `pay_${key}`);
+      return 'paid';
+    });
+    try {
+      await running;
+      // More duplicates than the pool has connections left.
+      const duplicates = Promise.allSettled(Array.from({ length: 6 }, () => engine.executeAtomic({ scope, key, fingerprint: 'f' }, duplicateRuns)));
+      const unrelated = await engine.executeAtomic({ scope, key: randomUUID(), fingerprint: 'f' }, async (tx) => {
+        await payOnPostgres(tx, `pay_unrelated_${key}`);
+        return 'unrelated paid';
+      });
+      expect(unrelated).toMatchObject({ ok: true, value: 'unrelated paid', replayed: false });
+      const answers = await duplicates;
+      for (const answer of answers) {
+        expect(answer.status).toBe('rejected');
+        expect((answer as PromiseRejectedResult).reason).toBeInstanceOf(RequestInProgressError);
+      }
+      expect(duplicateRuns).not.toHaveBeenCalled();
+      expect(events.filter((event) => event.type === 'conflict' && event.key === key)).toHaveLength(6);
+    } finally {
+      finish();
+    }
+    expect(await first).toMatchObject({ ok: true, value: 'paid', replayed: false });
+    expect(await engine.executeAtomic({ scope, key, fingerprint: 'f' }, duplicateRuns)).toMatchObject({ ok: true, value: 'paid', replayed: true });
+    expect(duplicateRuns).not.toHaveBeenCalled();
+    expect(await countPgPayments(target.db)).toBe(2);
   });
 });
