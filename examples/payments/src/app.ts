@@ -2,7 +2,9 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createHTTPHandler } from '@trpc/server/adapters/standalone';
 import { renderPolicyHtml, requestUrlOf, resolveDocumentationUrl, type IdempotencyEvent, type IdempotencyStore } from '@idem/core';
 import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
+import { accountOf, BadCredentialsError } from './account.ts';
 import { PaymentChannel } from './channel.ts';
+import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { createPaymentsRouter, createContext } from './trpc.ts';
 import { createPaymentsYoga } from './graphql.ts';
 import { paymentsPolicy } from './policy.ts';
@@ -18,6 +20,8 @@ export interface PaymentsAppOptions {
   atomic?: boolean;
   /** The idem store. Defaults to `createDrizzleStore(db)`; tests wrap it to inject store faults. */
   store?: IdempotencyStore;
+  /** The largest request body accepted on `/trpc` and `/graphql`, in bytes; larger ones get 413. Defaults to 64 KiB. */
+  maxBodyBytes?: number;
 }
 
 export interface PaymentsApp {
@@ -34,22 +38,62 @@ export const DOCUMENTATION_PATH = '/idempotency';
  * One HTTP server: tRPC at `/trpc`, GraphQL Yoga at `/graphql`, the published policy at
  * `/idempotency`, and `/healthz`, all made idempotent by idem over one store.
  */
-export function createPaymentsApp({ db, retentionMs, leaseMs, channelDelayMs = 0, onEvent, atomic = false, store = createDrizzleStore(db) }: PaymentsAppOptions): PaymentsApp {
+export function createPaymentsApp({
+  db,
+  retentionMs,
+  leaseMs,
+  channelDelayMs = 0,
+  onEvent,
+  atomic = false,
+  store = createDrizzleStore(db),
+  maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
+}: PaymentsAppOptions): PaymentsApp {
   const channel = new PaymentChannel(db, { delayMs: channelDelayMs });
   const shared = { store, channel, retentionMs, leaseMs, atomic, ...(onEvent ? { onEvent } : {}) };
   const { router, engine: trpcEngine } = createPaymentsRouter(shared);
-  const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/' });
-  const { yoga, engine: graphqlEngine } = createPaymentsYoga(shared);
+  // A body over the limit is refused with 413 while it streams in, never buffered whole.
+  const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/', maxBodySize: maxBodyBytes });
+  const { yoga, engine: graphqlEngine } = createPaymentsYoga({ ...shared, maxBodyBytes });
   // Published at its absolute URL, as problem bodies link to it (their `type` is this URL with a fragment per problem).
   const policyFor = (req: IncomingMessage) => paymentsPolicy({ retentionMs, leaseMs, documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)) });
 
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    const path = new URL(req.url ?? '/', 'http://localhost').pathname;
-    if (path.startsWith('/trpc/')) return void trpc(req, res);
-    if (path === '/graphql') return void yoga(req, res);
+  const route = (req: IncomingMessage, res: ServerResponse): void | Promise<void> => {
+    let path: string;
+    try {
+      path = new URL(req.url ?? '/', 'http://localhost').pathname;
+    } catch {
+      // A request target such as `http://[` (curl --request-target): answered, not thrown.
+      return sendProblem(res, 400, 'Bad Request', 'The request target is not a valid URL.');
+    }
+    if (path.startsWith('/trpc/') || path === '/graphql') {
+      try {
+        accountOf(req.headers.authorization);
+      } catch (error) {
+        if (!(error instanceof BadCredentialsError)) throw error;
+        res.setHeader('WWW-Authenticate', 'Bearer realm="payments"');
+        return sendProblem(res, 401, 'Unauthorized', error.message);
+      }
+    }
+    if (path.startsWith('/trpc/')) return trpc(req, res);
+    if (path === '/graphql') return yoga(req, res);
     if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD')) return sendPolicy(req, res, policyFor(req));
-    if (path === '/healthz' && req.method === 'GET') return void health(store, res);
-    send(res, 404, 'application/problem+json', JSON.stringify({ type: 'about:blank', title: 'Not Found', status: 404, detail: `No route for ${req.method} ${path}` }));
+    if (path === '/healthz' && req.method === 'GET') return health(store, res);
+    sendProblem(res, 404, 'Not Found', `No route for ${req.method} ${path}`);
+  };
+
+  // Every request gets an answer and none ends the process: a handler that throws or rejects is
+  // a 500 (or, once the response has started, a closed connection).
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const failed = () => {
+      if (res.headersSent) res.destroy();
+      else sendProblem(res, 500, 'Internal Server Error', 'The request could not be handled.');
+    };
+    try {
+      const handled = route(req, res);
+      if (handled) handled.catch(failed);
+    } catch {
+      failed();
+    }
   });
   return { server, store, channel, drain: () => Promise.all([trpcEngine.drain(), graphqlEngine.drain()]).then(() => undefined) };
 }
@@ -68,6 +112,10 @@ async function health(store: IdempotencyStore, res: ServerResponse): Promise<voi
     res.setHeader('Retry-After', '2');
     send(res, 503, 'application/json', JSON.stringify({ status: 'unavailable', detail: `store unreachable: ${error instanceof Error ? error.message : String(error)}` }));
   }
+}
+
+function sendProblem(res: ServerResponse, status: number, title: string, detail: string): void {
+  send(res, status, 'application/problem+json', JSON.stringify({ type: 'about:blank', title, status, detail }));
 }
 
 function send(res: ServerResponse, status: number, type: string, body: string): void {

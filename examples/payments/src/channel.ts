@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
 import { is } from 'drizzle-orm';
 import { PgDatabase } from 'drizzle-orm/pg-core';
-import { retryConcurrentDdl, type DrizzleDatabase } from '@idem/drizzle';
+import { retryConcurrentDdl, retrySqliteBusy, type DrizzleDatabase } from '@idem/drizzle';
 
 export interface LedgerEntry {
   id: string;
@@ -90,13 +90,15 @@ export class PaymentChannel {
     return is(db, PgDatabase);
   }
 
+  // SQLite: the connection does not wait for another process's write lock (busy_timeout 0, which
+  // would block the event loop); `retrySqliteBusy` waits for it asynchronously.
   async #run(query: SQL, db: DrizzleDatabase = this.#db): Promise<void> {
     if (this.#isPg(db)) await (db as PgLike).execute(query);
-    else (db as SqliteLike).run(query);
+    else await retrySqliteBusy(() => (db as SqliteLike).run(query));
   }
 
   async #all(query: SQL, db: DrizzleDatabase = this.#db): Promise<unknown[]> {
-    return this.#isPg(db) ? (await (db as PgLike).execute(query)).rows : (db as SqliteLike).all(query);
+    return this.#isPg(db) ? (await (db as PgLike).execute(query)).rows : retrySqliteBusy(() => (db as SqliteLike).all(query));
   }
 }
 

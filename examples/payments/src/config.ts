@@ -12,7 +12,12 @@ export interface ExampleConfig {
   channelDelayMs: number;
   /** Atomic mode (PostgreSQL only): the ledger row commits in the transaction of the claim and the outcome. */
   atomic: boolean;
+  /** The largest request body on /trpc and /graphql, in bytes; larger ones get 413. */
+  maxBodyBytes: number;
 }
+
+/** A payment is a few dozen bytes: a body near this is not one. */
+export const DEFAULT_MAX_BODY_BYTES = 64 * 1024;
 
 /** Thrown for a bad environment variable; `main` prints its message on one line and exits 1. */
 export class ConfigError extends Error {}
@@ -22,7 +27,8 @@ export const DEFAULT_SQLITE_PATH = fileURLToPath(new URL('../.data/payments.db',
 /**
  * Reads the example's configuration from the environment:
  * `PORT` (3000), `DATABASE_URL` (a SQLite file under examples/payments/.data/),
- * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only).
+ * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only),
+ * `MAX_BODY_BYTES` (65536).
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig {
   const database = resolveFrom(parseDatabaseUrl(env.DATABASE_URL), env.INIT_CWD);
@@ -37,6 +43,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
     leaseMs: duration('IDEM_LEASE', env.IDEM_LEASE, '30s'),
     channelDelayMs: integer('CHANNEL_DELAY_MS', env.CHANNEL_DELAY_MS, 0, { min: 0, max: 600_000 }),
     atomic,
+    maxBodyBytes: integer('MAX_BODY_BYTES', env.MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, { min: 1, max: 100 * 1024 * 1024 }),
   };
 }
 

@@ -6,6 +6,7 @@ import { HandlerNotStartedError, idempotencyClaim } from '@idem/core';
 import type { DrizzleDatabase } from '@idem/drizzle';
 import { useYogaIdempotency, idempotentDirectiveTypeDefs } from '@idem/envelop';
 import { accountOf } from './account.ts';
+import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { paymentInput, type PaymentsRouterOptions } from './trpc.ts';
 
 const typeDefs = /* GraphQL */ `
@@ -51,15 +52,18 @@ const typeDefs = /* GraphQL */ `
  */
 export const GRAPHQL_LIMITS = { maxTokens: 1000, maxDepth: 6 };
 
-/** The same configuration as the tRPC router's: one store, one channel, one policy. */
-export type PaymentsGraphQLOptions = PaymentsRouterOptions;
+/** The same configuration as the tRPC router's (one store, one channel, one policy), and the body limit. */
+export interface PaymentsGraphQLOptions extends PaymentsRouterOptions {
+  /** The largest request body accepted, in bytes: Yoga answers 413 past it. Defaults to 64 KiB. */
+  maxBodyBytes?: number;
+}
 
 interface GraphQLContext {
   request: Request;
 }
 
 /** GraphQL Yoga at `/graphql`: `createPayment` (idempotent) and `ledger`. */
-export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEvent, atomic = false }: PaymentsGraphQLOptions) {
+export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEvent, atomic = false, maxBodyBytes = DEFAULT_MAX_BODY_BYTES }: PaymentsGraphQLOptions) {
   const idempotency = useYogaIdempotency<GraphQLContext>({
     store,
     principal: (context) => accountOf(context.request.headers.get('authorization')),
@@ -71,6 +75,7 @@ export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEve
   });
   const yoga = createYoga<GraphQLContext>({
     graphqlEndpoint: '/graphql',
+    maxRequestBodySize: maxBodyBytes,
     logging: false,
     maskedErrors: false,
     schema: createSchema<GraphQLContext>({

@@ -24,7 +24,7 @@ async function main(): Promise<void> {
     await database.close().catch(() => {});
     throw new Error(`migrating ${database.description} failed: ${oneLine(error)}`);
   }
-  const app = createPaymentsApp({ db: database.db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, atomic: config.atomic, onEvent: logEvent });
+  const app = createPaymentsApp({ db: database.db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, atomic: config.atomic, maxBodyBytes: config.maxBodyBytes, onEvent: logEvent });
   await app.channel.migrate();
   await new Promise<void>((resolve, reject) => {
     app.server.once('error', reject);

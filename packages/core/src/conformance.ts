@@ -279,5 +279,62 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
         await expect(engine().execute({ scope, key, fingerprint: 'b' }, () => 'x')).rejects.toBeInstanceOf(FingerprintMismatchError);
       });
     });
+
+    describe('retention and lease (issue 14, item 3)', () => {
+      it('R1: a processing claim inside its lease is not expired by a shorter retention: a retry answers existing, not a reuse', async () => {
+        const first = request({ retentionMs: shortMs, leaseMs: 30_000 });
+        claimed(await store.claim(first));
+        await wait();
+        for (const expiredReuse of ['execute', 'reject'] as const) {
+          const retry = existing(await store.claim(request({ key: first.key, expiredReuse })));
+          expect(retry.expired).toBe(false);
+          expect(retry.record).toMatchObject({ generation: 1, state: 'processing', token: first.token });
+        }
+        expect(await store.timeline(scope, first.key)).toHaveLength(1);
+      });
+
+      it('R1/R3: sweep leaves a processing claim inside its lease alone, however short its retention', async () => {
+        const first = request({ retentionMs: shortMs, leaseMs: 30_000 });
+        claimed(await store.claim(first));
+        await wait();
+        while ((await store.sweep({ batchSize: 1000 })).archived > 0);
+        expect(await store.get(scope, first.key)).toMatchObject({ state: 'processing', token: first.token, archivedAt: null });
+      });
+
+      it('R1: retention counts from completion: an outcome stored after the claim\'s retention would have ended is replayed, and expires one retention after completion', async () => {
+        const first = request({ retentionMs: shortMs, leaseMs: 30_000 });
+        claimed(await store.claim(first));
+        await wait();
+        expect(await store.complete({ scope, key: first.key, token: first.token, outcome: success('{"charge":1}') })).toBe(true);
+        const stored = await store.get(scope, first.key);
+        expect(stored!.expiresAt.getTime() - stored!.completedAt!.getTime()).toBe(shortMs);
+        const retry = existing(await store.claim(request({ key: first.key })));
+        expect(retry.expired).toBe(false);
+        expect(retry.record).toMatchObject({ state: 'completed', outcome: success('{"charge":1}') });
+        await wait();
+        const reuse = claimed(await store.claim(request({ key: first.key })));
+        expect(reuse.record.generation).toBe(2);
+        expect(reuse.expired).toMatchObject({ generation: 1, outcome: { status: 200 } });
+      });
+
+      it('R1/E3: through the engine, a retry while the handler runs past the retention gets 409, not a second execution; the first outcome is then replayed', async () => {
+        const key = randomUUID();
+        const events: string[] = [];
+        const shortRetention = createEngine({ store, retention: shortMs, lease: 30_000, onEvent: (event) => void events.push(event.type) });
+        let release!: () => void;
+        const gate = new Promise<void>((resolve) => (release = resolve));
+        let retries = 0;
+        const running = shortRetention.execute({ scope, key, fingerprint: 'a' }, () => gate.then(() => 'charged once'));
+        await wait();
+        const retry = () => shortRetention.execute({ scope, key, fingerprint: 'a' }, () => `charged again (${++retries})`);
+        await expect(retry()).rejects.toBeInstanceOf(RequestInProgressError);
+        release();
+        expect(await running).toMatchObject({ ok: true, value: 'charged once', replayed: false, generation: 1 });
+        expect(await retry()).toMatchObject({ ok: true, value: 'charged once', replayed: true, generation: 1 });
+        expect(retries).toBe(0);
+        expect(events).not.toContain('expiredKeyReused');
+        expect(events).not.toContain('fenced');
+      });
+    });
   });
 }

@@ -4,11 +4,15 @@ import { FingerprintMismatchError, KeyExpiredError, RequestInProgressError, Stor
 import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration } from './events.js';
 import { OutcomeNotStoredError, defaultErrorCodec, deserializeValue, serializeValue, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.js';
 import type { AtomicMode, AtomicResult, ClaimResult, IdempotencyRecord, IdempotencyStore, StoredOutcome } from './store.js';
-import { toMilliseconds, type Duration } from './duration.js';
+import { formatDuration, toMilliseconds, type Duration } from './duration.js';
 
 /** Retention and lease rules of one endpoint; every field falls back to the engine's. */
 export interface EndpointPolicy {
-  /** R1: how long an outcome is kept and replayed. Defaults to 24 hours (Stripe v1). */
+  /**
+   * R1: how long an outcome is kept and replayed, counted from its completion. A claim still
+   * running inside its lease never expires, whatever the retention; a retention shorter than the
+   * lease is warned about (`IDEM_RETENTION_BELOW_LEASE`). Defaults to 24 hours (Stripe v1).
+   */
   retention?: Duration;
   /**
    * E6: how long a `processing` claim belongs to its owner. Past it, with no outcome stored,
@@ -201,6 +205,7 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
     maxStoredBytes = DEFAULT_MAX_STORED_BYTES,
   } = options;
   const policy = { retentionMs: toMilliseconds(retention), leaseMs: toMilliseconds(lease), expiredReuse: defaultExpiredReuse, documentationUrl };
+  warnIfRetentionBelowLease(policy.retentionMs, policy.leaseMs);
   const pending = new Set<Promise<void>>();
 
   const emit = (event: IdempotencyEvent) => {
@@ -286,6 +291,13 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
         emit({ type: 'claimed', scope, key, generation: record.generation });
         return completed(endpoint, record, result, attempt.stored());
       }
+      if (fresh.inProgress) {
+        // Another transaction is running this key's handler; its claim is not visible before it
+        // commits, so there is no record to read: 409 at once (E3), nothing held meanwhile.
+        const retryAfter = Math.max(1, conflictRetryAfter);
+        emit({ type: 'conflict', scope, key, retryAfter });
+        throw new RequestInProgressError(retryAfter);
+      }
 
       // The key has a record: the rules of `execute`, then the handler in a transaction of its own.
       let claim: ClaimResult;
@@ -327,16 +339,10 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
     const { scope, key, fingerprint } = request;
     const serializer = request.serializer ?? defaultSerializer;
     const errors = request.errors ?? defaultErrorCodec;
-    return {
-      scope,
-      key,
-      fingerprint,
-      serializer,
-      errors,
-      leaseMs: request.lease === undefined ? policy.leaseMs : toMilliseconds(request.lease),
-      retentionMs: request.retention === undefined ? policy.retentionMs : toMilliseconds(request.retention),
-      expiredReuse: request.expiredReuse ?? policy.expiredReuse,
-    };
+    const leaseMs = request.lease === undefined ? policy.leaseMs : toMilliseconds(request.lease);
+    const retentionMs = request.retention === undefined ? policy.retentionMs : toMilliseconds(request.retention);
+    if (request.lease !== undefined || request.retention !== undefined) warnIfRetentionBelowLease(retentionMs, leaseMs);
+    return { scope, key, fingerprint, serializer, errors, leaseMs, retentionMs, expiredReuse: request.expiredReuse ?? policy.expiredReuse };
   }
   type Endpoint = ReturnType<typeof resolve>;
 
@@ -456,6 +462,22 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
       emit({ type: 'storeError', scope, key, operation: 'release', error, willRetry: false });
     }
   }
+}
+
+/** Each distinct warning once per process: a per-request policy must not warn on every request. */
+const warned = new Set<string>();
+
+/**
+ * R1: a claim inside its lease never expires, so with a retention shorter than the lease a key
+ * can stay claimed (409) for longer than the retention the policy publishes, and clients that
+ * bound their retries by it give up too early. Legal, but rarely meant: warned once.
+ */
+function warnIfRetentionBelowLease(retentionMs: number, leaseMs: number): void {
+  if (retentionMs >= leaseMs) return;
+  const message = `[idem] the retention (${formatDuration(retentionMs)}) is shorter than the lease (${formatDuration(leaseMs)}): a claim inside its lease never expires, so a key can stay claimed longer than the retention clients are told to retry within. Set the retention above the lease.`;
+  if (warned.has(message)) return;
+  warned.add(message);
+  process.emitWarning(message, { code: 'IDEM_RETENTION_BELOW_LEASE' });
 }
 
 function toStoredOutcome<T>(result: AtomicResult<T>, serializer: OutcomeSerializer, errors: ErrorCodec): StoredOutcome {

@@ -8,6 +8,7 @@ export type IdempotencyErrorCode =
   | 'idempotency_key_missing'
   | 'idempotency_key_invalid'
   | 'idempotency_key_ambiguous'
+  | 'idempotency_input_too_deep'
   | 'idempotency_request_in_progress'
   | 'idempotency_key_reused'
   | 'idempotency_key_expired'
@@ -110,6 +111,22 @@ export class AmbiguousKeyError extends IdempotencyError {
   readonly status = 400 as const;
   readonly title = 'Idempotency keys disagree';
   constructor(detail = 'The Idempotency-Key header and the idempotency key argument differ; send one key.') {
+    super(detail);
+  }
+}
+
+/**
+ * F1: the input is nested deeper than the fingerprint reads (`MAX_FINGERPRINT_DEPTH`). 400;
+ * nothing was claimed or executed.
+ */
+export class InputTooDeepError extends IdempotencyError {
+  readonly code = 'idempotency_input_too_deep' as const;
+  readonly status = 400 as const;
+  readonly title = 'Input nested too deeply';
+  constructor(
+    readonly maxDepth: number,
+    detail = `The input is nested more than ${maxDepth} levels deep, deeper than the idempotency fingerprint reads; nothing was executed. Send a flatter input.`,
+  ) {
     super(detail);
   }
 }

@@ -1,4 +1,12 @@
 import { createHash } from 'node:crypto';
+import { InputTooDeepError } from './errors.js';
+
+/**
+ * The deepest nesting of arrays, objects, maps and sets {@link canonicalize} reads (serde_json's
+ * recursion limit is 128). Deeper input is refused with an {@link InputTooDeepError} (400) before
+ * the recursion could overflow the stack.
+ */
+export const MAX_FINGERPRINT_DEPTH = 256;
 
 /**
  * Canonical serialization used by the default fingerprint (F1). Two inputs that are equal as
@@ -15,13 +23,14 @@ import { createHash } from 'node:crypto';
  *   sorted likewise;
  * - `Uint8Array`/`Buffer`: `{"$bytes":"<base64>"}`;
  * - objects with `toJSON` (other than the above) are serialized through it;
- * - a cycle throws a `TypeError`.
+ * - a cycle throws a `TypeError`;
+ * - nesting deeper than {@link MAX_FINGERPRINT_DEPTH} throws an {@link InputTooDeepError} (400).
  */
 export function canonicalize(value: unknown): string {
-  return serialize(value, new Set());
+  return serialize(value, new Set(), 0);
 }
 
-function serialize(value: unknown, seen: Set<object>): string {
+function serialize(value: unknown, seen: Set<object>, depth: number): string {
   switch (typeof value) {
     case 'string':
       return JSON.stringify(value);
@@ -48,28 +57,30 @@ function serialize(value: unknown, seen: Set<object>): string {
     return `{"$bytes":${JSON.stringify(Buffer.from(object.buffer, object.byteOffset, object.byteLength).toString('base64'))}}`;
   }
   if (seen.has(object)) throw new TypeError('[idem] cannot fingerprint a value with a cycle');
+  if (depth >= MAX_FINGERPRINT_DEPTH) throw new InputTooDeepError(MAX_FINGERPRINT_DEPTH);
+  const inner = depth + 1;
   seen.add(object);
   try {
     if (Array.isArray(object)) {
-      return `[${object.map((item) => serialize(item, seen)).join(',')}]`;
+      return `[${object.map((item) => serialize(item, seen, inner)).join(',')}]`;
     }
     if (object instanceof Map) {
-      const entries = [...object].map(([k, v]) => [serialize(k, seen), serialize(v, seen)] as const);
+      const entries = [...object].map(([k, v]) => [serialize(k, seen, inner), serialize(v, seen, inner)] as const);
       entries.sort(([a], [b]) => compare(a, b));
       return `{"$map":[${entries.map(([k, v]) => `[${k},${v}]`).join(',')}]}`;
     }
     if (object instanceof Set) {
-      const items = [...object].map((item) => serialize(item, seen)).sort(compare);
+      const items = [...object].map((item) => serialize(item, seen, inner)).sort(compare);
       return `{"$set":[${items.join(',')}]}`;
     }
     const toJSON = (object as { toJSON?: unknown }).toJSON;
-    if (typeof toJSON === 'function') return serialize(toJSON.call(object), seen);
+    if (typeof toJSON === 'function') return serialize(toJSON.call(object), seen, inner);
     const keys = Object.keys(object).sort(compare);
     const parts: string[] = [];
     for (const key of keys) {
       const item = (object as Record<string, unknown>)[key];
       if (item === undefined || typeof item === 'function' || typeof item === 'symbol') continue;
-      parts.push(`${JSON.stringify(key)}:${serialize(item, seen)}`);
+      parts.push(`${JSON.stringify(key)}:${serialize(item, seen, inner)}`);
     }
     return `{${parts.join(',')}}`;
   } finally {

@@ -6,7 +6,7 @@ export * from './duration.js';
 export * from './outcome.js';
 export type * from './events.js';
 export type * from './store.js';
-export { MemoryStore, fingerprintsMatch, toTimelineEntry, type MemoryStoreOptions } from './memory-store.js';
+export { MemoryStore, fingerprintsMatch, isExpired, toTimelineEntry, type MemoryStoreOptions } from './memory-store.js';
 export {
   createEngine,
   deriveKey,

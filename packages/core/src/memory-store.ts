@@ -31,7 +31,7 @@ export class MemoryStore implements IdempotencyStore {
       this.#live.set(id, record);
       return { outcome: 'claimed', record: copy(record) };
     }
-    if (current.state === 'archived' || current.expiresAt.getTime() <= now) {
+    if (isExpired(current, now)) {
       if (request.expiredReuse === 'reject') return { outcome: 'existing', record: copy(current), now: new Date(now), expired: true };
       const archived: HistoryRecord = {
         ...current,
@@ -65,9 +65,12 @@ export class MemoryStore implements IdempotencyStore {
   async complete({ scope, key, token, outcome }: { scope: string; key: string; token: string; outcome: StoredOutcome }): Promise<boolean> {
     const record = this.#owned(scope, key, token);
     if (!record) return false;
+    const now = this.#now();
     record.state = 'completed';
     record.outcome = { ...outcome };
-    record.completedAt = new Date(this.#now());
+    record.completedAt = new Date(now);
+    // R1: retention counts from completion; the claim carried it as expiresAt − createdAt.
+    record.expiresAt = new Date(now + (record.expiresAt.getTime() - record.createdAt.getTime()));
     return true;
   }
 
@@ -96,7 +99,7 @@ export class MemoryStore implements IdempotencyStore {
     let archived = 0;
     for (const record of this.#live.values()) {
       if (archived >= batchSize) break;
-      if (record.state === 'archived' || record.expiresAt.getTime() > now) continue;
+      if (record.state === 'archived' || !isExpired(record, now)) continue;
       record.state = 'archived';
       record.archivedAt = new Date(now);
       if (record.outcome) record.outcome = { ...record.outcome, body: null };
@@ -130,6 +133,17 @@ export class MemoryStore implements IdempotencyStore {
     const record = this.#live.get(recordId(scope, key));
     return record && record.state === 'processing' && record.token === token ? record : undefined;
   }
+}
+
+/**
+ * Rule shared by every store (R1): a record is expired once archived, or once its retention has
+ * passed — except a `processing` claim still inside its lease, which never expires, whatever the
+ * retention: retention bounds how long an outcome is replayed, never a running execution.
+ */
+export function isExpired(record: Pick<IdempotencyRecord, 'state' | 'expiresAt' | 'leaseUntil'>, now: number): boolean {
+  if (record.state === 'archived') return true;
+  if (record.expiresAt.getTime() > now) return false;
+  return !(record.state === 'processing' && record.leaseUntil.getTime() > now);
 }
 
 /** Rule shared by every store: two fingerprints match when equal or when either is absent (F2). */

@@ -9,7 +9,7 @@
 
 /**
  * - `processing`: claimed, the handler may be running; guarded by `leaseUntil`.
- * - `completed`: an outcome is stored and replayed until `expiresAt`.
+ * - `completed`: an outcome is stored and replayed until `expiresAt` (completion + retention, R1).
  * - `released`: the claim was given back before the handler started (E4); the next claim
  *   takes the record over as if it were new (same generation, no event besides `claimed`).
  * - `archived`: retention passed and the sweeper archived it; the body may be gone.
@@ -40,7 +40,11 @@ export interface IdempotencyRecord {
   createdAt: Date;
   /** A `processing` record belongs to its owner until then (E6). */
   leaseUntil: Date;
-  /** Retention end (R1): createdAt + retention, on the store's clock. */
+  /**
+   * Retention end (R1), on the store's clock. Retention counts from completion: a claim carries
+   * `createdAt + retention`, and `complete` moves it to `completedAt + retention`. A `processing`
+   * claim inside its lease is never expired, whatever this says.
+   */
   expiresAt: Date;
   completedAt: Date | null;
   archivedAt: Date | null;
@@ -58,7 +62,8 @@ export interface ClaimRequest {
   leaseMs: number;
   retentionMs: number;
   /**
-   * What to do when the live record's retention has passed (`expiresAt <= now`, or it was archived):
+   * What to do when the live record's retention has passed (`expiresAt <= now`, unless it is a
+   * `processing` claim inside its lease; or it was archived):
    * `'execute'` archives it into history and claims generation + 1;
    * `'reject'` changes nothing and answers `existing` with `expired: true`.
    */
@@ -131,7 +136,11 @@ export interface AtomicMode {
   /**
    * Rule 1 of `claim` and the whole execution, in one transaction: inserts the claim
    * (`INSERT … ON CONFLICT DO NOTHING`); when (scope, key) already has a record, rolls back and
-   * answers `{ executed: false }` (the engine then takes the normal `claim` path). Otherwise runs
+   * answers `{ executed: false }` (the engine then takes the normal `claim` path). When another
+   * transaction is claiming the same key at this moment (its claim not committed yet), answers
+   * `{ executed: false, inProgress: true }` at once instead of waiting for that transaction — a
+   * duplicate must not hold a connection for as long as the first handler runs — and the engine
+   * answers 409. Otherwise runs
    * `run(tx, record)`, stores `toOutcome(result)` as with `complete`, and commits.
    * `record` is the claim the handler ran under, as claimed.
    */
@@ -139,7 +148,7 @@ export interface AtomicMode {
     request: ClaimRequest,
     run: (tx: unknown, record: IdempotencyRecord) => T | Promise<T>,
     toOutcome: (result: AtomicResult<T>) => StoredOutcome,
-  ): Promise<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { executed: false }>;
+  ): Promise<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { executed: false; inProgress?: true }>;
 
   /**
    * For a claim already held by `token` (taken over, reclaimed after a release, a reuse after
@@ -165,7 +174,8 @@ export interface IdempotencyStore extends Partial<AtomicMode> {
    * Atomically claims (scope, key) — exactly one concurrent caller wins (E1) — or answers
    * with the live record. Rules, all evaluated with the store's clock `now`:
    * 1. no live record → insert generation 1, `processing`, lease and retention from now: `claimed`;
-   * 2. live record expired (`expiresAt <= now` or `archived`) → `expiredReuse: 'execute'`: move
+   * 2. live record expired (`archived`, or `expiresAt <= now` and not a `processing` claim with
+   *    `leaseUntil > now`: a claim inside its lease never expires, R1) → `expiredReuse: 'execute'`: move
    *    it to history (archived, `reusedAt = now`) and claim generation + 1: `claimed` with
    *    `expired`; `'reject'`: `existing` with `expired: true`;
    * 3. `released` → take it over as new (new token, fingerprint, timestamps): `claimed`;
@@ -176,8 +186,9 @@ export interface IdempotencyStore extends Partial<AtomicMode> {
   claim(request: ClaimRequest): Promise<ClaimResult>;
 
   /**
-   * Stores the outcome if `token` still owns the `processing` record. Returns false when it
-   * does not (fenced out by a takeover, E6): the record is left untouched.
+   * Stores the outcome if `token` still owns the `processing` record, with `completedAt = now`
+   * and `expiresAt = now + (expiresAt − createdAt)`: retention counts from completion (R1).
+   * Returns false when it does not own it (fenced out by a takeover, E6): the record is left untouched.
    */
   complete(args: { scope: string; key: string; token: string; outcome: StoredOutcome }): Promise<boolean>;
 
@@ -194,7 +205,8 @@ export interface IdempotencyStore extends Partial<AtomicMode> {
   timeline(scope: string, key: string): Promise<TimelineEntry[]>;
 
   /**
-   * R3: archives up to `batchSize` live records whose retention has passed (dropping their
+   * R3: archives up to `batchSize` live records whose retention has passed, never a `processing`
+   * claim inside its lease (dropping their
    * bodies, keeping status, fingerprint and timestamps). Returns how many were archived;
    * call again until it returns less than `batchSize`.
    */

@@ -19,7 +19,7 @@ describe('published policy (R4)', () => {
     const doc = createPolicyDocument({ documentationUrl: '/idempotency', endpoints: [endpoint, { ...endpoint, endpoint: 'GraphQL Mutation.refund', retentionMs: 1_800_000 }] });
     expect(doc.endpoints.map((e) => [e.retention, e.lease])).toEqual([['24h', '30s'], ['30m', '30s']]);
     expect(doc.clientGuidance).toContain('within 30m');
-    expect(doc.statuses.map((s) => s.status)).toEqual([400, 400, 400, 409, 422, 422, 503]);
+    expect(doc.statuses.map((s) => s.status)).toEqual([400, 400, 400, 400, 409, 422, 422, 503]);
   });
 
   it('R4: renders HTML with every endpoint, escaping what it prints', () => {

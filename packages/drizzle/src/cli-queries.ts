@@ -6,6 +6,7 @@
 import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
 import type { OpenedDatabase } from './connect.js';
 import { postgresClock, sqliteClock } from './database-clock.js';
+import { expiredAt } from './row-writes.js';
 import { idemKeyHistory as pgHistory, idemKeys as pgKeys } from './pg-schema.js';
 import { idemKeyHistory as sqliteHistory, idemKeys as sqliteKeys } from './sqlite-schema.js';
 
@@ -59,7 +60,7 @@ export async function findScopes(opened: OpenedDatabase, key: string): Promise<s
 /** What `idem policy` shows for one scope, as the database records it. */
 export interface ScopeFigures {
   scope: string;
-  /** expiresAt − firstSeen of the scope's newest record: the retention the app applied last. */
+  /** expiresAt − completedAt (firstSeen before completion, R1) of the scope's newest record: the retention the app applied last. */
   retentionMs: number | null;
   /** leaseUntil − firstSeen of the newest record never taken over (a takeover moves the lease). */
   leaseMs: number | null;
@@ -92,7 +93,7 @@ export async function scopeFigures(opened: OpenedDatabase): Promise<ScopeFigures
           ${count(sql`${keys.state} = 'completed'`)} AS completed,
           ${count(sql`${keys.state} = 'released'`)} AS released,
           ${count(sql`${keys.state} = 'archived'`)} AS archived,
-          ${count(sql`${keys.state} <> 'archived' AND ${keys.expiresAt} <= ${clock.now}`)} AS expired,
+          ${count(sql`${keys.state} <> 'archived' AND ${expiredAt(clock, keys)}`)} AS expired,
           min(CASE WHEN ${keys.state} <> 'archived' THEN ${ms(keys.createdAt)} END) AS oldest_live,
           min(CASE WHEN ${keys.state} = 'archived' THEN ${ms(keys.createdAt)} END) AS oldest_archived
         FROM ${keys} GROUP BY ${keys.scope}`,
@@ -110,7 +111,7 @@ export async function scopeFigures(opened: OpenedDatabase): Promise<ScopeFigures
             FROM ${keys} WHERE ${where}) ranked
           WHERE newest = 1`,
     );
-  const retention = await newest(sql`${ms(keys.expiresAt)} - ${ms(keys.createdAt)}`, sql`1 = 1`);
+  const retention = await newest(sql`${ms(keys.expiresAt)} - ${ms(sql`coalesce(${keys.completedAt}, ${keys.createdAt})`)}`, sql`1 = 1`);
   const lease = await newest(sql`${ms(keys.leaseUntil)} - ${ms(keys.createdAt)}`, sql`${keys.takeovers} = 0`);
 
   const byScope = new Map<string, ScopeFigures>();

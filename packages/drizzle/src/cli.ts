@@ -7,7 +7,7 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { toMilliseconds } from '@idem/core';
+import { isIdempotencyError, parseIdempotencyKey, toMilliseconds } from '@idem/core';
 import { explainJson, renderExplain, type KeyTimelines } from './cli-explain.js';
 import { plural } from './cli-format.js';
 import { asPublishedPolicy, databasePolicyJson, renderDatabasePolicy, renderPublishedPolicy } from './cli-policy.js';
@@ -26,7 +26,8 @@ Commands:
   sweep [--batch-size N]         archive records whose retention has passed, N per statement (default 1000) (R3)
   purge --older-than <duration>  delete records archived longer ago than <duration>, e.g. 90d, 24h (R3)
   explain <key> [--scope S]      print every generation of a key: first seen, completed, status, expiry,
-          [--json]               archiving, reuse; without --scope, in every scope that holds it (A1)
+          [--json]               archiving, reuse; without --scope, in every scope that holds it (A1);
+                                 the key bare or as the header sends it ('"8e03978e-…"')
   policy [--json]                retention, lease, record counts and ages per scope, as the database shows them
   policy --url <url> [--json]    the retention policy an app publishes (R4), fetched from <url>
   help                           this text
@@ -155,7 +156,7 @@ export function parseInvocation(argv: readonly string[]): Invocation {
       if (key === undefined || key === '') throw usageError('explain needs a key: idem explain <key> [--scope S] [--json]');
       if (extra.length > 0) throw usageError(`explain takes one key, got ${rest.length} arguments (quote a key that has spaces)`);
       if (values.scope !== undefined && values.scope === '') throw usageError('--scope needs a non-empty value');
-      return { command, database, key, scope: values.scope, json: values.json === true };
+      return { command, database, key: keyOf(key), scope: values.scope, json: values.json === true };
     }
     case 'policy': {
       const url = values.url;
@@ -163,6 +164,19 @@ export function parseInvocation(argv: readonly string[]): Invocation {
       return { command, database, url, json: values.json === true };
     }
   }
+}
+
+/** The key as stored: a bare key, or the header's form (a quoted sf-string, `"…"`) as pasted from a request (K1). */
+function keyOf(value: string): string {
+  let key: string | undefined;
+  try {
+    key = parseIdempotencyKey(value);
+  } catch (error) {
+    if (!isIdempotencyError(error)) throw error;
+    throw usageError(`${JSON.stringify(value)} is not an Idempotency-Key: ${error.message}`);
+  }
+  if (key === undefined) throw usageError('explain needs a key: idem explain <key> [--scope S] [--json]');
+  return key;
 }
 
 function batchSizeOf(value: string | undefined): number {

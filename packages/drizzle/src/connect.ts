@@ -70,7 +70,12 @@ export function redactDatabaseUrl(url: string): string {
 }
 
 export interface OpenDatabaseOptions extends ParseDatabaseUrlOptions {
-  /** SQLite: how long a connection waits for the write lock before SQLITE_BUSY. Defaults to 5000 ms. */
+  /**
+   * SQLite: how long a statement waits for another connection's write lock before SQLITE_BUSY.
+   * better-sqlite3 waits synchronously, blocking the event loop, so this defaults to 0: the
+   * store retries asynchronously instead (`createDrizzleStore`'s `busyRetryMs`), and your own
+   * statements on this connection can use `retrySqliteBusy`. Defaults to 0 ms.
+   */
   busyTimeoutMs?: number;
   /**
    * SQLite: create the file (and its directory) when missing. Defaults to true; with false a
@@ -95,7 +100,7 @@ export type OpenedDatabase =
   | (OpenedBase & { dialect: 'sqlite'; db: BetterSQLite3Database })
   | (OpenedBase & { dialect: 'postgres'; db: NodePgDatabase });
 
-const DEFAULT_BUSY_TIMEOUT_MS = 5000;
+const DEFAULT_BUSY_TIMEOUT_MS = 0;
 const DEFAULT_CONNECTION_TIMEOUT_MS = 5000;
 
 /** How {@link openDatabase} describes a database: `file:<absolute path>`, or the redacted URL. */
@@ -106,7 +111,7 @@ export function describeDatabase(location: DatabaseLocation): string {
 
 /**
  * Opens the database a `DATABASE_URL` (or a parsed {@link DatabaseLocation}) names.
- * SQLite: better-sqlite3 in WAL mode with `busy_timeout`, creating the file's directory if
+ * SQLite: better-sqlite3 in WAL mode with `busy_timeout = 0` (see `busyTimeoutMs`), creating the file's directory if
  * missing. PostgreSQL: a `pg.Pool`, which connects on first use (so an unreachable server
  * shows up on the first query, not here).
  */

@@ -18,8 +18,9 @@ import { definePgTables } from './pg-schema.js';
 import { pgStatements } from './pg-store.js';
 import { isExpired, toRecord, toTimeline, type LiveRow } from './record-rows.js';
 import { defineSqliteTables } from './sqlite-schema.js';
+import { DEFAULT_BUSY_RETRY_MS } from './sqlite-busy.js';
 import { sqliteStatements } from './sqlite-store.js';
-import type { FirstStep, StoreStatements, TransactionStatements } from './store-statements.js';
+import { CLAIM_IN_PROGRESS, type FirstStep, type StoreStatements, type TransactionStatements } from './store-statements.js';
 import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
 import { withoutQueryParameters } from './query-errors.js';
 
@@ -30,6 +31,15 @@ export interface DrizzleStoreOptions {
    * `definePgTables(names)` / `defineSqliteTables(names)` with drizzle-kit.
    */
   tables?: Partial<TableNames>;
+  /**
+   * SQLite: how long a statement that finds the database locked by another connection (another
+   * process writing) is retried — asynchronously, so the event loop keeps serving replays and
+   * health checks — before the store rejects and the engine answers 503 with `Retry-After`.
+   * Open the connection with `busy_timeout = 0` (`openDatabase` does): better-sqlite3's own
+   * busy timeout waits synchronously, blocking the whole process. Ignored on PostgreSQL.
+   * Defaults to 5000 ms.
+   */
+  busyRetryMs?: number;
 }
 
 /**
@@ -61,11 +71,11 @@ type ToOutcome<T> = (result: AtomicResult<T>) => StoredOutcome;
  * `drizzle-orm/pglite` (PostgreSQL) or `drizzle-orm/better-sqlite3` (SQLite). Run
  * {@link migrate} once before first use.
  */
-export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {} }: DrizzleStoreOptions = {}): DrizzleStore {
+export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {}, busyRetryMs = DEFAULT_BUSY_RETRY_MS }: DrizzleStoreOptions = {}): DrizzleStore {
   const tables: TableNames = { ...DEFAULT_TABLE_NAMES, ...tableNames };
   const detected = detectDialect(db);
   const statements =
-    detected.dialect === 'postgres' ? pgStatements(detected.db, definePgTables(tables)) : sqliteStatements(detected.db, defineSqliteTables(tables));
+    detected.dialect === 'postgres' ? pgStatements(detected.db, definePgTables(tables)) : sqliteStatements(detected.db, defineSqliteTables(tables), busyRetryMs);
   // Every method answers a promise through this wrapper, also those that answer at once inside.
   return withoutQueryParameters(storeOver(statements, detected.dialect, tables));
 }
@@ -169,8 +179,10 @@ function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): Dr
 
     atomicClaim<T>(request: ClaimRequest, run: Handler<T>, toOutcome: ToOutcome<T>) {
       const notNew = { executed: false } as const;
-      return inTransaction<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | typeof notNew>((t) =>
+      const inProgress = { executed: false, inProgress: true } as const;
+      return inTransaction<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | typeof notNew | typeof inProgress>((t) =>
         chain(t.insertClaim(request), (row) => {
+          if (row === CLAIM_IN_PROGRESS) throw new Rollback(inProgress);
           if (!row) throw new Rollback(notNew);
           const record = toRecord(row);
           return chain(runAndComplete(t, record, run, toOutcome, notNew), (result) => ({ executed: true as const, record, result }));

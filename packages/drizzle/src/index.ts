@@ -16,3 +16,4 @@ export {
   type SqliteTables,
 } from './sqlite-schema.js';
 export { StoreQueryError } from './query-errors.js';
+export { retrySqliteBusy, isSqliteBusy, DEFAULT_BUSY_RETRY_MS } from './sqlite-busy.js';

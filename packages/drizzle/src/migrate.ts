@@ -11,6 +11,7 @@ import type { PgDialect } from 'drizzle-orm/pg-core';
 import type { SQLiteSyncDialect } from 'drizzle-orm/sqlite-core';
 import { detectDialect, type AnyPgDatabase, type DrizzleDatabase } from './dialect.js';
 import { migrationsFor } from './migration-files.js';
+import { retrySqliteBusy } from './sqlite-busy.js';
 
 export interface MigrateOptions {
   /** The journal table recording applied migrations. Defaults to `__idem_migrations`. */
@@ -39,7 +40,9 @@ export async function migrate(db: DrizzleDatabase, { migrationsTable = '__idem_m
   if (detected.dialect === 'sqlite') {
     const config: MigrationConfig = { migrationsFolder: '', migrationsTable };
     const { dialect, session } = detected.db as unknown as MigratableDatabase<SQLiteSyncDialect>;
-    dialect.migrate(migrationsFor('sqlite'), session, config);
+    // Another process holding the write lock (starting at the same time, or serving): wait for
+    // it without blocking, as the store does; a migration that failed busy rolled back.
+    await retrySqliteBusy(() => dialect.migrate(migrationsFor('sqlite'), session, config));
     return;
   }
   const schema = migrationsSchema ?? (await currentSchema(detected.db));

@@ -5,6 +5,7 @@
  * reusers exactly one writes the next generation and the history row. Atomic mode runs the same
  * claim and completion statements, unprepared, on the transaction's own connection.
  */
+import type { ClaimRequest } from '@idem/core';
 import { and, eq, getTableColumns, getTableName, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { postgresClock as clock, postgresStatementClock } from './database-clock.js';
 import type { AnyPgDatabase } from './dialect.js';
@@ -16,6 +17,7 @@ import {
   claimPlaceholders,
   claimValues,
   completion,
+  expiredAt,
   freshClaim,
   historyCopy,
   outcomeParameters,
@@ -27,7 +29,7 @@ import {
   type OutcomeBindings,
   type OwnerBindings,
 } from './row-writes.js';
-import type { StoreStatements, TransactionStatements } from './store-statements.js';
+import { CLAIM_IN_PROGRESS, type StoreStatements, type TransactionStatements } from './store-statements.js';
 
 const param = sql.placeholder;
 
@@ -39,7 +41,7 @@ export function pgSweepCandidates(db: AnyPgDatabase, { keys }: PgTables, limit: 
   return db
     .select({ scope: keys.scope, key: keys.key })
     .from(keys)
-    .where(and(sql`${keys.state} <> 'archived'`, sql`${keys.expiresAt} <= ${clock.now}`))
+    .where(and(sql`${keys.state} <> 'archived'`, expiredAt(clock, keys)))
     .orderBy(keys.expiresAt)
     .limit(limit)
     .for('update', { skipLocked: true });
@@ -87,7 +89,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   const completeUpdate = (on: AnyPgDatabase, b: OwnerBindings, outcome: OutcomeBindings) =>
     on
       .update(keys)
-      .set(completion(postgresStatementClock, outcome))
+      .set(completion(postgresStatementClock, keys, outcome))
       .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`))
       .returning({ token: keys.token });
 
@@ -187,11 +189,38 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     .returning({ token: history.token })
     .prepare(name('purge_history'));
 
+  /**
+   * Atomic mode's claim: rule 1 behind a transaction-level advisory try-lock on the key, in one
+   * statement. The first transaction's row stays uncommitted while its handler runs, and any
+   * other `INSERT … ON CONFLICT` of that key would wait for it, holding a pool connection all the
+   * while; a duplicate finds the lock taken instead and answers at once. The lock is released by
+   * the commit or rollback. Its 64-bit key hashes the table name, scope and key.
+   */
+  const lockedClaimInsert = (tx: AnyPgDatabase, request: ClaimRequest) => {
+    const b = claimValues(request, '');
+    const lockKey = JSON.stringify([getTableName(keys), request.scope, request.key]);
+    const lock = tx.$with('idem_lock').as(tx.select({ got: sql<boolean>`pg_try_advisory_xact_lock(hashtextextended(${lockKey}, 0))`.as('got') }).from(sql`(VALUES (1)) AS one (x)`));
+    // The values of `claimInsert`, in the table's column order, as an INSERT … SELECT … WHERE got.
+    const values = tx.select({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) }).from(lock).where(sql`${lock.got}`);
+    const inserted = tx.$with('idem_inserted').as(
+      tx
+        .insert(keys)
+        // drizzle's types want aliased fields here; the statement is the same.
+        .select(values as never)
+        .onConflictDoNothing({ target: [keys.scope, keys.key] })
+        .returning(),
+    );
+    const fromInserted = Object.fromEntries(Object.entries(getTableColumns(keys)).map(([field, column]) => [field, sql`${inserted}.${sql.identifier(column.name)}`.mapWith(column)]));
+    return tx.with(lock, inserted).select({ got: lock.got, ...fromInserted }).from(lock).leftJoin(inserted, sql`true`);
+  };
+
   /** Atomic mode's statements on the transaction `tx`. */
   const within = (tx: AnyPgDatabase): TransactionStatements => ({
     async insertClaim(request) {
-      const [row] = await claimInsert(tx, claimValues(request, ''));
-      return row as LiveRow | undefined;
+      const [found] = (await lockedClaimInsert(tx, request)) as Array<LiveRow & { got: boolean }>;
+      if (!found?.got) return CLAIM_IN_PROGRESS;
+      const { got: _got, ...row } = found;
+      return row.scope === null ? undefined : row;
     },
     async lockOwned(owner) {
       const v = ownerValues(owner);

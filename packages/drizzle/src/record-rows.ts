@@ -2,7 +2,7 @@
  * The dialect-neutral shape of a row, as drizzle maps it from either dialect (timestamps as
  * `Date`), and its projection onto the store contract's types.
  */
-import { toTimelineEntry, type IdempotencyRecord, type RecordState, type TimelineEntry } from '@idem/core';
+import { isExpired as isExpiredRecord, toTimelineEntry, type IdempotencyRecord, type RecordState, type TimelineEntry } from '@idem/core';
 
 /** A row of the live table. */
 export interface LiveRow {
@@ -54,9 +54,9 @@ export function toTimeline(history: HistoryRow[], live: LiveRow | undefined): Ti
   return entries;
 }
 
-/** Rule 2 of `claim`: retention passed, or the sweeper archived the record. */
+/** Rule 2 of `claim`: retention passed (a claim inside its lease never expires, R1), or the sweeper archived the record. */
 export function isExpired(row: LiveRow, now: Date): boolean {
-  return row.state === 'archived' || row.expiresAt.getTime() <= now.getTime();
+  return isExpiredRecord(row, now.getTime());
 }
 
 /**

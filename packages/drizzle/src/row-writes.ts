@@ -100,14 +100,28 @@ export function outcomeValues(outcome: StoredOutcome): OutcomeBindings {
   return { kind: sql`${outcome.kind}`, status: sql`${outcome.status}`, body: sql`${outcome.body}` };
 }
 
-export function completion(clock: DatabaseClock, outcome: OutcomeBindings = outcomePlaceholders) {
+/**
+ * `complete`'s assignments. R1: retention counts from completion, so `expires_at` moves to now
+ * plus the retention the claim was given (`expires_at − created_at`, a number of milliseconds on
+ * SQLite, an interval on PostgreSQL).
+ */
+export function completion(clock: DatabaseClock, columns: { expiresAt: SQLWrapper; createdAt: SQLWrapper }, outcome: OutcomeBindings = outcomePlaceholders) {
   return {
     state: sql`'completed'`,
     completedAt: clock.now,
+    expiresAt: sql`(${clock.now} + (${columns.expiresAt} - ${columns.createdAt}))`,
     outcomeKind: outcome.kind,
     outcomeStatus: outcome.status,
     body: outcome.body,
   };
+}
+
+/**
+ * R1, as SQL over a live table's columns: archived, or past its retention and not a `processing`
+ * claim inside its lease (which never expires). The sweeper's and `idem policy`'s test.
+ */
+export function expiredAt(clock: DatabaseClock, columns: { state: SQLWrapper; expiresAt: SQLWrapper; leaseUntil: SQLWrapper }): SQL {
+  return sql`(${columns.expiresAt} <= ${clock.now} AND NOT (${columns.state} = 'processing' AND ${columns.leaseUntil} > ${clock.now}))`;
 }
 
 /** R3: archived in place; the body goes, status, fingerprint and timestamps stay. */

@@ -3,19 +3,22 @@
  * statement is atomic on its own; the reuse of an expired key runs in a synchronous
  * `BEGIN IMMEDIATE` transaction (a better-sqlite3 transaction must not contain an `await`).
  * Atomic mode runs the same prepared statements inside such a transaction, around a handler that
- * must be synchronous too.
+ * must be synchronous too. A statement that finds the database locked by another connection is
+ * retried without blocking the event loop (`sqlite-busy.ts`).
  */
 import type { ClaimRequest } from '@idem/core';
 import { and, eq, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { sqliteClock as clock } from './database-clock.js';
 import type { SyncSQLiteDatabase } from './dialect.js';
-import { isThenable } from './eventually.js';
+import { isThenable, type Eventually } from './eventually.js';
+import { isSqliteBusy, whileBusy } from './sqlite-busy.js';
 import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.js';
 import {
   archiving,
   claimParameters,
   claimPlaceholders as b,
   completion,
+  expiredAt,
   freshClaim,
   historyCopy,
   outcomeParameters,
@@ -33,7 +36,7 @@ export function sqliteSweepCandidates(db: SyncSQLiteDatabase, { keys }: SqliteTa
   return db
     .select({ scope: keys.scope, key: keys.key })
     .from(keys)
-    .where(and(sql`${keys.state} <> 'archived'`, sql`${keys.expiresAt} <= ${clock.now}`))
+    .where(and(sql`${keys.state} <> 'archived'`, expiredAt(clock, keys)))
     .orderBy(keys.expiresAt)
     .limit(limit);
 }
@@ -65,7 +68,38 @@ function liveRowOf(v: unknown[]): LiveRow {
   };
 }
 
-export function sqliteStatements(db: SyncSQLiteDatabase, tables: SqliteTables): StoreStatements {
+/** The store's statements over `db`; each one retried for up to `busyRetryMs` while another connection holds the write lock. */
+export function sqliteStatements(db: SyncSQLiteDatabase, tables: SqliteTables, busyRetryMs: number): StoreStatements {
+  return withBusyRetry(statementsOf(db, tables), busyRetryMs);
+}
+
+/**
+ * Every statement run again while SQLite answers `SQLITE_BUSY`, asynchronously (`whileBusy`): a
+ * busy statement did nothing. Atomic mode's transaction only until its work begins — `BEGIN
+ * IMMEDIATE` finding the lock taken — never once the handler may have run.
+ */
+function withBusyRetry(statements: StoreStatements, timeoutMs: number): StoreStatements {
+  const wrapped = { ...statements } as Record<string, unknown>;
+  for (const [name, value] of Object.entries(statements)) {
+    if (typeof value !== 'function' || name === 'transaction') continue;
+    wrapped[name] = (...args: unknown[]) => whileBusy(() => (value as (...a: unknown[]) => unknown).apply(statements, args), timeoutMs);
+  }
+  const transaction = <R>(work: (t: TransactionStatements) => Eventually<R>): Promise<R> => {
+    let started = false;
+    const attempt = () => {
+      started = false;
+      return statements.transaction((t) => {
+        started = true;
+        return work(t);
+      });
+    };
+    return whileBusy(attempt, timeoutMs, (error) => !started && isSqliteBusy(error)) as Promise<R>;
+  };
+  wrapped.transaction = transaction;
+  return wrapped as unknown as StoreStatements;
+}
+
+function statementsOf(db: SyncSQLiteDatabase, tables: SqliteTables): StoreStatements {
   const { keys, history } = tables;
   const thisKey = and(eq(keys.scope, b.scope), eq(keys.key, b.key));
   const ownedBy = (token: SQL) => eq(keys.token, token);
@@ -131,7 +165,7 @@ export function sqliteStatements(db: SyncSQLiteDatabase, tables: SqliteTables): 
 
   const complete = db
     .update(keys)
-    .set(completion(clock))
+    .set(completion(clock, keys))
     .where(and(thisKey, ownedBy(b.token), sql`${keys.state} = 'processing'`))
     .returning({ token: keys.token })
     .prepare();

@@ -54,10 +54,18 @@ export interface StoreStatements {
   transaction<R>(work: (t: TransactionStatements) => Eventually<R>): Promise<R>;
 }
 
+/** What atomic mode's insert answers when another transaction is claiming the same key right now. */
+export const CLAIM_IN_PROGRESS = 'claim in progress';
+
 /** The statements of atomic mode, bound to one open transaction. */
 export interface TransactionStatements {
-  /** Rule 1 of `claim`, inside the transaction; on PostgreSQL it waits for a concurrent claim of the key to commit or roll back. */
-  insertClaim(request: ClaimRequest): Eventually<LiveRow | undefined>;
+  /**
+   * Rule 1 of `claim`, inside the transaction: the inserted row, undefined when the key has a
+   * record, or {@link CLAIM_IN_PROGRESS} when another transaction is claiming it at this moment
+   * (PostgreSQL: its transaction-level advisory lock on the key is held), answered without
+   * waiting for that transaction.
+   */
+  insertClaim(request: ClaimRequest): Eventually<LiveRow | undefined | typeof CLAIM_IN_PROGRESS>;
   /** The live row if `token` owns it `processing`, locked until the transaction ends (`FOR UPDATE`; SQLite's write lock). */
   lockOwned(owner: { scope: string; key: string; token: string }): Eventually<LiveRow | undefined>;
   /** `complete`, inside the transaction. */

@@ -45,12 +45,12 @@ describe('drizzle store on SQLite', () => {
       await store.complete({ scope: 's', key, token: 't', outcome: { kind: 'success', status: 200, body: '{"b":1,"a":2}' } });
       const row = target.client
         .prepare(
-          `SELECT typeof(created_at) AS created, typeof(body) AS body, lease_until - created_at AS lease, expires_at - created_at AS retention,
+          `SELECT typeof(created_at) AS created, typeof(body) AS body, lease_until - created_at AS lease, expires_at - completed_at AS retention, typeof(expires_at) AS expires,
                   abs(created_at - CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)) AS skew
            FROM idem_keys WHERE key = ?`,
         )
         .get(key);
-      expect(row).toMatchObject({ created: 'integer', body: 'text', lease: 1000, retention: 5000 });
+      expect(row).toMatchObject({ created: 'integer', expires: 'integer', body: 'text', lease: 1000, retention: 5000 });
       expect((row as { skew: number }).skew).toBeLessThan(5000);
     } finally {
       await target.close();

@@ -288,7 +288,9 @@ describe('createIdempotentFetch against a real GraphQL Yoga server', () => {
 
     // What the helper refused to do: past the retention, the same key runs again.
     held.release();
-    await new Promise((resolve) => setTimeout(resolve, exceeded.firstAttemptAt + 2100 - Date.now()));
+    // Retention counts from completion (R1), which follows the release.
+    const released = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, released + 2500 - Date.now()));
     const late = await fetch(shop.graphql, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': sent[0]!.key! }, body: JSON.stringify(SLOW) });
     expect(late.status).toBe(200);
     expect(late.headers.get('idempotent-replayed')).toBeNull();

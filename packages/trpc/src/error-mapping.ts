@@ -24,6 +24,25 @@ class IdempotencyTRPCError extends TRPCError {
   }
 }
 
+/** Errors the middleware replayed from the store (E2), for {@link idempotencyErrorFormatter}. */
+const replayedErrors = new WeakSet<object>();
+
+/** Marks `error` as a replayed stored outcome; returns it. */
+export function markReplayedError(error: unknown): unknown {
+  if (error !== null && typeof error === 'object') replayedErrors.add(error);
+  return error;
+}
+
+/**
+ * Whether a tRPC error is a stored outcome the middleware replayed (E2) in a batch of several
+ * calls, where `Idempotent-Replayed` covers the whole response and cannot tell the calls apart;
+ * `idempotencyErrorFormatter` puts it in `error.data.idempotentReplayed`. (A lone call's replay
+ * has the header and a body byte-identical to the first answer.)
+ */
+export function isReplayedError(error: unknown): boolean {
+  return error !== null && typeof error === 'object' && replayedErrors.has(error);
+}
+
 /** Turns an idempotency error into the `TRPCError` the client gets. */
 export function toTRPCError(error: IdempotencyError, documentationUrl: string): TRPCError {
   return new IdempotencyTRPCError(error, documentationUrl);
@@ -41,14 +60,19 @@ export function idempotencyErrorData(error: unknown): IdempotencyErrorData | und
   return error instanceof IdempotencyTRPCError ? { ...error.problem } : undefined;
 }
 
-/** The shape {@link idempotencyErrorFormatter} returns: tRPC's, with `data.idempotency` on idempotency errors. */
+/**
+ * The shape {@link idempotencyErrorFormatter} returns: tRPC's, with `data.idempotency` on
+ * idempotency errors and `data.idempotentReplayed: true` on replayed stored errors.
+ */
 export type IdempotencyErrorShape<TShape extends TRPCErrorShape = TRPCDefaultErrorShape> = TShape & {
-  data: TShape['data'] & { idempotency?: IdempotencyErrorData };
+  data: TShape['data'] & { idempotency?: IdempotencyErrorData; idempotentReplayed?: true };
 };
 
 /**
  * X2: an `errorFormatter` that adds `data.idempotency = { code, type, title, detail, status, retryAfter? }`
- * to idempotency errors and leaves every other error's shape as it is.
+ * to idempotency errors, `data.idempotentReplayed: true` to stored errors the middleware replayed
+ * in a batch of several calls (E2: the per-call counterpart of `Idempotent-Replayed`), and leaves
+ * every other error's shape as it is.
  *
  * ```ts
  * const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
@@ -56,5 +80,6 @@ export type IdempotencyErrorShape<TShape extends TRPCErrorShape = TRPCDefaultErr
  */
 export const idempotencyErrorFormatter = <TShape extends TRPCErrorShape>({ shape, error }: { shape: TShape; error: TRPCError }): IdempotencyErrorShape<TShape> => {
   const idempotency = idempotencyErrorData(error);
-  return idempotency === undefined ? shape : { ...shape, data: { ...shape.data, idempotency } };
+  if (idempotency !== undefined) return { ...shape, data: { ...shape.data, idempotency } };
+  return isReplayedError(error) ? { ...shape, data: { ...shape.data, idempotentReplayed: true as const } } : shape;
 };

@@ -4,7 +4,7 @@
 export { idempotency, type IdempotencyMiddleware } from './middleware.js';
 export type { IdempotencyOptions, IdempotencyKeyOptions, IdempotencyKeySource } from './options.js';
 export { idempotencyContext, type IdempotencyContext, type IdempotencyContextOptions, type IdempotencyTransport } from './context.js';
-export { idempotencyErrorFormatter, idempotencyErrorData, type IdempotencyErrorData, type IdempotencyErrorShape } from './error-mapping.js';
+export { idempotencyErrorFormatter, idempotencyErrorData, isReplayedError, type IdempotencyErrorData, type IdempotencyErrorShape } from './error-mapping.js';
 // What tRPC users need from the core without a second import.
 export { sharedPrincipal, idempotencyClaim, type ClaimContext, HandlerNotStartedError, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type Duration, type FingerprintOption, type IdempotencyErrorCode } from '@idem/core';
 // The client: a @trpc/client link (only types are imported from @trpc/client).

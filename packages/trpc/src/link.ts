@@ -222,14 +222,15 @@ function headerNeverSent(path: string, cause: unknown): Error {
 /** What the client sees of an error: `TRPCClientError`'s fields, read without importing the class. */
 interface ClientErrorLike {
   shape?: unknown;
-  data?: { httpStatus?: number; code?: string; idempotency?: { code?: IdempotencyErrorCode; retryAfter?: number } } | null;
+  data?: { httpStatus?: number; code?: string; idempotency?: { code?: IdempotencyErrorCode; retryAfter?: number }; idempotentReplayed?: boolean } | null;
   meta?: { response?: { headers?: { get(name: string): string | null } } };
 }
 
 /**
  * Whether a failed attempt may be repeated with the same key:
  * - no tRPC error body (fetch failed, the response was lost or was not tRPC's): `'network'`;
- * - a replay (`Idempotent-Replayed: true`): never, it is the stored outcome (E2, E4);
+ * - a replay (`Idempotent-Replayed: true`, or in a batch `data.idempotentReplayed`): never, it is
+ *   the stored outcome (E2, E4);
  * - `data.idempotency.code` (from `idempotencyErrorFormatter`): only `idempotency_request_in_progress`
  *   and `idempotency_store_unavailable`; without it, HTTP 409 / `CONFLICT` and 503 / `SERVICE_UNAVAILABLE`;
  * - anything else (400, 422, 500, …): never.
@@ -238,7 +239,7 @@ function classifyTRPCError(error: unknown, now: () => number = Date.now): { reas
   if (!(error instanceof Error) || error.name !== 'TRPCClientError') return undefined;
   const { shape, data, meta } = error as Error & ClientErrorLike;
   const headers = meta?.response?.headers;
-  if (headers?.get(IDEMPOTENT_REPLAYED_HEADER) === 'true') return undefined;
+  if (headers?.get(IDEMPOTENT_REPLAYED_HEADER) === 'true' || data?.idempotentReplayed === true) return undefined;
   if (!shape && !data) return { reason: 'network' };
 
   const problem = data?.idempotency;

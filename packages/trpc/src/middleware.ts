@@ -19,7 +19,7 @@ import {
 } from '@idem/core';
 import { getTransport, type IdempotencyTransport } from './context.js';
 import { trpcErrorCodec } from './error-codec.js';
-import { toTRPCError } from './error-mapping.js';
+import { markReplayedError, toTRPCError } from './error-mapping.js';
 import { replayedResult } from './middleware-result.js';
 import { DEFAULT_KEY_FIELD, type IdempotencyOptions } from './options.js';
 
@@ -108,9 +108,9 @@ export function idempotency<TContext extends object = object>(options: Idempoten
       const request = { scope, key, fingerprint: requestFingerprint, errors: trpcErrorCodec };
       const result = atomic ? await engine.executeAtomic(request, (_tx, claim) => handler(claim)) : await engine.execute(request, handler);
       if (!result.replayed && executed) return executed;
-      transport?.setResponseHeader(IDEMPOTENT_REPLAYED_HEADER, 'true');
+      const wholeResponse = markReplayedCall(transport);
       if (result.ok) return replayedResult(result.value);
-      throw result.error;
+      throw wholeResponse ? result.error : markReplayedError(result.error);
     } catch (error) {
       if (!isIdempotencyError(error)) throw error;
       setRetryAfter(transport, error);
@@ -126,6 +126,25 @@ export function idempotency<TContext extends object = object>(options: Idempoten
  */
 function countMutationCalls(transport: IdempotencyTransport | undefined): number {
   return transport?.info?.calls.length ?? 1;
+}
+
+/** How many calls of each HTTP request were answered with a replay. */
+const replayedCalls = new WeakMap<IdempotencyTransport, number>();
+
+/**
+ * E2: `Idempotent-Replayed: true` says the whole response is a replay, so in a batch it is set
+ * only once every call of the request was answered with a replay; a call that executed (or did
+ * not go through this middleware) keeps it off. Answers whether the request is this one call:
+ * otherwise a replayed error is marked in its own `error.data.idempotentReplayed` (see
+ * `idempotencyErrorFormatter`), while a lone call's body stays byte-identical to the first answer.
+ */
+function markReplayedCall(transport: IdempotencyTransport | undefined): boolean {
+  const calls = countMutationCalls(transport);
+  if (!transport) return calls <= 1;
+  const replayed = (replayedCalls.get(transport) ?? 0) + 1;
+  replayedCalls.set(transport, replayed);
+  if (replayed >= calls) transport.setResponseHeader(IDEMPOTENT_REPLAYED_HEADER, 'true');
+  return calls <= 1;
 }
 
 /** E3/E5: `Retry-After` on 409 and 503. In a batch, the longest wait wins. */

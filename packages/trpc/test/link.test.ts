@@ -339,7 +339,9 @@ describe('idempotencyLink over a real tRPC server', () => {
 
       // What the link refused to do: past the retention, the same key runs again.
       held.release();
-      await new Promise((resolve) => setTimeout(resolve, exceeded.firstAttemptAt + 2100 - Date.now()));
+      // Retention counts from completion (R1), which follows the release.
+      const released = Date.now();
+      await new Promise((resolve) => setTimeout(resolve, released + 2500 - Date.now()));
       const late = await fetch(`${shop.url}/trpc/slowCharge`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': sent[0]!.key! }, body: '{"amount":42}' });
       expect(late.status).toBe(200);
       expect(late.headers.get('idempotent-replayed')).toBeNull();
