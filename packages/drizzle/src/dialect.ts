@@ -1,34 +1,84 @@
 /**
- * Dialect detection, Auth.js `@auth/drizzle-adapter` style: the drizzle instance says which
- * dialect it speaks. Only `drizzle-orm/pg-core` and `drizzle-orm/sqlite-core` are imported
- * here, never a driver, so a Postgres app does not need better-sqlite3 installed and vice versa.
+ * Dialect and driver detection: the drizzle instance says which dialect it speaks and which
+ * driver it wraps (by drizzle's entity names, `drizzle-seams.ts`). Only `drizzle-orm/pg-core` and
+ * `drizzle-orm/sqlite-core` types are imported here, never a driver, so a Postgres app does not
+ * need better-sqlite3 installed and vice versa.
  */
-import { is } from 'drizzle-orm';
-import { PgDatabase, type PgQueryResultHKT } from 'drizzle-orm/pg-core';
-import { BaseSQLiteDatabase } from 'drizzle-orm/sqlite-core';
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import type { BaseSQLiteDatabase } from 'drizzle-orm/sqlite-core';
+import { entityKinds } from './drizzle-seams.js';
 
-/** Any Postgres drizzle instance: node-postgres, PGlite, postgres.js, … */
+/** Any Postgres drizzle instance: node-postgres, postgres.js, PGlite, … */
 export type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
+/** Any SQLite drizzle instance, synchronous (better-sqlite3) or asynchronous (libsql). */
+export type AnySQLiteDatabase = BaseSQLiteDatabase<'sync' | 'async', any, any, any>;
 /** A synchronous SQLite drizzle instance, such as `drizzle-orm/better-sqlite3`. */
 export type SyncSQLiteDatabase = BaseSQLiteDatabase<'sync', any, any, any>;
 /** The drizzle instances `createDrizzleStore` and `migrate` accept. */
-export type DrizzleDatabase = AnyPgDatabase | SyncSQLiteDatabase;
+export type DrizzleDatabase = AnyPgDatabase | AnySQLiteDatabase;
 
 export type Dialect = 'sqlite' | 'postgres';
 
-export type DetectedDatabase = { dialect: 'postgres'; db: AnyPgDatabase } | { dialect: 'sqlite'; db: SyncSQLiteDatabase };
+/** A driver the store runs on. */
+export interface Driver {
+  /** As in drizzle's import path: `node-postgres`, `postgres-js`, `pglite`, `better-sqlite3`, `libsql`, … */
+  name: string;
+  /**
+   * `synchronous`: a transaction is one synchronous callback and cannot span an `await`
+   * (better-sqlite3), so atomic-mode handlers must be synchronous. `asynchronous`: a transaction
+   * holds its own connection and may await.
+   */
+  transactions: 'synchronous' | 'asynchronous';
+}
+
+export type DetectedDatabase =
+  | { dialect: 'postgres'; db: AnyPgDatabase; driver: Driver }
+  | { dialect: 'sqlite'; db: AnySQLiteDatabase; driver: Driver };
+
+/** Drivers the store runs on, by drizzle's entity name of their database class. */
+const DRIVERS: Record<string, { dialect: Dialect } & Driver> = {
+  NodePgDatabase: { dialect: 'postgres', name: 'node-postgres', transactions: 'asynchronous' },
+  PostgresJsDatabase: { dialect: 'postgres', name: 'postgres-js', transactions: 'asynchronous' },
+  PgliteDatabase: { dialect: 'postgres', name: 'pglite', transactions: 'asynchronous' },
+  // Untested here (no Neon or Vercel endpoint): both speak the PostgreSQL protocol through a pg-compatible Pool.
+  NeonServerlessDatabase: { dialect: 'postgres', name: 'neon-serverless', transactions: 'asynchronous' },
+  VercelPgDatabase: { dialect: 'postgres', name: 'vercel-postgres', transactions: 'asynchronous' },
+  BetterSQLite3Database: { dialect: 'sqlite', name: 'better-sqlite3', transactions: 'synchronous' },
+  LibSQLDatabase: { dialect: 'sqlite', name: 'libsql', transactions: 'asynchronous' },
+};
+
+/** Drivers that lack what the store needs, and why. */
+const REFUSED: Record<string, string> = {
+  NeonHttpDatabase:
+    'neon-http has no interactive transactions (drizzle: "No transactions support in neon-http driver"), which the store needs to reuse an expired key (R2) and for atomic mode: use drizzle-orm/neon-serverless (a WebSocket Pool) for the store',
+  D1Database:
+    "Cloudflare D1 refuses transactions (drizzle's transaction() sends BEGIN, which D1 rejects), which the store needs to reuse an expired key (R2) and for atomic mode",
+};
+
+const SUPPORTED = 'PostgreSQL (node-postgres, postgres-js, PGlite) or SQLite (better-sqlite3, libsql)';
 
 export function detectDialect(db: unknown): DetectedDatabase {
-  if (is(db, PgDatabase)) return { dialect: 'postgres', db: db as AnyPgDatabase };
-  if (is(db, BaseSQLiteDatabase)) {
-    // `resultKind` is not in drizzle's public types; it is how drizzle itself tells sync from async.
-    const { resultKind } = db as unknown as { resultKind?: string };
-    if (resultKind !== 'sync') {
-      throw new TypeError(
-        '[idem] this SQLite driver is asynchronous; the store needs a synchronous one (drizzle-orm/better-sqlite3) so that its transactions stay atomic',
-      );
-    }
-    return { dialect: 'sqlite', db: db as SyncSQLiteDatabase };
+  const kinds = entityKinds(db);
+  const dialect: Dialect | undefined =
+    kinds.includes('PgDatabase') || kinds.includes('PgAsyncDatabase') ? 'postgres' : kinds.includes('BaseSQLiteDatabase') ? 'sqlite' : undefined;
+  if (dialect === undefined) throw new TypeError(`[idem] unsupported database: pass a drizzle instance for ${SUPPORTED}`);
+  const [kind] = kinds;
+  const refusal = kind === undefined ? undefined : REFUSED[kind];
+  if (refusal) throw new TypeError(`[idem] ${refusal}`);
+  const known = kind === undefined ? undefined : DRIVERS[kind];
+  if (!known || known.dialect !== dialect) {
+    throw new TypeError(`[idem] unsupported ${dialect === 'postgres' ? 'PostgreSQL' : 'SQLite'} driver (drizzle's ${kind ?? 'unnamed'}): the store runs on ${SUPPORTED}`);
   }
-  throw new TypeError('[idem] unsupported database: pass a drizzle instance for PostgreSQL (node-postgres, PGlite) or SQLite (better-sqlite3)');
+  if (known.name === 'node-postgres' && !isPool((db as { $client?: unknown }).$client)) {
+    throw new TypeError(
+      '[idem] node-postgres: pass a pg.Pool, not a single pg.Client: the store runs transactions (reuse of an expired key, atomic mode) that each need a connection of their own, and on one Client they would interleave',
+    );
+  }
+  const driver: Driver = { name: known.name, transactions: known.transactions };
+  return dialect === 'postgres' ? { dialect, db: db as AnyPgDatabase, driver } : { dialect, db: db as AnySQLiteDatabase, driver };
+}
+
+/** A `pg.Pool` (drizzle gives each transaction its own pool connection) rather than one `pg.Client`. */
+function isPool(client: unknown): boolean {
+  return typeof client === 'object' && client !== null && 'totalCount' in client && 'idleCount' in client && typeof (client as { connect?: unknown }).connect === 'function';
 }

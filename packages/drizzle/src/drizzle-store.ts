@@ -21,16 +21,18 @@ import { defineSqliteTables } from './sqlite-schema.js';
 import { DEFAULT_BUSY_RETRY_MS } from './sqlite-busy.js';
 import { sqliteStatements } from './sqlite-store.js';
 import { CLAIM_IN_PROGRESS, type FirstStep, type StoreStatements, type TransactionStatements } from './store-statements.js';
-import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
+import { resolveTableNames, type TableNames, type TableOptions } from './table-names.js';
 import { withoutQueryParameters } from './query-errors.js';
 
 export interface DrizzleStoreOptions {
   /**
-   * Names of the live and history tables. Defaults to `idem_keys` and `idem_key_history`,
-   * the tables `migrate()` creates; with other names, create the tables yourself from
-   * `definePgTables(names)` / `defineSqliteTables(names)` with drizzle-kit.
+   * Names of the live and history tables, or a prefix for them (`{ prefix: 'project_' }` for
+   * `project_idem_keys` and `project_idem_key_history`, e.g. for drizzle-kit's `tablesFilter`).
+   * Defaults to `idem_keys` and `idem_key_history`, the tables `migrate()` creates; with other
+   * names, put `definePgTables(options)` / `defineSqliteTables(options)` (the same options) in
+   * your drizzle schema and let drizzle-kit create them.
    */
-  tables?: Partial<TableNames>;
+  tables?: TableOptions;
   /**
    * SQLite: how long a statement that finds the database locked by another connection (another
    * process writing) is retried — asynchronously, so the event loop keeps serving replays and
@@ -43,12 +45,14 @@ export interface DrizzleStoreOptions {
 }
 
 /**
- * An {@link IdempotencyStore} backed by drizzle, with the dialect and table names it uses, and
- * atomic mode: the handler gets the drizzle transaction (PostgreSQL: it may await; SQLite: it
- * must be synchronous).
+ * An {@link IdempotencyStore} backed by drizzle, with the dialect, driver and table names it
+ * uses, and atomic mode: the handler gets the drizzle transaction (PostgreSQL and libsql: it may
+ * await; better-sqlite3: it must be synchronous).
  */
 export interface DrizzleStore extends Omit<IdempotencyStore, keyof AtomicMode>, AtomicMode {
   readonly dialect: Dialect;
+  /** The driver the drizzle instance wraps, as in drizzle's import path (`node-postgres`, `postgres-js`, `pglite`, `better-sqlite3`, `libsql`). */
+  readonly driver: string;
   readonly tables: TableNames;
 }
 
@@ -67,20 +71,24 @@ type Handler<T> = (tx: unknown, record: IdempotencyRecord) => T | Promise<T>;
 type ToOutcome<T> = (result: AtomicResult<T>) => StoredOutcome;
 
 /**
- * Creates the store over a drizzle instance: `drizzle-orm/node-postgres` or
- * `drizzle-orm/pglite` (PostgreSQL) or `drizzle-orm/better-sqlite3` (SQLite). Run
- * {@link migrate} once before first use.
+ * Creates the store over a drizzle instance: `drizzle-orm/node-postgres` (a `pg.Pool`),
+ * `drizzle-orm/postgres-js` or `drizzle-orm/pglite` (PostgreSQL), `drizzle-orm/better-sqlite3`
+ * or `drizzle-orm/libsql` (SQLite). A driver that lacks what the store needs (neon-http and D1
+ * have no usable transactions) is refused with a `TypeError` that says so. Run {@link migrate}
+ * once before first use, or create the tables with drizzle-kit.
  */
-export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {}, busyRetryMs = DEFAULT_BUSY_RETRY_MS }: DrizzleStoreOptions = {}): DrizzleStore {
-  const tables: TableNames = { ...DEFAULT_TABLE_NAMES, ...tableNames };
+export function createDrizzleStore(db: DrizzleDatabase, { tables: tableOptions = {}, busyRetryMs = DEFAULT_BUSY_RETRY_MS }: DrizzleStoreOptions = {}): DrizzleStore {
+  const tables = resolveTableNames(tableOptions);
   const detected = detectDialect(db);
   const statements =
-    detected.dialect === 'postgres' ? pgStatements(detected.db, definePgTables(tables)) : sqliteStatements(detected.db, defineSqliteTables(tables), busyRetryMs);
+    detected.dialect === 'postgres'
+      ? pgStatements(detected.db, definePgTables(tables))
+      : sqliteStatements(detected.db, defineSqliteTables(tables), detected.driver, busyRetryMs);
   // Every method answers a promise through this wrapper, also those that answer at once inside.
-  return withoutQueryParameters(storeOver(statements, detected.dialect, tables));
+  return withoutQueryParameters(storeOver(statements, detected.dialect, detected.driver.name, tables));
 }
 
-function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): DrizzleStore {
+function storeOver(s: StoreStatements, dialect: Dialect, driver: string, tables: TableNames): DrizzleStore {
   /**
    * Rule 5 without a write, the common case (a replay, a conflict, a mismatch, an expired key
    * rejected): the answer at once, or undefined when rules 2–4 may change the row.
@@ -166,6 +174,7 @@ function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): Dr
 
   return {
     dialect,
+    driver,
     tables,
 
     // Not `async`: on SQLite a replay is one synchronous read, and each promise layer would be

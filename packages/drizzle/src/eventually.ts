@@ -13,3 +13,11 @@ export function isThenable(value: unknown): value is PromiseLike<unknown> {
 export function chain<A, B>(value: Eventually<A>, next: (value: A) => Eventually<B>): Eventually<B> {
   return isThenable(value) ? (value as Promise<A>).then(next) : next(value);
 }
+
+/** `run(item)` for each item in turn, each after the previous one settled; synchronous while every run answers at once. */
+export function eachInTurn<T>(items: readonly T[], run: (item: T) => Eventually<unknown>): Eventually<void> {
+  for (let i = 0; i < items.length; i++) {
+    const done = run(items[i]!);
+    if (isThenable(done)) return (done as Promise<unknown>).then(() => eachInTurn(items.slice(i + 1), run));
+  }
+}

@@ -1,15 +1,16 @@
 /**
- * `migrate(db)`: applies the committed drizzle-kit migrations of the detected dialect with
- * drizzle's own migrator. Safe to run on every start: applied migrations are recorded in the
- * journal table `__idem_migrations` (kept apart from your app's `__drizzle_migrations`), and
- * the SQL itself uses `IF NOT EXISTS`. The SQL is embedded in the module, so a bundled app
- * (Next.js, a serverless function) migrates without the package's folder on disk.
+ * `migrate(db)`: applies the committed drizzle-kit migrations of the detected dialect. Safe to
+ * run on every start: applied migrations are recorded in the journal table `__idem_migrations`
+ * (kept apart from your app's `__drizzle_migrations`, in the format drizzle's migrator writes),
+ * and the SQL itself uses `IF NOT EXISTS`. The SQL is embedded in the module, so a bundled app
+ * (Next.js, a serverless function) migrates without the package's folder on disk. It runs
+ * through drizzle's public API only (a transaction, `execute` / `run`, a `select`), so every
+ * driver of a dialect and every supported drizzle version take the same path.
  */
-import { sql } from 'drizzle-orm';
-import type { MigrationConfig } from 'drizzle-orm/migrator';
-import type { PgDialect } from 'drizzle-orm/pg-core';
-import type { SQLiteSyncDialect } from 'drizzle-orm/sqlite-core';
-import { detectDialect, type AnyPgDatabase, type DrizzleDatabase } from './dialect.js';
+import { sql, type SQL } from 'drizzle-orm';
+import type { MigrationMeta } from 'drizzle-orm/migrator';
+import { detectDialect, type AnyPgDatabase, type AnySQLiteDatabase, type DrizzleDatabase } from './dialect.js';
+import { chain, eachInTurn, type Eventually } from './eventually.js';
 import { migrationsFor } from './migration-files.js';
 import { retrySqliteBusy } from './sqlite-busy.js';
 
@@ -23,36 +24,59 @@ export interface MigrateOptions {
   migrationsSchema?: string;
 }
 
-/**
- * The same call as drizzle's `migrate` of `drizzle-orm/node-postgres/migrator`,
- * `drizzle-orm/pglite/migrator` and `drizzle-orm/better-sqlite3/migrator`, which all hand the
- * migrations to the dialect; calling it directly serves every driver of a dialect without
- * importing any driver.
- */
-interface MigratableDatabase<TDialect extends { migrate: (...args: never[]) => unknown }> {
-  dialect: TDialect;
-  session: Parameters<TDialect['migrate']>[1];
-}
-
 /** Creates or updates the store's tables (default names) in the database behind `db`. */
 export async function migrate(db: DrizzleDatabase, { migrationsTable = '__idem_migrations', migrationsSchema }: MigrateOptions = {}): Promise<void> {
   const detected = detectDialect(db);
   if (detected.dialect === 'sqlite') {
-    const config: MigrationConfig = { migrationsFolder: '', migrationsTable };
-    const { dialect, session } = detected.db as unknown as MigratableDatabase<SQLiteSyncDialect>;
     // Another process holding the write lock (starting at the same time, or serving): wait for
     // it without blocking, as the store does; a migration that failed busy rolled back.
-    await retrySqliteBusy(() => dialect.migrate(migrationsFor('sqlite'), session, config));
+    await retrySqliteBusy(() => migrateSqlite(detected.db, migrationsFor('sqlite'), migrationsTable));
     return;
   }
   const schema = migrationsSchema ?? (await currentSchema(detected.db));
-  const config: MigrationConfig = { migrationsFolder: '', migrationsTable, migrationsSchema: schema };
-  const { dialect, session } = detected.db as unknown as MigratableDatabase<PgDialect>;
-  // Several processes starting at once on a fresh database race to create the same tables:
-  // PostgreSQL lets one `CREATE … IF NOT EXISTS` win and fails the others (duplicate table,
-  // or a unique violation in its catalog). The loser rolled back; running again finds the
-  // journal of the winner and has nothing left to do.
-  await retryConcurrentDdl(() => dialect.migrate(migrationsFor('postgres'), session, config));
+  // Concurrent migrators queue on an advisory lock inside the transaction; what is left for
+  // retryConcurrentDdl is the rare catalog race of objects created outside it.
+  await retryConcurrentDdl(() => migratePostgres(detected.db, migrationsFor('postgres'), migrationsTable, schema));
+}
+
+/** The migrations newer than the journal's last entry (drizzle's rule: by their folder time). */
+function pending(migrations: readonly MigrationMeta[], lastCreatedAt: unknown): MigrationMeta[] {
+  return lastCreatedAt === undefined || lastCreatedAt === null ? [...migrations] : migrations.filter((migration) => Number(lastCreatedAt) < migration.folderMillis);
+}
+
+async function migratePostgres(db: AnyPgDatabase, migrations: readonly MigrationMeta[], table: string, schema: string): Promise<void> {
+  const journal = sql`${sql.identifier(schema)}.${sql.identifier(table)}`;
+  await db.transaction(async (tx) => {
+    await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtextextended(${`idem:migrate:${schema}.${table}`}, 0))`);
+    await tx.execute(sql`CREATE SCHEMA IF NOT EXISTS ${sql.identifier(schema)}`);
+    await tx.execute(sql`CREATE TABLE IF NOT EXISTS ${journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
+    const [last] = await tx.select({ createdAt: sql<unknown>`created_at` }).from(journal).orderBy(sql`created_at DESC`).limit(1);
+    for (const migration of pending(migrations, last?.createdAt)) {
+      for (const statement of migration.sql) await tx.execute(sql.raw(statement));
+      await tx.execute(sql`INSERT INTO ${journal} ("hash", "created_at") VALUES (${migration.hash}, ${migration.folderMillis})`);
+    }
+  });
+}
+
+/** In one `BEGIN IMMEDIATE` transaction; synchronous on better-sqlite3, whose transactions cannot span an await. */
+function migrateSqlite(db: AnySQLiteDatabase, migrations: readonly MigrationMeta[], table: string): Eventually<void> {
+  const journal = sql.identifier(table);
+  return db.transaction(
+    (tx) => {
+      const run = (statement: SQL) => tx.run(statement);
+      return chain(run(sql`CREATE TABLE IF NOT EXISTS ${journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at numeric)`), () =>
+        chain(tx.select({ createdAt: sql<unknown>`created_at` }).from(sql`${journal}`).orderBy(sql`created_at DESC`).limit(1).all(), ([last]) =>
+          eachInTurn(pending(migrations, last?.createdAt), (migration) =>
+            chain(
+              eachInTurn(migration.sql, (statement) => run(sql.raw(statement))),
+              () => run(sql`INSERT INTO ${journal} ("hash", "created_at") VALUES (${migration.hash}, ${migration.folderMillis})`),
+            ),
+          ),
+        ),
+      ) as never;
+    },
+    { behavior: 'immediate' },
+  ) as Eventually<void>;
 }
 
 const DDL_ATTEMPTS = 5;
@@ -84,9 +108,8 @@ function isConcurrentDdlConflict(error: unknown): boolean {
 }
 
 async function currentSchema(db: AnyPgDatabase): Promise<string> {
-  // node-postgres and PGlite both answer `execute` with `{ rows }`.
-  const result = (await db.execute(sql`SELECT current_schema() AS schema`)) as unknown as { rows: Array<{ schema: string | null }> };
-  const schema = result.rows[0]?.schema;
+  const [row] = await db.select({ schema: sql<string | null>`current_schema()` }).from(sql`(VALUES (1)) AS one (x)`);
+  const schema = row?.schema;
   if (!schema) throw new Error('[idem] migrate: the connection has no current schema (empty search_path); set one or pass migrationsSchema');
   return schema;
 }

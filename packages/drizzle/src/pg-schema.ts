@@ -7,7 +7,7 @@
  */
 import { sql } from 'drizzle-orm';
 import { index, integer, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
-import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
+import { resolveTableNames, type TableOptions } from './table-names.js';
 
 const RECORD_STATES = ['processing', 'completed', 'released', 'archived'] as const;
 const OUTCOME_KINDS = ['success', 'error'] as const;
@@ -15,10 +15,19 @@ const OUTCOME_KINDS = ['success', 'error'] as const;
 const instant = (name: string) => timestamp(name, { withTimezone: true, precision: 3, mode: 'date' });
 
 /**
- * Defines the live table and the history table under the given names, for users who keep
- * them under other names in their own drizzle schema (and generate their own migrations).
+ * Defines the live table and the history table, for your own drizzle schema: export them from
+ * it and drizzle-kit's `generate` / `migrate` create them with your tables (what `migrate()`
+ * creates, under the names you choose). `{ prefix: 'project_' }` names them
+ * `project_idem_keys` and `project_idem_key_history`; pass the same options to
+ * `createDrizzleStore(db, { tables })`.
+ *
+ * ```ts
+ * // src/server/db/schema.ts
+ * export const { keys: idemKeys, history: idemKeyHistory } = definePgTables({ prefix: 'project_' });
+ * ```
  */
-export function definePgTables({ keys = DEFAULT_TABLE_NAMES.keys, history = DEFAULT_TABLE_NAMES.history }: Partial<TableNames> = {}) {
+export function definePgTables(options: TableOptions = {}) {
+  const { keys, history } = resolveTableNames(options);
   const liveTable = pgTable(
     keys,
     {

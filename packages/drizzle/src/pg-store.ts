@@ -47,32 +47,8 @@ export function pgSweepCandidates(db: AnyPgDatabase, { keys }: PgTables, limit: 
     .for('update', { skipLocked: true });
 }
 
-/** What node-postgres' and PGlite's drizzle prepared queries answer from `all()`: rows by column name, unmapped. */
-interface RawRows {
-  all(placeholders: Record<string, unknown>): Promise<Array<Record<string, unknown>>>;
-}
-
 export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatements {
   const { keys, history } = tables;
-  // drizzle's own decoding of a `timestamptz` text (the drivers hand them over unparsed).
-  const instant = (value: unknown) => keys.createdAt.mapFromDriverValue(value as string) as Date;
-  const liveRowOf = (r: Record<string, unknown>): LiveRow => ({
-    scope: r.scope as string,
-    key: r.key as string,
-    generation: r.generation as number,
-    fingerprint: r.fingerprint as string | null,
-    state: r.state as LiveRow['state'],
-    token: r.token as string,
-    createdAt: instant(r.created_at),
-    leaseUntil: instant(r.lease_until),
-    expiresAt: instant(r.expires_at),
-    completedAt: r.completed_at === null ? null : instant(r.completed_at),
-    archivedAt: r.archived_at === null ? null : instant(r.archived_at),
-    takeovers: r.takeovers as number,
-    outcomeKind: r.outcome_kind as LiveRow['outcomeKind'],
-    outcomeStatus: r.outcome_status as number | null,
-    body: r.body as string | null,
-  });
   // A statement name stands for one text on each connection: the table names keep two stores apart.
   const name = (statement: string) => `idem:${statement}:${getTableName(keys)}:${getTableName(history)}`;
   const thisKey = (b: Pick<ClaimBindings, 'scope' | 'key'>) => and(eq(keys.scope, b.scope), eq(keys.key, b.key));
@@ -251,12 +227,10 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
       return row as LiveRow | undefined;
     },
     async claimOrRead(request) {
-      // `all()`: the driver's rows as they come (timestamps as text), mapped below into one fixed
-      // shape; drizzle's generic mapping of the 17 columns cost ~10% of this round trip.
-      const [found] = await (claimOrRead as unknown as RawRows).all(claimParameters(request));
+      const [found] = await claimOrRead.execute(claimParameters(request));
       if (!found) return undefined;
-      const row = liveRowOf(found);
-      return found.inserted === true ? { inserted: row } : { live: { row, now: instant(found.now) } };
+      const { inserted, now, ...row } = found;
+      return inserted ? { inserted: row as LiveRow } : { live: { row: row as LiveRow, now } };
     },
     async readLive(scope, key) {
       const [found] = await readLive.execute({ scope, key });

@@ -1,16 +1,20 @@
 /**
- * The SQLite statements, prepared once per store. SQLite has a single writer, so each
- * statement is atomic on its own; the reuse of an expired key runs in a synchronous
- * `BEGIN IMMEDIATE` transaction (a better-sqlite3 transaction must not contain an `await`).
- * Atomic mode runs the same prepared statements inside such a transaction, around a handler that
- * must be synchronous too. A statement that finds the database locked by another connection is
- * retried without blocking the event loop (`sqlite-busy.ts`).
+ * The SQLite statements, prepared once per store, for a synchronous driver (better-sqlite3) and
+ * an asynchronous one (libsql) alike: each step is written with `chain`, so it stays synchronous
+ * where the driver answers at once. SQLite has a single writer, so each statement is atomic on
+ * its own; the reuse of an expired key runs in a `BEGIN IMMEDIATE` transaction, built on the
+ * transaction's own handle (libsql gives a transaction a connection of its own; better-sqlite3's
+ * transaction must not contain an `await`). Atomic mode runs the same statements inside such a
+ * transaction, around a handler that must be synchronous on better-sqlite3 and may await on
+ * libsql. A statement that finds the database locked by another connection is retried without
+ * blocking the event loop (`sqlite-busy.ts`).
  */
 import type { ClaimRequest } from '@idem/core';
 import { and, eq, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { sqliteClock as clock } from './database-clock.js';
-import type { SyncSQLiteDatabase } from './dialect.js';
-import { isThenable, type Eventually } from './eventually.js';
+import type { AnySQLiteDatabase, Driver } from './dialect.js';
+import { assertLiveReadOrder, liveRowOfValues, nowOfValues } from './drizzle-seams.js';
+import { chain, isThenable, type Eventually } from './eventually.js';
 import { isSqliteBusy, whileBusy } from './sqlite-busy.js';
 import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.js';
 import {
@@ -32,7 +36,7 @@ const SYNCHRONOUS_HANDLER_REQUIRED = '[idem] atomic mode on SQLite needs a synch
 const param = sql.placeholder;
 
 /** The sweeper's candidates: expired live rows, read through the partial expiry index (R3). */
-export function sqliteSweepCandidates(db: SyncSQLiteDatabase, { keys }: SqliteTables, limit: number | Placeholder) {
+export function sqliteSweepCandidates(db: AnySQLiteDatabase, { keys }: SqliteTables, limit: number | Placeholder) {
   return db
     .select({ scope: keys.scope, key: keys.key })
     .from(keys)
@@ -41,36 +45,9 @@ export function sqliteSweepCandidates(db: SyncSQLiteDatabase, { keys }: SqliteTa
     .limit(limit);
 }
 
-/** The columns of the hot read, in the order `liveRowOf` takes them. */
-const LIVE_READ_ORDER = [
-  'scope', 'key', 'generation', 'fingerprint', 'state', 'token', 'createdAt', 'leaseUntil', 'expiresAt',
-  'completedAt', 'archivedAt', 'takeovers', 'outcomeKind', 'outcomeStatus', 'body', 'now',
-] as const;
-
-/** A live row from the hot read's values (SQLite keeps timestamps as integer epoch milliseconds). */
-function liveRowOf(v: unknown[]): LiveRow {
-  return {
-    scope: v[0] as string,
-    key: v[1] as string,
-    generation: v[2] as number,
-    fingerprint: v[3] as string | null,
-    state: v[4] as LiveRow['state'],
-    token: v[5] as string,
-    createdAt: new Date(v[6] as number),
-    leaseUntil: new Date(v[7] as number),
-    expiresAt: new Date(v[8] as number),
-    completedAt: v[9] === null ? null : new Date(v[9] as number),
-    archivedAt: v[10] === null ? null : new Date(v[10] as number),
-    takeovers: v[11] as number,
-    outcomeKind: v[12] as LiveRow['outcomeKind'],
-    outcomeStatus: v[13] as number | null,
-    body: v[14] as string | null,
-  };
-}
-
 /** The store's statements over `db`; each one retried for up to `busyRetryMs` while another connection holds the write lock. */
-export function sqliteStatements(db: SyncSQLiteDatabase, tables: SqliteTables, busyRetryMs: number): StoreStatements {
-  return withBusyRetry(statementsOf(db, tables), busyRetryMs);
+export function sqliteStatements(db: AnySQLiteDatabase, tables: SqliteTables, driver: Driver, busyRetryMs: number): StoreStatements {
+  return withBusyRetry(statementsOf(db, tables, driver), busyRetryMs);
 }
 
 /**
@@ -99,34 +76,55 @@ function withBusyRetry(statements: StoreStatements, timeoutMs: number): StoreSta
   return wrapped as unknown as StoreStatements;
 }
 
-function statementsOf(db: SyncSQLiteDatabase, tables: SqliteTables): StoreStatements {
+function statementsOf(db: AnySQLiteDatabase, tables: SqliteTables, driver: Driver): StoreStatements {
   const { keys, history } = tables;
   const thisKey = and(eq(keys.scope, b.scope), eq(keys.key, b.key));
   const ownedBy = (token: SQL) => eq(keys.token, token);
   const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) => sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
+  const synchronous = driver.transactions === 'synchronous';
 
-  const insertClaim = db
-    .insert(keys)
-    .values({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
-    .onConflictDoNothing({ target: [keys.scope, keys.key] })
-    .returning()
-    .prepare();
-  // Arrays too (`values()` steps the insert to SQLITE_DONE, which lets the WAL auto-checkpoint run).
-  const insertClaimRow = (request: ClaimRequest): LiveRow | undefined => {
-    const values = insertClaim.values(claimParameters(request))[0] as unknown[] | undefined;
-    return values && liveRowOf(values);
-  };
-
-  // The hot read of the replay path, taken as arrays (`values()`, logged like any drizzle query)
-  // and mapped by position into one fixed shape: drizzle's generic row mapping costs more than
-  // the statement itself here (≈1 µs of ≈5).
+  // Built on `db` and prepared once, or on a transaction's handle (prepared there: libsql runs a
+  // transaction on a connection of its own).
+  const insertClaimOn = (on: AnySQLiteDatabase) =>
+    on
+      .insert(keys)
+      .values({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
+      .onConflictDoNothing({ target: [keys.scope, keys.key] })
+      .returning();
+  // The hot read of the replay path, taken as arrays and mapped by position (drizzle-seams.ts).
   const liveSelection = { ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) };
-  if (Object.keys(liveSelection).join() !== LIVE_READ_ORDER.join()) throw new Error('[idem] the SQLite live table changed: update LIVE_READ_ORDER and liveRowOf');
-  const readLive = db.select(liveSelection).from(keys).where(thisKey).prepare();
-  const readLiveRow = (scope: string, key: string): { row: LiveRow; now: Date } | undefined => {
-    const values = readLive.values({ scope, key })[0] as unknown[] | undefined;
-    return values && { row: liveRowOf(values), now: new Date(values[15] as number) };
-  };
+  assertLiveReadOrder(liveSelection);
+  const readLiveOn = (on: AnySQLiteDatabase) => on.select(liveSelection).from(keys).where(thisKey);
+  const readOwnedOn = (on: AnySQLiteDatabase) =>
+    on
+      .select()
+      .from(keys)
+      .where(and(thisKey, ownedBy(b.token), sql`${keys.state} = 'processing'`));
+  const completeOn = (on: AnySQLiteDatabase) =>
+    on
+      .update(keys)
+      .set(completion(clock, keys))
+      .where(and(thisKey, ownedBy(b.token), sql`${keys.state} = 'processing'`))
+      .returning({ token: keys.token });
+  const archiveIntoHistoryOn = (on: AnySQLiteDatabase) =>
+    on
+      .insert(history)
+      .select(on.select(historyCopy(getTableColumns(keys), clock)).from(keys).where(thisKey))
+      .returning();
+  const nextGenerationOn = (on: AnySQLiteDatabase) =>
+    on
+      .update(keys)
+      .set({ ...freshClaim(clock, b), generation: sql`${keys.generation} + 1` })
+      .where(and(thisKey, ownedBy(b.previousToken)))
+      .returning();
+
+  const insertClaim = insertClaimOn(db).prepare();
+  const readLive = readLiveOn(db).prepare();
+  // Arrays (`values()`) for the insert too: it steps the insert to SQLITE_DONE, which lets the WAL auto-checkpoint run.
+  const insertedRow = (rows: ArrayLike<unknown>[]): LiveRow | undefined => (rows[0] ? liveRowOfValues(rows[0]) : undefined);
+  const liveRowRead = (rows: ArrayLike<unknown>[]): { row: LiveRow; now: Date } | undefined => (rows[0] ? { row: liveRowOfValues(rows[0]), now: nowOfValues(rows[0]) } : undefined);
+  const insertClaimRow = (request: ClaimRequest): Eventually<LiveRow | undefined> => chain(insertClaim.values(claimParameters(request)), insertedRow);
+  const readLiveRow = (scope: string, key: string): Eventually<{ row: LiveRow; now: Date } | undefined> => chain(readLive.values({ scope, key }), liveRowRead);
 
   const reclaimReleased = db
     .update(keys)
@@ -150,25 +148,7 @@ function statementsOf(db: SyncSQLiteDatabase, tables: SqliteTables): StoreStatem
     .returning()
     .prepare();
 
-  const archiveIntoHistory = db
-    .insert(history)
-    .select(db.select(historyCopy(getTableColumns(keys), clock)).from(keys).where(thisKey))
-    .returning()
-    .prepare();
-
-  const nextGeneration = db
-    .update(keys)
-    .set({ ...freshClaim(clock, b), generation: sql`${keys.generation} + 1` })
-    .where(and(thisKey, ownedBy(b.previousToken)))
-    .returning()
-    .prepare();
-
-  const complete = db
-    .update(keys)
-    .set(completion(clock, keys))
-    .where(and(thisKey, ownedBy(b.token), sql`${keys.state} = 'processing'`))
-    .returning({ token: keys.token })
-    .prepare();
+  const complete = completeOn(db).prepare();
 
   const release = db
     .update(keys)
@@ -178,12 +158,6 @@ function statementsOf(db: SyncSQLiteDatabase, tables: SqliteTables): StoreStatem
     .prepare();
 
   const getLive = db.select().from(keys).where(thisKey).prepare();
-
-  const readOwned = db
-    .select()
-    .from(keys)
-    .where(and(thisKey, ownedBy(b.token), sql`${keys.state} = 'processing'`))
-    .prepare();
 
   const historyOf = db
     .select()
@@ -223,15 +197,29 @@ function statementsOf(db: SyncSQLiteDatabase, tables: SqliteTables): StoreStatem
     .returning({ token: history.token })
     .prepare();
 
-  /**
-   * Atomic mode's statements inside the transaction `tx`: the prepared statements themselves
-   * (one connection), the write lock held since `BEGIN IMMEDIATE`.
-   */
-  const within = (tx: SyncSQLiteDatabase): TransactionStatements => ({
-    insertClaim: insertClaimRow,
-    lockOwned: (owner) => readOwned.get(owner) as LiveRow | undefined,
-    complete: ({ scope, key, token, outcome }) => complete.all({ scope, key, token, ...outcomeParameters(outcome) }).length === 1,
+  /** `work` in one `BEGIN IMMEDIATE` transaction, on its own handle; synchronous on a synchronous driver. */
+  const immediately = <R>(work: (tx: AnySQLiteDatabase) => Eventually<R>): Promise<R> | R =>
+    db.transaction(
+      (tx) => {
+        const done = work(tx as unknown as AnySQLiteDatabase);
+        if (synchronous && isThenable(done)) throw new TypeError('[idem] a SQLite transaction cannot wait for a promise');
+        return done as R;
+      },
+      { behavior: 'immediate' },
+    ) as Promise<R> | R;
+
+  /** Atomic mode's statements inside the transaction `tx`, the write lock held since `BEGIN IMMEDIATE`. */
+  const within = (tx: AnySQLiteDatabase): TransactionStatements => ({
+    insertClaim: (request) => chain(insertClaimOn(tx).prepare().values(claimParameters(request)), insertedRow),
+    lockOwned: (owner) => readOwnedOn(tx).prepare().get(owner) as Eventually<LiveRow | undefined>,
+    complete: ({ scope, key, token, outcome }) => chain(completeOn(tx).prepare().all({ scope, key, token, ...outcomeParameters(outcome) }), (rows) => rows.length === 1),
     savepoint(run) {
+      if (!synchronous) {
+        return (tx.transaction(async (savepoint) => run(savepoint)) as Promise<Awaited<ReturnType<typeof run>>>).then(
+          (value) => ({ ok: true as const, value }),
+          (error: unknown) => ({ ok: false as const, error }),
+        );
+      }
       const refusal = new TypeError(SYNCHRONOUS_HANDLER_REQUIRED);
       try {
         const value = tx.transaction((savepoint) => {
@@ -243,7 +231,7 @@ function statementsOf(db: SyncSQLiteDatabase, tables: SqliteTables): StoreStatem
           }
           return result;
         });
-        return { ok: true, value };
+        return { ok: true, value: value as Awaited<ReturnType<typeof run>> };
       } catch (error) {
         if (error === refusal) throw error;
         return { ok: false, error };
@@ -252,16 +240,9 @@ function statementsOf(db: SyncSQLiteDatabase, tables: SqliteTables): StoreStatem
   });
 
   return {
-    atomicHandlers: 'synchronous',
+    atomicHandlers: driver.transactions,
     async transaction(work) {
-      return db.transaction(
-        (tx) => {
-          const done = work(within(tx));
-          if (isThenable(done)) throw new TypeError('[idem] a SQLite transaction cannot wait for a promise');
-          return done;
-        },
-        { behavior: 'immediate' },
-      );
+      return immediately((tx) => work(within(tx)));
     },
     async insertClaim(request) {
       return insertClaimRow(request);
@@ -269,56 +250,51 @@ function statementsOf(db: SyncSQLiteDatabase, tables: SqliteTables): StoreStatem
     // Read first: a replay is this one SELECT; a new key adds a miss of a few µs to a claim of
     // ≈80 µs (two WAL writes). The loop in the store settles an insert that lost to another process.
     claimOrRead(request) {
-      const live = readLiveRow(request.scope, request.key);
-      if (live) return { live };
-      const inserted = insertClaimRow(request);
-      return inserted && { inserted };
+      return chain(readLiveRow(request.scope, request.key), (live) => (live ? { live } : chain(insertClaimRow(request), (inserted) => inserted && { inserted })));
     },
     async readLive(scope, key) {
       return readLiveRow(scope, key);
     },
     async reclaimReleased(request, releasedToken) {
-      return reclaimReleased.get(claimParameters(request, releasedToken)) as LiveRow | undefined;
+      return (await reclaimReleased.get(claimParameters(request, releasedToken))) as LiveRow | undefined;
     },
     async takeOverStale(request, staleToken) {
-      return takeOverStale.get(claimParameters(request, staleToken)) as LiveRow | undefined;
+      return (await takeOverStale.get(claimParameters(request, staleToken))) as LiveRow | undefined;
     },
     async reuseExpired(request, seen) {
       const parameters = claimParameters(request, seen.token);
-      return db.transaction(
-        () => {
-          const locked = readLiveRow(request.scope, request.key);
+      return immediately((tx) =>
+        chain(chain(readLiveOn(tx).prepare().values({ scope: request.scope, key: request.key }), liveRowRead), (locked) => {
           if (!locked || !isStillExpiredGeneration(locked.row, seen, locked.now)) return undefined;
-          const archived = archiveIntoHistory.get(parameters) as HistoryRow;
-          const record = nextGeneration.get(parameters) as LiveRow;
-          return { record, archived };
-        },
-        { behavior: 'immediate' },
+          return chain(archiveIntoHistoryOn(tx).prepare().get(parameters), (archived) =>
+            chain(nextGenerationOn(tx).prepare().get(parameters), (record) => ({ record: record as LiveRow, archived: archived as HistoryRow })),
+          );
+        }),
       );
     },
     async complete({ scope, key, token, outcome }) {
-      return complete.all({ scope, key, token, ...outcomeParameters(outcome) }).length === 1;
+      return (await complete.all({ scope, key, token, ...outcomeParameters(outcome) })).length === 1;
     },
     async release({ scope, key, token }) {
-      return release.all({ scope, key, token }).length === 1;
+      return (await release.all({ scope, key, token })).length === 1;
     },
     async getLive(scope, key) {
-      return getLive.get({ scope, key }) as LiveRow | undefined;
+      return (await getLive.get({ scope, key })) as LiveRow | undefined;
     },
     async history(scope, key) {
-      return historyOf.all({ scope, key }) as HistoryRow[];
+      return (await historyOf.all({ scope, key })) as HistoryRow[];
     },
     async sweep(limit) {
-      return sweep.all({ limit }).length;
+      return (await sweep.all({ limit })).length;
     },
     async purgeLive(olderThanMs, limit) {
-      return purgeLive.all({ olderThanMs, limit }).length;
+      return (await purgeLive.all({ olderThanMs, limit })).length;
     },
     async purgeHistory(olderThanMs, limit) {
-      return purgeHistory.all({ olderThanMs, limit }).length;
+      return (await purgeHistory.all({ olderThanMs, limit })).length;
     },
     async ping() {
-      db.get(sql`SELECT 1`);
+      await db.get(sql`SELECT 1`);
     },
   };
 }

@@ -8,3 +8,20 @@ export interface TableNames {
 
 /** The names the committed migrations create. */
 export const DEFAULT_TABLE_NAMES: TableNames = { keys: 'idem_keys', history: 'idem_key_history' };
+
+/** Which tables: other names, a prefix for the names, or both. */
+export interface TableOptions extends Partial<TableNames> {
+  /**
+   * Put before each table name (and so before its index names): `'project_'` gives
+   * `project_idem_keys` and `project_idem_key_history`, which drizzle-kit's
+   * `tablesFilter: ['project_*']` (create-t3-app's default) includes. Defaults to none.
+   */
+  prefix?: string;
+}
+
+/** The table names `options` selects. */
+export function resolveTableNames({ prefix = '', keys = DEFAULT_TABLE_NAMES.keys, history = DEFAULT_TABLE_NAMES.history }: TableOptions = {}): TableNames {
+  const names = { keys: `${prefix}${keys}`, history: `${prefix}${history}` };
+  if (names.keys === names.history) throw new TypeError(`[idem] the live and history tables need different names, got "${names.keys}" for both`);
+  return names;
+}

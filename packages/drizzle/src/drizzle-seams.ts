@@ -1,0 +1,74 @@
+/**
+ * The only place where the store relies on drizzle beyond its documented query builder,
+ * `prepare()` and `execute()`. Each seam is pinned, for every supported drizzle version, by
+ * test/drizzle-seams.test.ts; a drizzle release that moves one fails that test, not a user.
+ *
+ * 1. **Which driver a drizzle instance wraps** (and so its dialect): the `entityKind` names of
+ *    its classes, the names drizzle's own `is()` compares. Reading names needs no import of a
+ *    driver or dialect module (a PostgreSQL app has no better-sqlite3 installed) and survives
+ *    drizzle's class layout changing between versions (`PgDatabase` in 0.44–0.45,
+ *    `PgAsyncDatabase` in 1.0).
+ * 2. **SQLite's hot read by position**: the replay path reads the live row as an array
+ *    (`values()`, public) and maps it by the selection's column order, which is the order of the
+ *    selection object's keys. drizzle's generic row mapping cost more than the statement itself
+ *    there (bench/README.md, 1c).
+ */
+import { entityKind } from 'drizzle-orm';
+import type { LiveRow } from './record-rows.js';
+
+/**
+ * The `entityKind` names of `value`'s class and its ancestors, most derived first, e.g.
+ * `['NodePgDatabase', 'PgDatabase']`; empty for anything that is not a drizzle object.
+ */
+export function entityKinds(value: unknown): string[] {
+  const kinds: string[] = [];
+  if (typeof value !== 'object' || value === null) return kinds;
+  for (let type = Object.getPrototypeOf(value)?.constructor; typeof type === 'function' && type !== Object; type = Object.getPrototypeOf(type)) {
+    const kind = Object.hasOwn(type, entityKind) ? (type as unknown as Record<symbol, unknown>)[entityKind] : undefined;
+    if (typeof kind === 'string') kinds.push(kind);
+  }
+  return kinds;
+}
+
+/** The columns of SQLite's hot read, in the order `liveRowOfValues` takes them. */
+export const LIVE_READ_ORDER = [
+  'scope', 'key', 'generation', 'fingerprint', 'state', 'token', 'createdAt', 'leaseUntil', 'expiresAt',
+  'completedAt', 'archivedAt', 'takeovers', 'outcomeKind', 'outcomeStatus', 'body', 'now',
+] as const;
+
+/**
+ * Throws unless `selection` (the object given to `select()`) has the keys of
+ * {@link LIVE_READ_ORDER} in that order: the statement's columns come out in that order.
+ */
+export function assertLiveReadOrder(selection: object): void {
+  if (Object.keys(selection).join() !== LIVE_READ_ORDER.join()) throw new Error('[idem] the SQLite live table changed: update LIVE_READ_ORDER and liveRowOfValues');
+}
+
+/**
+ * A live row from the values of one row of the hot read (SQLite keeps timestamps as integer
+ * epoch milliseconds). better-sqlite3 answers an array, libsql an array-like `Row`.
+ */
+export function liveRowOfValues(v: ArrayLike<unknown>): LiveRow {
+  return {
+    scope: v[0] as string,
+    key: v[1] as string,
+    generation: Number(v[2]),
+    fingerprint: v[3] as string | null,
+    state: v[4] as LiveRow['state'],
+    token: v[5] as string,
+    createdAt: new Date(Number(v[6])),
+    leaseUntil: new Date(Number(v[7])),
+    expiresAt: new Date(Number(v[8])),
+    completedAt: v[9] === null ? null : new Date(Number(v[9])),
+    archivedAt: v[10] === null ? null : new Date(Number(v[10])),
+    takeovers: Number(v[11]),
+    outcomeKind: v[12] as LiveRow['outcomeKind'],
+    outcomeStatus: v[13] === null ? null : Number(v[13]),
+    body: v[14] as string | null,
+  };
+}
+
+/** The database clock of the hot read: its last column. */
+export function nowOfValues(v: ArrayLike<unknown>): Date {
+  return new Date(Number(v[15]));
+}
