@@ -47,7 +47,44 @@ export function sqliteSweepCandidates(db: AnySQLiteDatabase, { keys }: SqliteTab
 
 /** The store's statements over `db`; each one retried for up to `busyRetryMs` while another connection holds the write lock. */
 export function sqliteStatements(db: AnySQLiteDatabase, tables: SqliteTables, driver: Driver, busyRetryMs: number): StoreStatements {
-  return withBusyRetry(statementsOf(db, tables, driver), busyRetryMs);
+  const statements = withBusyRetry(statementsOf(db, tables, driver), busyRetryMs);
+  return driver.transactions === 'asynchronous' ? oneWriterAtATime(statements) : statements;
+}
+
+/** The statements that only read: they never wait for the write lock (WAL). */
+const READS = new Set<string>(['readLive', 'getLive', 'history', 'ping']);
+
+/**
+ * libsql on a local file: the store's writes (and transactions) in this process one at a time,
+ * through an asynchronous queue, so that they never contend for SQLite's write lock with each
+ * other. libsql answers through promises but runs each statement synchronously on one of its
+ * pooled connections; two of them contending in one process would either wait in SQLite's busy
+ * handler, blocking the event loop while the other's transaction waits for it to turn, or fail
+ * with SQLITE_BUSY, and a statement libsql fails that way stays in progress until it is garbage
+ * collected, holding the lock on its connection (tursodatabase/libsql-client-ts#352). Other
+ * processes are waited for by the connection's busy timeout (`openDatabase` sets one).
+ * A replay's read is not queued: WAL readers never wait.
+ */
+function oneWriterAtATime(statements: StoreStatements): StoreStatements {
+  let tail: Promise<unknown> = Promise.resolve();
+  const queued = <T>(run: () => Eventually<T>): Promise<T> => {
+    const result = tail.then(run);
+    tail = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    return result;
+  };
+  const wrapped = { ...statements } as Record<string, unknown>;
+  for (const [name, value] of Object.entries(statements)) {
+    if (typeof value !== 'function' || READS.has(name) || name === 'claimOrRead') continue;
+    wrapped[name] = (...args: unknown[]) => queued(() => (value as (...a: unknown[]) => Eventually<unknown>).apply(statements, args));
+  }
+  const insertClaim = wrapped.insertClaim as StoreStatements['insertClaim'];
+  // Read first, unqueued (a replay); a miss queues the insert.
+  wrapped.claimOrRead = (request: ClaimRequest) =>
+    chain(statements.readLive(request.scope, request.key), (live) => (live ? { live } : chain(insertClaim(request), (inserted) => inserted && { inserted })));
+  return wrapped as unknown as StoreStatements;
 }
 
 /**

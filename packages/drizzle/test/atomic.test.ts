@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzleNodePostgres, type NodePgDatabase } from 'drizzle-orm/node-postgres';
-import type { BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
+import type { BaseSQLiteDatabase } from 'drizzle-orm/sqlite-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createEngine,
@@ -30,9 +30,9 @@ import {
 } from '@idem/core';
 import { createDrizzleStore, migrate, type DrizzleStore } from '../src/index.ts';
 import type { CrashChildConfig } from './atomic-crash-child.ts';
-import { CREATE_PAYMENTS, countPgPayments, countSqlitePayments, payOnPostgres, payOnSqlite } from './payments.ts';
+import { CREATE_PAYMENTS, countPgPayments, payOnPostgres, payOnSqlite, sqlitePayments } from './payments.ts';
+import { DRIVERS, driverSpec, type DriverTarget } from './drivers.ts';
 import { databaseUrl, isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
-import { openSqliteTarget } from './sqlite-target.ts';
 import { claimed, sleep } from './store-behaviour.ts';
 
 /** What both the engine's handlers (a ClaimContext) and the store's (an IdempotencyRecord) are given. */
@@ -40,10 +40,12 @@ type Handler = (tx: unknown, claim: { generation: number }) => unknown;
 
 interface AtomicTarget {
   dialect: 'sqlite' | 'postgres';
+  /** Whether handlers must be synchronous (better-sqlite3). */
+  synchronous: boolean;
   store: DrizzleStore;
   /**
    * A handler that records payment `id` through its transaction and then returns what `after`
-   * returns (or throws what it throws). Asynchronous on PostgreSQL, synchronous on SQLite.
+   * returns (or throws what it throws). Synchronous on better-sqlite3, asynchronous elsewhere.
    */
   pay(id: string, after?: (claim: { generation: number }) => unknown): Handler;
   /** Committed payments. */
@@ -53,42 +55,39 @@ interface AtomicTarget {
   close(): Promise<void>;
 }
 
-const openSqlite = async (): Promise<AtomicTarget> => {
-  const target = await openSqliteTarget();
-  await migrate(target.db);
-  target.client.exec(CREATE_PAYMENTS);
-  return {
-    dialect: 'sqlite',
-    store: createDrizzleStore(target.db),
-    pay: (id, after = () => ({ paymentId: id })) => (tx, claim) => {
-      payOnSqlite(tx, id);
-      return after(claim);
-    },
-    payments: async () => countSqlitePayments(target.db),
-    steal: (tx, scope, key) => (tx as BetterSQLite3Database).run(sql`UPDATE idem_keys SET token = 'thief' WHERE scope = ${scope} AND key = ${key}`),
-    close: () => target.close(),
-  };
-};
+const openSqlite = async (): Promise<AtomicTarget> => atomicTarget(await driverSpec('better-sqlite3').open());
 
-const openPostgres = async (): Promise<AtomicTarget> => {
-  const target = await openPostgresTarget({ max: 10, schemaPrefix: 'idem_atomic_test' });
+/** A driver's database with the payments table, and handlers that pay through their transaction (synchronous on better-sqlite3). */
+async function atomicTarget(target: DriverTarget): Promise<AtomicTarget> {
   await migrate(target.db);
-  await target.db.execute(sql.raw(CREATE_PAYMENTS));
+  await target.exec(CREATE_PAYMENTS);
+  const store = createDrizzleStore(target.db);
+  const synchronous = store.atomicHandlers === 'synchronous';
+  const sqlite = target.db as unknown as BaseSQLiteDatabase<'sync' | 'async', unknown>;
   return {
-    dialect: 'postgres',
-    store: createDrizzleStore(target.db),
-    pay: (id, after = () => ({ paymentId: id })) => async (tx, claim) => {
-      await payOnPostgres(tx, id);
-      return after(claim);
+    dialect: target.dialect,
+    synchronous,
+    store,
+    pay: (id, after = () => ({ paymentId: id })) =>
+      synchronous
+        ? (tx, claim) => {
+            payOnSqlite(tx, id);
+            return after(claim);
+          }
+        : async (tx, claim) => {
+            await (target.dialect === 'postgres' ? payOnPostgres(tx, id) : (tx as typeof sqlite).insert(sqlitePayments).values({ id }));
+            return after(claim);
+          },
+    payments: async () => (target.dialect === 'postgres' ? countPgPayments(target.db as NodePgDatabase) : ((await sqlite.select({ n: sql<number>`count(*)` }).from(sqlitePayments))[0]?.n ?? 0)),
+    steal: (tx, scope, key) => {
+      const statement = sql`UPDATE idem_keys SET token = 'thief' WHERE scope = ${scope} AND key = ${key}`;
+      return target.dialect === 'postgres' ? (tx as NodePgDatabase).execute(statement) : (tx as typeof sqlite).run(statement);
     },
-    payments: () => countPgPayments(target.db),
-    steal: (tx, scope, key) => (tx as NodePgDatabase).execute(sql`UPDATE idem_keys SET token = 'thief' WHERE scope = ${scope} AND key = ${key}`),
     close: () => target.close(),
   };
-};
+}
 
 const postgresServer = (await isServerReachable()) || postgresRequired();
-const postgresLabel = postgresServer ? 'PostgreSQL server' : 'PostgreSQL on PGlite';
 
 function recorder() {
   const events: IdempotencyEvent[] = [];
@@ -108,10 +107,12 @@ const claimRequest = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => ({
   ...overrides,
 });
 
-describe.each([
-  { name: 'SQLite (better-sqlite3, synchronous handlers)', open: openSqlite },
-  { name: postgresLabel, open: openPostgres },
-])('atomic mode on $name', ({ open }) => {
+describe.each(
+  DRIVERS.filter((spec) => spec.runs).map((spec) => ({
+    name: spec.name === 'better-sqlite3' ? 'better-sqlite3 (synchronous handlers)' : spec.name,
+    open: () => spec.open({ max: 10, schemaPrefix: 'idem_atomic_test' }).then(atomicTarget),
+  })),
+)('atomic mode on $name', ({ open }) => {
   let target: AtomicTarget;
   const engineOn = (options: Partial<EngineOptions> = {}) => createEngine({ store: target.store, ...options });
   /** Counts a handler's runs. */
@@ -241,8 +242,8 @@ describe.each([
     const before = await target.payments();
     const handler = counted(
       target.pay(`pay_${req.key}`, (claim) => {
-        // PostgreSQL: hold the transaction open a while, so the others queue behind its claim.
-        if (target.dialect === 'postgres') return sleep(50).then(() => ({ generation: claim.generation }));
+        // An asynchronous handler holds the transaction open a while, so the others queue behind its claim.
+        if (!target.synchronous) return sleep(50).then(() => ({ generation: claim.generation }));
         return { generation: claim.generation };
       }),
     );
@@ -309,7 +310,7 @@ describe.each([
     const handler = target.pay(`pay_${held.key}`, () => undefined);
     const fencedHandler: Handler = (tx, claim) => {
       const paid = handler(tx, claim);
-      return target.dialect === 'postgres' ? (paid as Promise<unknown>).then(() => target.steal(tx, held.scope, held.key)) : target.steal(tx, held.scope, held.key);
+      return target.synchronous ? target.steal(tx, held.scope, held.key) : (paid as Promise<unknown>).then(() => target.steal(tx, held.scope, held.key));
     };
 
     expect(await target.store.atomicComplete({ scope: held.scope, key: held.key, token: held.token }, fencedHandler, () => ({ kind: 'success', status: 200, body: '1' }))).toEqual({

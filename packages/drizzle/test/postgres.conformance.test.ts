@@ -1,15 +1,22 @@
+/** The core store contract on each PostgreSQL driver, on a real engine (drivers.ts). */
 import { runStoreConformance } from '@idem/core/conformance';
+import { describe } from 'vitest';
 import { createDrizzleStore, migrate } from '../src/index.ts';
-import { isServerReachable, openPostgresTarget, postgresRequired, type PostgresTarget } from './pg-target.ts';
+import { DRIVERS, type DriverTarget } from './drivers.ts';
 
-let target: PostgresTarget | undefined;
-
-runStoreConformance({
-  name: (await isServerReachable()) || postgresRequired() ? 'drizzle, PostgreSQL server (own schema)' : 'drizzle, PostgreSQL on PGlite (no server reachable)',
-  async createStore() {
-    target = await openPostgresTarget();
-    await migrate(target.db);
-    return createDrizzleStore(target.db);
-  },
-  teardown: async () => target?.close(),
-});
+for (const spec of DRIVERS.filter((each) => each.dialect === 'postgres')) {
+  if (!spec.runs) {
+    describe.skip(`store conformance: drizzle, ${spec.name} (no PostgreSQL server reachable)`, () => {});
+    continue;
+  }
+  let target: DriverTarget | undefined;
+  runStoreConformance({
+    name: `drizzle, ${spec.name}`,
+    async createStore() {
+      target = await spec.open();
+      await migrate(target.db);
+      return createDrizzleStore(target.db);
+    },
+    teardown: async () => target?.close(),
+  });
+}

@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { createDrizzleStore, definePgTables, migrate } from '../src/index.ts';
 import { pgSweepCandidates } from '../src/pg-store.ts';
 import { isServerReachable, openPostgresTarget, postgresRequired, type PostgresTarget } from './pg-target.ts';
+import { DRIVERS } from './drivers.ts';
 import { describeStoreBehaviour } from './store-behaviour.ts';
 
 const where = (await isServerReachable()) || postgresRequired() ? 'PostgreSQL server, own schema' : 'PostgreSQL on PGlite (no server reachable)';
@@ -13,16 +14,10 @@ const where = (await isServerReachable()) || postgresRequired() ? 'PostgreSQL se
 const rowsOf = async <T>(target: PostgresTarget, query: Parameters<PostgresTarget['db']['execute']>[0]) =>
   ((await target.db.execute(query)) as unknown as { rows: T[] }).rows;
 
-describeStoreBehaviour(where, async () => {
-  const target = await openPostgresTarget();
-  return {
-    dialect: 'postgres',
-    db: target.db,
-    rows: (query) => rowsOf(target, query),
-    exec: async (statement) => void (await target.db.execute(sql.raw(statement))),
-    close: () => target.close(),
-  };
-});
+for (const spec of DRIVERS.filter((each) => each.dialect === 'postgres')) {
+  if (spec.runs) describeStoreBehaviour(spec.name, () => spec.open());
+  else describe.skip(`drizzle store behaviour: ${spec.name} (no PostgreSQL server reachable)`, () => {});
+}
 
 describe(`drizzle store on ${where}`, () => {
   it('R3: the sweeper selects expired rows through the partial expiry index (EXPLAIN)', async () => {

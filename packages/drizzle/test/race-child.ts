@@ -6,14 +6,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
-import pg from 'pg';
-import { drizzle } from 'drizzle-orm/node-postgres';
-import type { IdempotencyStore } from '@idem/core';
-import { createDrizzleStore } from '../src/index.ts';
-import { openSqliteConnection } from './sqlite-target.ts';
+import { openChildStore, type ChildTarget } from './drivers.ts';
 
 export interface RaceChildConfig {
-  target: { dialect: 'sqlite'; file: string } | { dialect: 'postgres'; url: string; connections: number };
+  /** The driver and database this process opens (drivers.ts). */
+  target: ChildTarget;
   scope: string;
   key: string;
   claims: number;
@@ -34,20 +31,7 @@ export interface RaceChildReport {
 const SPREAD_MS = 100;
 
 const config = JSON.parse(process.argv[2] ?? '{}') as RaceChildConfig;
-let close: () => Promise<void>;
-let store: IdempotencyStore;
-if (config.target.dialect === 'sqlite') {
-  const { client, db } = openSqliteConnection(config.target.file);
-  store = createDrizzleStore(db);
-  close = async () => void client.close();
-} else {
-  const pool = new pg.Pool({ connectionString: config.target.url, max: config.target.connections });
-  // Open every connection before the start signal so the claims race, not the handshakes.
-  const clients = await Promise.all(Array.from({ length: config.target.connections }, () => pool.connect()));
-  for (const client of clients) client.release();
-  store = createDrizzleStore(drizzle(pool));
-  close = () => pool.end();
-}
+const { store, close } = await openChildStore(config.target);
 await store.ping();
 
 const lines = createInterface({ input: process.stdin });

@@ -8,9 +8,8 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { createDrizzleStore, migrate, type DrizzleDatabase } from '../src/index.ts';
-import { isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
+import { DRIVERS, type ChildTarget } from './drivers.ts';
 import type { RaceChildConfig, RaceChildReport } from './race-child.ts';
-import { openSqliteTarget } from './sqlite-target.ts';
 import { claimed, sleep } from './store-behaviour.ts';
 
 const CHILD = fileURLToPath(new URL('./race-child.ts', import.meta.url));
@@ -69,7 +68,7 @@ function expectOneWinner(total: RaceChildReport, claims: number, generation: num
 }
 
 /** The same two races on each dialect. */
-function describeRaces(label: string, open: () => Promise<{ db: DrizzleDatabase; child: RaceChildConfig['target']; close(): Promise<void> }>) {
+function describeRaces(label: string, open: () => Promise<{ db: DrizzleDatabase; child: ChildTarget; close(): Promise<void> }>) {
   const claims = PROCESSES * CLAIMS_PER_PROCESS;
   it(`E1: exactly one of ${claims} concurrent claims from ${PROCESSES} processes wins (${label})`, { timeout: RACE_TIMEOUT_MS }, async () => {
     const target = await open();
@@ -106,19 +105,53 @@ function describeRaces(label: string, open: () => Promise<{ db: DrizzleDatabase;
   });
 }
 
-const server = (await isServerReachable()) || postgresRequired();
-
 describe('claims racing across processes', () => {
-  describeRaces('SQLite WAL', async () => {
-    const target = await openSqliteTarget();
-    return { db: target.db, child: { dialect: 'sqlite', file: target.file }, close: () => target.close() };
-  });
-
-  describe.skipIf(!server)('on a PostgreSQL server (PGlite cannot be shared between processes)', () => {
-    describeRaces('PostgreSQL', async () => {
-      const target = await openPostgresTarget({ max: 2 });
-      if (!target.url) throw new Error('[idem] the race needs a PostgreSQL server');
-      return { db: target.db, child: { dialect: 'postgres', url: target.url, connections: 8 }, close: () => target.close() };
+  for (const spec of DRIVERS) {
+    if (!spec.runs) {
+      describe.skip(`${spec.name} (no PostgreSQL server reachable)`, () => {});
+      continue;
+    }
+    if (spec.name === 'pglite') continue;
+    describeRaces(spec.name, async () => {
+      const target = await spec.open({ max: 2 });
+      if (!target.child) throw new Error(`[idem] ${spec.name} cannot be opened from another process`);
+      return { db: target.db, child: target.child, close: () => target.close() };
     });
+  }
+});
+
+/**
+ * PGlite is PostgreSQL inside one process, on one connection: no second process can open its
+ * database (its data directory belongs to the process that runs it). Its race is among the
+ * concurrent claims of that process.
+ */
+describe('claims racing on PGlite, in its one process', () => {
+  const claims = PROCESSES * CLAIMS_PER_PROCESS;
+  it(`E1: exactly one of ${claims} concurrent claims of one key wins (pglite)`, async () => {
+    const target = await DRIVERS.find((spec) => spec.name === 'pglite')!.open();
+    try {
+      await migrate(target.db);
+      const store = createDrizzleStore(target.db);
+      const key = randomUUID();
+      const results = await Promise.all(
+        Array.from({ length: claims }, () =>
+          store.claim({ scope: 'race', key, fingerprint: 'race', token: randomUUID(), leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' }),
+        ),
+      );
+      expectOneWinner(
+        {
+          claimed: results.filter((result) => result.outcome === 'claimed').length,
+          existing: results.filter((result) => result.outcome === 'existing').length,
+          owners: results.map((result) => result.record.token),
+          generations: results.map((result) => result.record.generation),
+          errors: [],
+          window: [0, 0],
+        },
+        claims,
+        1,
+      );
+    } finally {
+      await target.close();
+    }
   });
 });

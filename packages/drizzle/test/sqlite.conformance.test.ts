@@ -1,15 +1,22 @@
+/** The core store contract on each SQLite driver, on a real engine (drivers.ts). */
 import { runStoreConformance } from '@idem/core/conformance';
+import { describe } from 'vitest';
 import { createDrizzleStore, migrate } from '../src/index.ts';
-import { openSqliteTarget, type SqliteTarget } from './sqlite-target.ts';
+import { DRIVERS, type DriverTarget } from './drivers.ts';
 
-let target: SqliteTarget | undefined;
-
-runStoreConformance({
-  name: 'drizzle, SQLite file in WAL mode',
-  async createStore() {
-    target = await openSqliteTarget();
-    await migrate(target.db);
-    return createDrizzleStore(target.db);
-  },
-  teardown: async () => target?.close(),
-});
+for (const spec of DRIVERS.filter((each) => each.dialect === 'sqlite')) {
+  if (!spec.runs) {
+    describe.skip(`store conformance: drizzle, ${spec.name} (no PostgreSQL server reachable)`, () => {});
+    continue;
+  }
+  let target: DriverTarget | undefined;
+  runStoreConformance({
+    name: `drizzle, ${spec.name}`,
+    async createStore() {
+      target = await spec.open();
+      await migrate(target.db);
+      return createDrizzleStore(target.db);
+    },
+    teardown: async () => target?.close(),
+  });
+}

@@ -4,18 +4,10 @@ import { describe, expect, it } from 'vitest';
 import { createDrizzleStore, defineSqliteTables, migrate } from '../src/index.ts';
 import { sqliteSweepCandidates } from '../src/sqlite-store.ts';
 import { openSqliteTarget } from './sqlite-target.ts';
+import { DRIVERS } from './drivers.ts';
 import { describeStoreBehaviour } from './store-behaviour.ts';
 
-describeStoreBehaviour('SQLite file in WAL mode', async () => {
-  const target = await openSqliteTarget();
-  return {
-    dialect: 'sqlite',
-    db: target.db,
-    rows: async (query) => target.db.all(query),
-    exec: async (statement) => void target.client.exec(statement),
-    close: () => target.close(),
-  };
-});
+for (const spec of DRIVERS.filter((each) => each.dialect === 'sqlite')) describeStoreBehaviour(spec.name, () => spec.open());
 
 describe('drizzle store on SQLite', () => {
   it('R3: the sweeper selects expired rows through the partial expiry index (EXPLAIN QUERY PLAN)', async () => {

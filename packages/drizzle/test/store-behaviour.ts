@@ -14,6 +14,8 @@ import { createDrizzleStore, migrate, sweepAll, type DrizzleDatabase, type Drizz
 
 export interface StoreHarness {
   dialect: 'sqlite' | 'postgres';
+  /** The driver, as `createDrizzleStore` names it. */
+  driver: string;
   db: DrizzleDatabase;
   /** Runs a query and returns its rows as the driver gives them. */
   rows<T>(query: SQL): Promise<T[]>;
@@ -63,8 +65,9 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       await harness?.close();
     });
 
-    it('detects its dialect from the drizzle instance', () => {
+    it('detects its dialect and driver from the drizzle instance', () => {
       expect(store.dialect).toBe(harness.dialect);
+      expect(store.driver).toBe(harness.driver);
       expect(store.tables).toEqual({ keys: 'idem_keys', history: 'idem_key_history' });
     });
 
