@@ -92,7 +92,7 @@ async function openServer(url: string, schema: string, max: number): Promise<Pos
   const pool = new pg.Pool({ connectionString: schemaUrl, max });
   return {
     kind: 'server',
-    db: drizzleNodePostgres(pool),
+    db: drizzleNodePostgres({ client: pool }),
     pool,
     url: schemaUrl,
     schema,
@@ -116,7 +116,7 @@ async function openPglite(schema: string): Promise<PostgresTarget> {
   await client.exec(`CREATE SCHEMA "${schema}"; SET search_path TO "${schema}";`);
   return {
     kind: 'pglite',
-    db: drizzle(client),
+    db: drizzle({ client }),
     schema,
     async close() {
       await client.close();

@@ -86,7 +86,7 @@ describe(`drizzle store on ${where}`, () => {
 
   it('E5: every method rejects when the server cannot be reached', async () => {
     const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/unreachable', connectionTimeoutMillis: 500 });
-    const store = createDrizzleStore(drizzle(pool));
+    const store = createDrizzleStore(drizzle({ client: pool }));
     try {
       await expect(store.claim({ scope: 's', key: 'k', fingerprint: null, token: 't', leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' })).rejects.toThrow();
       await expect(store.release({ scope: 's', key: 'k', token: 't' })).rejects.toThrow();
@@ -103,7 +103,7 @@ describe(`drizzle store on ${where}`, () => {
     try {
       await migrate(target.db);
       let statements = 0;
-      const db = target.pool ? drizzle(target.pool, { logger: { logQuery: () => void statements++ } }) : target.db;
+      const db = target.pool ? drizzle({ client: target.pool, logger: { logQuery: () => void statements++ } }) : target.db;
       const store = createDrizzleStore(db);
       const request = { scope: 's', key: randomUUID(), fingerprint: 'f', token: 't1', leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' } as const;
 

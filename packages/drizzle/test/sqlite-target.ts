@@ -24,7 +24,7 @@ export function openSqliteConnection(file: string): { client: Database.Database;
   const client = new Database(file, { timeout: BUSY_TIMEOUT_MS });
   client.pragma('journal_mode = WAL');
   client.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
-  return { client, db: drizzle(client) };
+  return { client, db: drizzle({ client }) };
 }
 
 export async function openSqliteTarget(): Promise<SqliteTarget> {

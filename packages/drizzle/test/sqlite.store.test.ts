@@ -74,7 +74,7 @@ describe('drizzle store on SQLite', () => {
     try {
       await migrate(target.db);
       const statements: string[] = [];
-      const store = createDrizzleStore(drizzle(target.client, { logger: { logQuery: (query) => void statements.push(query.split(' ')[0]!.toLowerCase()) } }));
+      const store = createDrizzleStore(drizzle({ client: target.client, logger: { logQuery: (query) => void statements.push(query.split(' ')[0]!.toLowerCase()) } }));
       const request = { scope: 's', key: randomUUID(), fingerprint: 'f', token: 't1', leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' } as const;
 
       expect((await store.claim(request)).outcome).toBe('claimed');

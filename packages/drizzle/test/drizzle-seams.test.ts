@@ -1,0 +1,66 @@
+/**
+ * Pins what src/drizzle-seams.ts relies on in drizzle beyond its documented API, for the drizzle
+ * version this run resolves: `npm test` runs it on the installed drizzle-orm (0.45) and, as the
+ * vitest projects `drizzle-orm@0.44` and `drizzle-orm@1.0`, on the npm aliases drizzle-orm-044
+ * and drizzle-orm-1 (vitest.config.ts). `IDEM_DRIZZLE_ORM` names the version a project expects.
+ */
+import { randomUUID } from 'node:crypto';
+import { npmVersion } from 'drizzle-orm/version';
+import { describe, expect, it } from 'vitest';
+import { createDrizzleStore, migrate } from '../src/index.ts';
+import { entityKinds } from '../src/drizzle-seams.ts';
+import { detectDialect } from '../src/dialect.ts';
+import { DRIVERS } from './drivers.ts';
+
+/** drizzle's entity name of each driver's database class. */
+const DATABASE_CLASS = {
+  'node-postgres': 'NodePgDatabase',
+  'postgres-js': 'PostgresJsDatabase',
+  pglite: 'PgliteDatabase',
+  'better-sqlite3': 'BetterSQLite3Database',
+  libsql: 'LibSQLDatabase',
+} as const;
+
+describe(`drizzle seams on drizzle-orm ${npmVersion}`, () => {
+  it('runs on the drizzle-orm version this project names', () => {
+    expect(npmVersion.startsWith(process.env.IDEM_DRIZZLE_ORM ?? '0.45.')).toBe(true);
+  });
+
+  for (const spec of DRIVERS) {
+    describe.skipIf(!spec.runs)(spec.name, () => {
+      it('entityKinds names the driver class first and its dialect class among the ancestors; the driver is detected by it', async () => {
+        const target = await spec.open();
+        try {
+          const kinds = entityKinds(target.db);
+          expect(kinds[0]).toBe(DATABASE_CLASS[spec.name]);
+          expect(kinds.some((kind) => (spec.dialect === 'postgres' ? ['PgDatabase', 'PgAsyncDatabase'] : ['BaseSQLiteDatabase']).includes(kind))).toBe(true);
+          expect(detectDialect(target.db)).toMatchObject({ dialect: spec.dialect, driver: { name: spec.name } });
+        } finally {
+          await target.close();
+        }
+      });
+
+      it('E1/E2: the rows of a fresh claim and of a replay (SQLite: mapped by position) are what drizzle maps for get()', async () => {
+        const target = await spec.open();
+        try {
+          await migrate(target.db);
+          const store = createDrizzleStore(target.db);
+          const request = { scope: 's', key: randomUUID(), fingerprint: 'f', token: 't1', leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' } as const;
+          const fresh = await store.claim(request);
+          expect(fresh).toMatchObject({ outcome: 'claimed', record: { state: 'processing', generation: 1, token: 't1', outcome: null, completedAt: null } });
+          expect(fresh.record).toEqual(await store.get('s', request.key));
+          await store.complete({ scope: 's', key: request.key, token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } });
+          const replay = await store.claim({ ...request, token: 't2' });
+          expect(replay).toMatchObject({ outcome: 'existing', expired: false, record: { state: 'completed', token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } } });
+          expect(replay.record).toEqual(await store.get('s', request.key));
+          expect(replay.record.completedAt).toBeInstanceOf(Date);
+          if (replay.outcome !== 'existing') throw new Error('expected a replay');
+          expect(replay.now).toBeInstanceOf(Date);
+          expect(Math.abs(replay.now.getTime() - Date.now())).toBeLessThan(60_000);
+        } finally {
+          await target.close();
+        }
+      });
+    });
+  }
+});
