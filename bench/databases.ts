@@ -50,7 +50,7 @@ export async function openBenchSqlite({ migrated = true }: { migrated?: boolean 
   return {
     dialect: 'sqlite',
     file,
-    db: opened.db,
+    db: opened.db as BetterSQLite3Database,
     client: (opened.db as unknown as { $client: Database.Database }).$client,
     async close() {
       await opened.close();
@@ -80,7 +80,7 @@ export async function openBenchPostgres({ max = 10, migrated = true }: { max?: n
     dialect: 'postgres',
     url,
     schema,
-    db: opened.db,
+    db: opened.db as NodePgDatabase,
     pool: (opened.db as unknown as { $client: pg.Pool }).$client,
     async close() {
       await opened.close();

@@ -52,8 +52,8 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
  * from the example's folder, where npm runs the script.
  */
 function resolveFrom(database: DatabaseLocation, initCwd: string | undefined): DatabaseLocation {
-  if (database.dialect !== 'sqlite' || !initCwd || database.path === ':memory:' || isAbsolute(database.path)) return database;
-  return { dialect: 'sqlite', path: resolve(initCwd, database.path) };
+  if (database.dialect !== 'sqlite' || !('path' in database) || !initCwd || database.path === ':memory:' || isAbsolute(database.path)) return database;
+  return { ...database, path: resolve(initCwd, database.path) };
 }
 
 function flag(name: string, value: string | undefined): boolean {

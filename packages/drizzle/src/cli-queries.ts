@@ -14,8 +14,10 @@ type Row = Record<string, unknown>;
 
 /** Runs a read statement and answers its rows as plain objects (column name → raw value). */
 async function rows(opened: OpenedDatabase, query: SQL): Promise<Row[]> {
-  if (opened.dialect === 'sqlite') return opened.db.all<Row>(query);
-  return (await opened.db.execute(query)).rows as Row[];
+  if (opened.dialect === 'sqlite') return (await opened.db.all<Row>(query)) as Row[];
+  // node-postgres and PGlite answer `{ rows }`, postgres-js the rows themselves.
+  const result = (await opened.db.execute(query)) as unknown;
+  return (Array.isArray(result) ? result : (result as { rows: Row[] }).rows) as Row[];
 }
 
 /** The default-named tables of the opened dialect (the ones `migrate` creates). */

@@ -12,14 +12,25 @@ import { explainJson, renderExplain, type KeyTimelines } from './cli-explain.js'
 import { plural } from './cli-format.js';
 import { asPublishedPolicy, databasePolicyJson, renderDatabasePolicy, renderPublishedPolicy } from './cli-policy.js';
 import { databaseNow, findScopes, pingDatabase, scopeFigures } from './cli-queries.js';
-import { DatabaseUrlError, describeDatabase, openDatabase, parseDatabaseUrl, type DatabaseLocation, type OpenedDatabase } from './connect.js';
+import {
+  DatabaseUrlError,
+  describeDatabase,
+  openDatabase,
+  parseDatabaseUrl,
+  POSTGRES_DRIVERS,
+  SQLITE_DRIVERS,
+  type DatabaseLocation,
+  type DriverName,
+  type OpenedDatabase,
+} from './connect.js';
 import { createDrizzleStore, sweepAll } from './drizzle-store.js';
 import { migrate } from './migrate.js';
 
 export const USAGE = `Usage: idem <command> [options]
 
 Maintains the idem store of @idem/drizzle in the database named by DATABASE_URL (or --database):
-file:<path>, <path>.db or <path>.sqlite for SQLite; postgres://… or postgresql://… for PostgreSQL.
+file:<path>, <path>.db or <path>.sqlite for SQLite (better-sqlite3, else libsql); libsql://… for
+a remote libsql database; postgres://… or postgresql://… for PostgreSQL (pg, else postgres-js).
 
 Commands:
   migrate                        create or update the store's tables (safe to run again)
@@ -34,6 +45,7 @@ Commands:
 
 Options:
   --database <url>  the database, instead of DATABASE_URL
+  --driver <name>   node-postgres, postgres-js, better-sqlite3 or libsql, instead of the first installed
   -h, --help        this text
 
 Exit status: 0 done; 1 failed (database unreachable, key not found, query failed); 2 bad usage.
@@ -54,6 +66,7 @@ const failure = (message: string) => new CliError(message, 1);
 
 const OPTIONS = {
   database: { type: 'string' },
+  driver: { type: 'string' },
   'batch-size': { type: 'string' },
   'older-than': { type: 'string' },
   scope: { type: 'string' },
@@ -79,13 +92,19 @@ const DEFAULT_BATCH_SIZE = 1000;
 const MAX_BATCH_SIZE = 1_000_000;
 const FETCH_TIMEOUT_MS = 10_000;
 
+/** Where the database is: `--database` (or DATABASE_URL) and `--driver`. */
+interface Target {
+  database: string | undefined;
+  driver: DriverName | undefined;
+}
+
 type Invocation =
   | { command: 'help' }
-  | { command: 'migrate'; database: string | undefined }
-  | { command: 'sweep'; database: string | undefined; batchSize: number }
-  | { command: 'purge'; database: string | undefined; olderThanMs: number; olderThan: string }
-  | { command: 'explain'; database: string | undefined; key: string; scope: string | undefined; json: boolean }
-  | { command: 'policy'; database: string | undefined; url: string | undefined; json: boolean };
+  | ({ command: 'migrate' } & Target)
+  | ({ command: 'sweep'; batchSize: number } & Target)
+  | ({ command: 'purge'; olderThanMs: number; olderThan: string } & Target)
+  | ({ command: 'explain'; key: string; scope: string | undefined; json: boolean } & Target)
+  | ({ command: 'policy'; url: string | undefined; json: boolean } & Target);
 
 /** Where the CLI writes, and the environment it reads (`DATABASE_URL`). */
 export interface CliIo {
@@ -133,35 +152,36 @@ export function parseInvocation(argv: readonly string[]): Invocation {
   const command = name as CommandName;
   const spec = COMMANDS[command];
   for (const token of tokens) {
-    if (token.kind !== 'option' || token.name === 'database' || token.name === 'help') continue;
+    if (token.kind !== 'option' || token.name === 'database' || token.name === 'driver' || token.name === 'help') continue;
     if (!spec.options.includes(token.name as OptionName)) throw usageError(`${token.rawName} does not apply to ${command} (idem --help shows how)`);
   }
   if (spec.argument === undefined && rest.length > 0) throw usageError(`${command} takes no arguments, got "${rest[0]}"`);
   const database = values.database;
+  const driver = driverOf(values.driver);
 
   switch (command) {
     case 'help':
       return { command };
     case 'migrate':
-      return { command, database };
+      return { command, database, driver };
     case 'sweep':
-      return { command, database, batchSize: batchSizeOf(values['batch-size']) };
+      return { command, database, driver, batchSize: batchSizeOf(values['batch-size']) };
     case 'purge': {
       const olderThan = values['older-than'];
       if (olderThan === undefined) throw usageError('purge needs --older-than <duration>, e.g. --older-than 90d');
-      return { command, database, olderThanMs: durationOf('--older-than', olderThan), olderThan: olderThan.trim() };
+      return { command, database, driver, olderThanMs: durationOf('--older-than', olderThan), olderThan: olderThan.trim() };
     }
     case 'explain': {
       const [key, ...extra] = rest;
       if (key === undefined || key === '') throw usageError('explain needs a key: idem explain <key> [--scope S] [--json]');
       if (extra.length > 0) throw usageError(`explain takes one key, got ${rest.length} arguments (quote a key that has spaces)`);
       if (values.scope !== undefined && values.scope === '') throw usageError('--scope needs a non-empty value');
-      return { command, database, key: keyOf(key), scope: values.scope, json: values.json === true };
+      return { command, database, driver, key: keyOf(key), scope: values.scope, json: values.json === true };
     }
     case 'policy': {
       const url = values.url;
       if (url !== undefined && !isHttpUrl(url)) throw usageError(`--url must be an http:// or https:// URL, got "${url}"`);
-      return { command, database, url, json: values.json === true };
+      return { command, database, driver, url, json: values.json === true };
     }
   }
 }
@@ -177,6 +197,13 @@ function keyOf(value: string): string {
   }
   if (key === undefined) throw usageError('explain needs a key: idem explain <key> [--scope S] [--json]');
   return key;
+}
+
+function driverOf(value: string | undefined): DriverName | undefined {
+  if (value === undefined) return undefined;
+  const drivers: readonly string[] = [...POSTGRES_DRIVERS, ...SQLITE_DRIVERS];
+  if (!drivers.includes(value)) throw usageError(`--driver must be one of ${drivers.join(', ')}, got "${value}"`);
+  return value as DriverName;
 }
 
 function batchSizeOf(value: string | undefined): number {
@@ -221,7 +248,7 @@ async function execute(invocation: Exclude<Invocation, { command: 'help' }>, io:
     await publishedPolicy(invocation.url, invocation.json, io);
     return;
   }
-  const location = locate(invocation.database, io.env);
+  const location = locate(invocation, io.env);
   const opened = await connect(location, { create: invocation.command === 'migrate' });
   try {
     await run(invocation, opened, io);
@@ -234,11 +261,11 @@ async function execute(invocation: Exclude<Invocation, { command: 'help' }>, io:
   }
 }
 
-function locate(flag: string | undefined, env: CliIo['env']): DatabaseLocation {
+function locate({ database: flag, driver }: Target, env: CliIo['env']): DatabaseLocation {
   const value = flag ?? env.DATABASE_URL;
   if (value === undefined || value.trim() === '') throw usageError('set DATABASE_URL or pass --database (file:<path>, <path>.db, postgres://…)');
   try {
-    return parseDatabaseUrl(value, { name: flag === undefined ? 'DATABASE_URL' : '--database' });
+    return parseDatabaseUrl(value, { name: flag === undefined ? 'DATABASE_URL' : '--database', driver });
   } catch (error) {
     if (error instanceof DatabaseUrlError) throw usageError(error.message);
     throw error;
@@ -248,7 +275,7 @@ function locate(flag: string | undefined, env: CliIo['env']): DatabaseLocation {
 /** Opens the database and makes sure it answers, so that every later failure is about the work. */
 async function connect(location: DatabaseLocation, { create }: { create: boolean }): Promise<OpenedDatabase> {
   const description = describeDatabase(location);
-  if (location.dialect === 'sqlite' && !create && location.path !== ':memory:' && !existsSync(resolve(location.path))) {
+  if (location.dialect === 'sqlite' && 'path' in location && !create && location.path !== ':memory:' && !existsSync(resolve(location.path))) {
     throw failure(`no SQLite database at ${resolve(location.path)}: run idem migrate first`);
   }
   let opened: OpenedDatabase;

@@ -1,17 +1,40 @@
 /**
- * From a `DATABASE_URL` to a drizzle instance the store accepts: `file:<path>` or a path
- * ending in `.db`/`.sqlite` opens SQLite (better-sqlite3, WAL), `postgres://` or
- * `postgresql://` opens a node-postgres pool. The drivers are optional peer dependencies,
- * imported only when the URL selects them, so a PostgreSQL app does not need better-sqlite3.
+ * From a `DATABASE_URL` to a drizzle instance the store accepts. The URL names the dialect,
+ * the driver is the first of that dialect's drivers that is installed, or the one `driver`
+ * names:
+ *
+ * - `postgres://` or `postgresql://`: node-postgres (`pg`), else postgres-js (`postgres`);
+ * - `file:<path>` or a path ending in `.db`/`.sqlite`: better-sqlite3, else libsql
+ *   (`@libsql/client`), on the local file in WAL mode;
+ * - `libsql://…` (Turso, sqld): libsql over the network.
+ *
+ * The drivers are optional peer dependencies, imported only when selected, so a PostgreSQL app
+ * does not need better-sqlite3.
  */
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
-import type { NodePgDatabase } from 'drizzle-orm/node-postgres';
+import { sql } from 'drizzle-orm';
+import type { AnyPgDatabase, AnySQLiteDatabase } from './dialect.js';
 
-/** Where a `DATABASE_URL` points: a SQLite file or a PostgreSQL connection string. */
-export type DatabaseLocation = { dialect: 'sqlite'; path: string } | { dialect: 'postgres'; url: string };
+const sqlText = (text: string) => sql.raw(text);
+
+/** The PostgreSQL drivers `openDatabase` can open, in the order it tries them. */
+export const POSTGRES_DRIVERS = ['node-postgres', 'postgres-js'] as const;
+/** The SQLite drivers `openDatabase` can open a local file with, in the order it tries them. */
+export const SQLITE_DRIVERS = ['better-sqlite3', 'libsql'] as const;
+export type PostgresDriverName = (typeof POSTGRES_DRIVERS)[number];
+export type SqliteDriverName = (typeof SQLITE_DRIVERS)[number];
+export type DriverName = PostgresDriverName | SqliteDriverName;
+
+/**
+ * Where a `DATABASE_URL` points: a SQLite file, a remote libsql database, or a PostgreSQL
+ * connection string; `driver` when one was asked for.
+ */
+export type DatabaseLocation =
+  | { dialect: 'sqlite'; path: string; driver?: SqliteDriverName }
+  | { dialect: 'sqlite'; remote: string; driver: 'libsql' }
+  | { dialect: 'postgres'; url: string; driver?: PostgresDriverName };
 
 /** A `DATABASE_URL` that names no database idem can open; the message is one line. */
 export class DatabaseUrlError extends Error {
@@ -23,20 +46,37 @@ export interface ParseDatabaseUrlOptions {
   defaultSqlitePath?: string;
   /** How the value is called in error messages. Defaults to `DATABASE_URL`. */
   name?: string;
+  /**
+   * The driver to open the database with, instead of the first installed one of its dialect;
+   * a driver of another dialect than the URL's is an error. Defaults to none.
+   */
+  driver?: DriverName;
 }
 
 /**
  * `file:<path>` (or a `file://` URL) or a path ending in `.db`/`.sqlite` selects SQLite;
- * `postgres://` or `postgresql://` selects PostgreSQL; unset or empty selects
- * `defaultSqlitePath`. Anything else throws a {@link DatabaseUrlError}.
+ * `libsql://` a remote libsql database; `postgres://` or `postgresql://` selects PostgreSQL;
+ * unset or empty selects `defaultSqlitePath`. Anything else throws a {@link DatabaseUrlError}.
  */
-export function parseDatabaseUrl(value: string | undefined, { defaultSqlitePath, name = 'DATABASE_URL' }: ParseDatabaseUrlOptions = {}): DatabaseLocation {
+export function parseDatabaseUrl(value: string | undefined, { defaultSqlitePath, name = 'DATABASE_URL', driver }: ParseDatabaseUrlOptions = {}): DatabaseLocation {
+  const location = locationOf(value, defaultSqlitePath, name);
+  if (driver === undefined) return location;
+  const fits = location.dialect === 'postgres' ? (POSTGRES_DRIVERS as readonly string[]).includes(driver) : 'remote' in location ? driver === 'libsql' : (SQLITE_DRIVERS as readonly string[]).includes(driver);
+  if (!fits) {
+    const choices = location.dialect === 'postgres' ? POSTGRES_DRIVERS.join(' or ') : 'remote' in location ? 'libsql' : SQLITE_DRIVERS.join(' or ');
+    throw new DatabaseUrlError(`driver ${driver} cannot open ${name} "${describeDatabase(location)}": use ${choices}`);
+  }
+  return { ...location, driver } as DatabaseLocation;
+}
+
+function locationOf(value: string | undefined, defaultSqlitePath: string | undefined, name: string): DatabaseLocation {
   if (value === undefined || value.trim() === '') {
     if (defaultSqlitePath !== undefined) return { dialect: 'sqlite', path: defaultSqlitePath };
     throw new DatabaseUrlError(`set ${name} (file:<path>, <path>.db, postgres://…)`);
   }
   const url = value.trim();
   if (/^postgres(ql)?:\/\//i.test(url)) return { dialect: 'postgres', url };
+  if (/^libsql:\/\/./i.test(url)) return { dialect: 'sqlite', remote: url, driver: 'libsql' };
   if (url.startsWith('file:')) {
     let path: string;
     try {
@@ -48,7 +88,8 @@ export function parseDatabaseUrl(value: string | undefined, { defaultSqlitePath,
     return { dialect: 'sqlite', path };
   }
   if (/\.(db|sqlite)$/i.test(url)) return { dialect: 'sqlite', path: url };
-  throw new DatabaseUrlError(`${name} "${url}" is neither postgres://…, postgresql://…, file:<path> nor a path ending in .db or .sqlite`);
+  // Redacted: an unsupported URL may still carry a password.
+  throw new DatabaseUrlError(`${name} "${/^[a-z][a-z0-9+.-]*:/i.test(url) ? redactDatabaseUrl(url) : url}" is neither postgres://…, postgresql://…, libsql://…, file:<path> nor a path ending in .db or .sqlite`);
 }
 
 /**
@@ -72,9 +113,11 @@ export function redactDatabaseUrl(url: string): string {
 export interface OpenDatabaseOptions extends ParseDatabaseUrlOptions {
   /**
    * SQLite: how long a statement waits for another connection's write lock before SQLITE_BUSY.
-   * better-sqlite3 waits synchronously, blocking the event loop, so this defaults to 0: the
-   * store retries asynchronously instead (`createDrizzleStore`'s `busyRetryMs`), and your own
-   * statements on this connection can use `retrySqliteBusy`. Defaults to 0 ms.
+   * better-sqlite3 waits synchronously, blocking the event loop, so there this defaults to 0:
+   * the store retries asynchronously instead (`createDrizzleStore`'s `busyRetryMs`), and your
+   * own statements on this connection can use `retrySqliteBusy`. libsql: defaults to 5000 ms,
+   * the wait for other processes (the store queues its own writes within the process, and a
+   * statement libsql fails busy keeps its connection locked until it is garbage-collected).
    */
   busyTimeoutMs?: number;
   /**
@@ -97,15 +140,17 @@ interface OpenedBase {
 
 /** An open database: hand `db` to `createDrizzleStore` and `migrate`. */
 export type OpenedDatabase =
-  | (OpenedBase & { dialect: 'sqlite'; db: BetterSQLite3Database })
-  | (OpenedBase & { dialect: 'postgres'; db: NodePgDatabase });
+  | (OpenedBase & { dialect: 'sqlite'; driver: SqliteDriverName; db: AnySQLiteDatabase })
+  | (OpenedBase & { dialect: 'postgres'; driver: PostgresDriverName; db: AnyPgDatabase });
 
 const DEFAULT_BUSY_TIMEOUT_MS = 0;
+const DEFAULT_LIBSQL_BUSY_TIMEOUT_MS = 5000;
 const DEFAULT_CONNECTION_TIMEOUT_MS = 5000;
 
 /** How {@link openDatabase} describes a database: `file:<absolute path>`, or the redacted URL. */
 export function describeDatabase(location: DatabaseLocation): string {
   if (location.dialect === 'postgres') return redactDatabaseUrl(location.url);
+  if ('remote' in location) return redactDatabaseUrl(location.remote);
   return location.path === ':memory:' ? 'file::memory:' : `file:${resolve(location.path)}`;
 }
 
@@ -117,13 +162,37 @@ export function describeDatabase(location: DatabaseLocation): string {
  */
 export async function openDatabase(target: string | DatabaseLocation | undefined, options: OpenDatabaseOptions = {}): Promise<OpenedDatabase> {
   const location = typeof target === 'object' ? target : parseDatabaseUrl(target, options);
-  return location.dialect === 'sqlite' ? openSqlite(location.path, options) : openPostgres(location.url, options);
+  if (location.dialect === 'postgres') {
+    return firstInstalled(location.driver ? [location.driver] : POSTGRES_DRIVERS, 'PostgreSQL', (driver) =>
+      driver === 'node-postgres' ? openPostgres(location.url, options) : openPostgresJs(location.url, options),
+    );
+  }
+  if ('remote' in location) return openLibsql(location.remote, describeDatabase(location), options);
+  return firstInstalled(location.driver ? [location.driver] : SQLITE_DRIVERS, 'SQLite', (driver) =>
+    driver === 'better-sqlite3' ? openSqlite(location.path, options) : openLocalLibsql(location.path, options),
+  );
+}
+
+/** What each driver needs installed, for the message when none is. */
+const PACKAGES: Record<DriverName, string> = { 'node-postgres': 'pg@^8', 'postgres-js': 'postgres@^3', 'better-sqlite3': 'better-sqlite3@^12', libsql: '@libsql/client' };
+
+/** `open` with the first of `drivers` that is installed; when none is, one line naming them. */
+async function firstInstalled<D extends DriverName>(drivers: readonly D[], database: string, open: (driver: D) => Promise<OpenedDatabase>): Promise<OpenedDatabase> {
+  for (const driver of drivers) {
+    try {
+      return await open(driver);
+    } catch (error) {
+      if (!(error instanceof DriverMissingError)) throw error;
+    }
+  }
+  if (drivers.length === 1) throw new Error(`[idem] ${database} needs the ${drivers[0]} driver, which is not installed: npm install ${PACKAGES[drivers[0]!]}`);
+  throw new Error(`[idem] ${database} needs one of its drivers, none of which is installed: npm install ${drivers.map((driver) => `${PACKAGES[driver]} (${driver})`).join(' or ')}`);
 }
 
 async function openSqlite(path: string, { busyTimeoutMs = DEFAULT_BUSY_TIMEOUT_MS, create = true }: OpenDatabaseOptions): Promise<OpenedDatabase> {
   const [{ default: Database }, { drizzle }] = await Promise.all([
-    importDriver(() => import('better-sqlite3'), 'better-sqlite3', 'SQLite', 'better-sqlite3@^12'),
-    importDriver(() => import('drizzle-orm/better-sqlite3'), 'better-sqlite3', 'SQLite', 'better-sqlite3@^12'),
+    importDriver(() => import('better-sqlite3'), 'better-sqlite3'),
+    importDriver(() => import('drizzle-orm/better-sqlite3'), 'better-sqlite3'),
   ]);
   const file = path === ':memory:' ? path : resolve(path);
   if (create && file !== ':memory:') mkdirSync(dirname(file), { recursive: true });
@@ -137,7 +206,8 @@ async function openSqlite(path: string, { busyTimeoutMs = DEFAULT_BUSY_TIMEOUT_M
   }
   return {
     dialect: 'sqlite',
-    db: drizzle(client),
+    driver: 'better-sqlite3',
+    db: drizzle({ client }),
     description: describeDatabase({ dialect: 'sqlite', path }),
     async close() {
       if (client.open) client.close();
@@ -145,11 +215,41 @@ async function openSqlite(path: string, { busyTimeoutMs = DEFAULT_BUSY_TIMEOUT_M
   };
 }
 
+/** libsql on a local file, in WAL mode, with a busy timeout for other processes' locks (see `busyTimeoutMs`). */
+async function openLocalLibsql(path: string, { busyTimeoutMs = DEFAULT_LIBSQL_BUSY_TIMEOUT_MS, create = true }: OpenDatabaseOptions): Promise<OpenedDatabase> {
+  const file = path === ':memory:' ? path : resolve(path);
+  if (file !== ':memory:') {
+    // libsql creates a missing file on open: refuse it first when asked to.
+    if (!create && !existsSync(file)) throw new Error(`[idem] no SQLite database at ${file}`);
+    if (create) mkdirSync(dirname(file), { recursive: true });
+  }
+  const opened = await openLibsql(file === ':memory:' ? ':memory:' : `file:${file}`, describeDatabase({ dialect: 'sqlite', path }), { busyTimeoutMs });
+  try {
+    await opened.db.run(sqlText('PRAGMA journal_mode = WAL'));
+  } catch (error) {
+    await opened.close();
+    throw error;
+  }
+  return opened;
+}
+
+async function openLibsql(url: string, description: string, { busyTimeoutMs = DEFAULT_LIBSQL_BUSY_TIMEOUT_MS }: OpenDatabaseOptions): Promise<OpenedDatabase & { dialect: 'sqlite' }> {
+  const [{ createClient }, { drizzle }] = await Promise.all([importDriver(() => import('@libsql/client'), 'libsql'), importDriver(() => import('drizzle-orm/libsql'), 'libsql')]);
+  // `authToken` (Turso) is read from the URL's query by the client itself.
+  const client = createClient({ url, timeout: Math.max(0, Math.trunc(busyTimeoutMs)) });
+  return {
+    dialect: 'sqlite',
+    driver: 'libsql',
+    db: drizzle({ client }),
+    description,
+    async close() {
+      client.close();
+    },
+  };
+}
+
 async function openPostgres(url: string, { max = 10, connectionTimeoutMillis = DEFAULT_CONNECTION_TIMEOUT_MS }: OpenDatabaseOptions): Promise<OpenedDatabase> {
-  const [{ default: pg }, { drizzle }] = await Promise.all([
-    importDriver(() => import('pg'), 'pg', 'PostgreSQL', 'pg@^8'),
-    importDriver(() => import('drizzle-orm/node-postgres'), 'pg', 'PostgreSQL', 'pg@^8'),
-  ]);
+  const [{ default: pg }, { drizzle }] = await Promise.all([importDriver(() => import('pg'), 'node-postgres'), importDriver(() => import('drizzle-orm/node-postgres'), 'node-postgres')]);
   const pool = new pg.Pool({ connectionString: url, max, connectionTimeoutMillis });
   // An idle connection that drops (server restart, network) must not crash the process: the
   // pool discards it and the next query opens a new one.
@@ -161,7 +261,8 @@ async function openPostgres(url: string, { max = 10, connectionTimeoutMillis = D
   let ended = false;
   return {
     dialect: 'postgres',
-    db: drizzle(pool),
+    driver: 'node-postgres',
+    db: drizzle({ client: pool }),
     description: redactDatabaseUrl(url),
     async close() {
       if (ended) return;
@@ -171,14 +272,37 @@ async function openPostgres(url: string, { max = 10, connectionTimeoutMillis = D
   };
 }
 
-async function importDriver<T>(load: () => Promise<T>, driver: string, database: string, install: string): Promise<T> {
+/** postgres-js: its own pool (`max`), connecting on the first query; notices are not printed. */
+async function openPostgresJs(url: string, { max = 10, connectionTimeoutMillis = DEFAULT_CONNECTION_TIMEOUT_MS }: OpenDatabaseOptions): Promise<OpenedDatabase> {
+  const [{ default: postgres }, { drizzle }] = await Promise.all([importDriver(() => import('postgres'), 'postgres-js'), importDriver(() => import('drizzle-orm/postgres-js'), 'postgres-js')]);
+  const client = postgres(url, { max, connect_timeout: Math.max(1, Math.ceil(connectionTimeoutMillis / 1000)), onnotice: () => {} });
+  let ended = false;
+  return {
+    dialect: 'postgres',
+    driver: 'postgres-js',
+    db: drizzle({ client }),
+    description: redactDatabaseUrl(url),
+    async close() {
+      if (ended) return;
+      ended = true;
+      await client.end({ timeout: 5 });
+    },
+  };
+}
+
+/** A driver (or its drizzle module's import of it) that is not installed. */
+class DriverMissingError extends Error {}
+
+/** The module packages each driver's import needs. */
+const MODULES: Record<DriverName, string> = { 'node-postgres': 'pg', 'postgres-js': 'postgres', 'better-sqlite3': 'better-sqlite3', libsql: '@libsql/client' };
+
+async function importDriver<T>(load: () => Promise<T>, driver: DriverName): Promise<T> {
   try {
     return await load();
   } catch (error) {
     const code = (error as { code?: unknown }).code;
-    if ((code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && String((error as Error).message).includes(`'${driver}'`)) {
-      throw new Error(`[idem] ${database} needs the ${driver} package, which is not installed: npm install ${install}`);
-    }
+    const module = MODULES[driver];
+    if ((code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && String((error as Error).message).includes(`'${module}`)) throw new DriverMissingError(driver);
     throw error;
   }
 }

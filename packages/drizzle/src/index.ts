@@ -1,13 +1,14 @@
 /**
- * `@idem/drizzle`: the idempotency store over drizzle, for SQLite (better-sqlite3) and
- * PostgreSQL (node-postgres, PGlite), with its tables, migrations, sweeper and timeline.
+ * `@idem/drizzle`: the idempotency store over drizzle, for PostgreSQL (node-postgres,
+ * postgres-js, PGlite) and SQLite (better-sqlite3, libsql), with its tables, migrations,
+ * sweeper and timeline.
  * `openDatabase` (a `DATABASE_URL` opened with its driver, as the `idem` CLI does) is on its
  * own entry, `@idem/drizzle/connect`, so this one imports no driver.
  */
 export { createDrizzleStore, sweepAll, type DrizzleStore, type DrizzleStoreOptions, type SweepAllOptions } from './drizzle-store.js';
 export { migrate, retryConcurrentDdl, type MigrateOptions } from './migrate.js';
 export type { Dialect, DrizzleDatabase } from './dialect.js';
-export { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
+export { DEFAULT_TABLE_NAMES, type TableNames, type TableOptions } from './table-names.js';
 export { definePgTables, idemKeys as pgIdemKeys, idemKeyHistory as pgIdemKeyHistory, type PgTables } from './pg-schema.js';
 export {
   defineSqliteTables,

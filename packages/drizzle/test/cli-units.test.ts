@@ -37,7 +37,7 @@ describe('parseDatabaseUrl', () => {
   });
 
   it.each([
-    ['mysql://db/app', /^DATABASE_URL "mysql:\/\/db\/app" is neither postgres:\/\/…, postgresql:\/\/…, file:<path> nor a path ending in \.db or \.sqlite$/],
+    ['mongodb://app:s3cret@db/app', /^DATABASE_URL "mongodb:\/\/app:\*\*\*@db\/app" is neither postgres:\/\/…, postgresql:\/\/…, libsql:\/\/…, file:<path> nor a path ending in \.db or \.sqlite$/],
     ['idem.txt', /is neither/],
     ['file:', /^DATABASE_URL "file:" names no file$/],
     ['file://remote-host/idem.db', /^DATABASE_URL "file:\/\/remote-host\/idem\.db" is not a valid file URL/],

@@ -31,6 +31,10 @@ interface Run {
 
 /** Runs `node packages/drizzle/dist/bin.js …` from the repository root. */
 function idem(args: string[], databaseUrl: string | undefined): Promise<Run> {
+  return idemCli(args, databaseUrl);
+}
+
+function idemCli(args: string[], databaseUrl: string | undefined): Promise<Run> {
   const env = { ...process.env };
   delete env.DATABASE_URL;
   if (databaseUrl !== undefined) env.DATABASE_URL = databaseUrl;
@@ -59,6 +63,8 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 interface CliTarget {
   /** DATABASE_URL for the child processes. */
   url: string;
+  /** `--driver`, when not the first installed driver of the dialect. */
+  driver?: string;
   /** The same database, in this process, to create records through the store API. */
   db: DrizzleDatabase;
   /** How the CLI names it in `migrated …`. */
@@ -66,13 +72,14 @@ interface CliTarget {
   close(): Promise<void>;
 }
 
-async function openSqliteCliTarget(): Promise<CliTarget> {
+async function openSqliteCliTarget(driver?: 'libsql'): Promise<CliTarget> {
   const directory = mkdtempSync(join(tmpdir(), 'idem-cli-'));
   // A directory that does not exist yet: `migrate` creates it.
   const file = join(directory, 'nested', 'idem.db');
   let connection: ReturnType<typeof openSqliteConnection> | undefined;
   return {
     url: `file:${file}`,
+    driver,
     get db() {
       // Opened after `migrate` created the file.
       connection ??= openSqliteConnection(file);
@@ -86,13 +93,13 @@ async function openSqliteCliTarget(): Promise<CliTarget> {
   };
 }
 
-async function openPostgresCliTarget(): Promise<CliTarget> {
+async function openPostgresCliTarget(driver?: 'postgres-js'): Promise<CliTarget> {
   const target = await openPostgresTarget({ max: 4, schemaPrefix: 'idem_cli' });
   if (target.kind === 'pglite' || !target.url) {
     await target.close();
     throw new Error('unreachable: the PostgreSQL half is skipped when only PGlite is available');
   }
-  return { url: target.url, db: target.db, description: new RegExp(`^migrated postgres://.*search_path=${target.schema}\n$`), close: () => target.close() };
+  return { url: target.url, driver, db: target.db, description: new RegExp(`^migrated postgres://.*search_path=${target.schema}\n$`), close: () => target.close() };
 }
 
 // A child process cannot share the in-process PGlite fallback: without a server the
@@ -100,12 +107,16 @@ async function openPostgresCliTarget(): Promise<CliTarget> {
 const postgresServer = (await isServerReachable()) || postgresRequired();
 
 const TARGETS = [
-  { database: 'a SQLite file', open: openSqliteCliTarget, skip: false },
-  { database: 'a PostgreSQL schema', open: openPostgresCliTarget, skip: !postgresServer },
+  { database: 'a SQLite file', open: () => openSqliteCliTarget(), skip: false },
+  { database: 'a SQLite file through libsql (--driver libsql)', open: () => openSqliteCliTarget('libsql'), skip: false },
+  { database: 'a PostgreSQL schema', open: () => openPostgresCliTarget(), skip: !postgresServer },
+  { database: 'a PostgreSQL schema through postgres-js (--driver postgres-js)', open: () => openPostgresCliTarget('postgres-js'), skip: !postgresServer },
 ];
 
 describe.each(TARGETS)('idem on $database', ({ open, skip }) => {
   let target: CliTarget;
+  /** The CLI on this target's driver. */
+  const idem = (args: string[], databaseUrl: string | undefined) => idemCli(target.driver ? [...args, '--driver', target.driver] : args, databaseUrl);
   let store: DrizzleStore;
   const key = `order-${randomUUID()}`;
   const scope = 'payments.create|acct_1';
