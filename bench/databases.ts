@@ -10,7 +10,11 @@ import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import type { BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
 import type { NodePgDatabase } from 'drizzle-orm/node-postgres';
+import type { Client as LibsqlClient } from '@libsql/client';
+import type { LibSQLDatabase } from 'drizzle-orm/libsql';
+import type { PostgresJsDatabase } from 'drizzle-orm/postgres-js';
 import pg from 'pg';
+import type { Sql } from 'postgres';
 import { migrate } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
 
@@ -38,7 +42,30 @@ export interface BenchPostgres {
   close(): Promise<void>;
 }
 
+/** A migrated SQLite file opened through libsql (`openDatabase` with `driver: 'libsql'`). */
+export interface BenchLibsql {
+  dialect: 'libsql';
+  file: string;
+  db: LibSQLDatabase;
+  /** The libsql client behind `db`, for raw statements. */
+  client: LibsqlClient;
+  close(): Promise<void>;
+}
+
+/** A migrated fresh schema opened through postgres-js (`openDatabase` with `driver: 'postgres-js'`). */
+export interface BenchPostgresJs {
+  dialect: 'postgres-js';
+  url: string;
+  schema: string;
+  db: PostgresJsDatabase;
+  /** The postgres-js client behind `db`, for raw statements. */
+  client: Sql;
+  close(): Promise<void>;
+}
+
 export type BenchDatabase = BenchSqlite | BenchPostgres;
+/** The drivers the floor (part 1) also runs on. */
+export type FloorDatabase = BenchDatabase | BenchLibsql | BenchPostgresJs;
 
 /** A migrated SQLite file in a fresh temporary directory. */
 export async function openBenchSqlite({ migrated = true }: { migrated?: boolean } = {}): Promise<BenchSqlite> {
@@ -87,6 +114,43 @@ export async function openBenchPostgres({ max = 10, migrated = true }: { max?: n
       await adminQuery(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
     },
   };
+}
+
+/** A migrated SQLite file in a fresh temporary directory, through libsql. */
+export async function openBenchLibsql(): Promise<BenchLibsql> {
+  const directory = mkdtempSync(join(tmpdir(), 'idem-bench-'));
+  const file = join(directory, 'idem.db');
+  const opened = await openDatabase(`file:${file}`, { driver: 'libsql' });
+  await migrate(opened.db);
+  return {
+    dialect: 'libsql',
+    file,
+    db: opened.db as LibSQLDatabase,
+    client: (opened.db as unknown as { $client: LibsqlClient }).$client,
+    async close() {
+      await opened.close();
+      rmSync(directory, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A migrated fresh schema on the PostgreSQL server at `DATABASE_URL`, through postgres-js. */
+export async function openBenchPostgresJs({ max = 10 }: { max?: number } = {}): Promise<BenchPostgresJs> {
+  const schema = `idem_bench_${randomBytes(5).toString('hex')}`;
+  await adminQuery(`CREATE SCHEMA "${schema}"`);
+  const url = withSearchPath(POSTGRES_URL, schema);
+  const opened = await openDatabase(url, { max, driver: 'postgres-js' });
+  const drop = async () => {
+    await opened.close();
+    await adminQuery(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  };
+  try {
+    await migrate(opened.db);
+  } catch (error) {
+    await drop();
+    throw error;
+  }
+  return { dialect: 'postgres-js', url, schema, db: opened.db as PostgresJsDatabase, client: (opened.db as unknown as { $client: Sql }).$client, close: drop };
 }
 
 /** Whether PostgreSQL answers at `DATABASE_URL`. */

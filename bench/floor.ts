@@ -1,7 +1,8 @@
 /**
  * Part 1, floor vs engine, per operation, one connection, sequential:
  * (a) the raw driver running the store's own claim and completion SQL as two prepared
- *     statements (better-sqlite3 `prepare`, pg named queries);
+ *     statements (better-sqlite3 `prepare`, pg named queries, postgres-js `unsafe(…, { prepare:
+ *     true })`, libsql `execute`);
  * (b) idem's engine on the fresh path, `createEngine({ store: createDrizzleStore(db) })`;
  * (c) idem's replay of a completed key vs one raw `SELECT` by primary key.
  * The Drizzle store alone (`store.claim` + `store.complete`) is measured too, to tell the
@@ -12,8 +13,10 @@ import { randomUUID } from 'node:crypto';
 import { createEngine, sha256, type IdempotencyStore } from '@idem/core';
 import { createDrizzleStore } from '@idem/drizzle';
 import { drizzle as drizzleSqlite } from 'drizzle-orm/better-sqlite3';
+import { drizzle as drizzleLibsql } from 'drizzle-orm/libsql';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/node-postgres';
-import { openBenchPostgres, openBenchSqlite, type BenchDatabase } from './databases.ts';
+import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
+import { openBenchLibsql, openBenchPostgres, openBenchPostgresJs, openBenchSqlite, type FloorDatabase } from './databases.ts';
 import { interleave, median, medianRatio, ratioSpread, timeBatch, type Variant } from './measure.ts';
 
 const SCOPE = 'acct_42/payments.create';
@@ -33,8 +36,11 @@ export interface Target {
   met: boolean;
 }
 
+/** The drivers the floor runs on: `sqlite` is better-sqlite3, `postgres` node-postgres. */
+export type FloorStore = 'sqlite' | 'libsql' | 'postgres' | 'postgres-js';
+
 export interface FloorResult {
-  store: 'sqlite' | 'postgres';
+  store: FloorStore;
   opsPerBatch: number;
   rounds: number;
   /** Median µs per operation, per variant. */
@@ -48,13 +54,20 @@ export interface FloorResult {
 
 export interface FloorOptions {
   quick: boolean;
-  stores: ReadonlyArray<'sqlite' | 'postgres'>;
+  stores: ReadonlyArray<FloorStore>;
 }
+
+const OPEN: Record<FloorStore, () => Promise<FloorDatabase>> = {
+  sqlite: () => openBenchSqlite(),
+  libsql: () => openBenchLibsql(),
+  postgres: () => openBenchPostgres({ max: 1 }),
+  'postgres-js': () => openBenchPostgresJs({ max: 1 }),
+};
 
 export async function runFloor({ quick, stores }: FloorOptions): Promise<FloorResult[]> {
   const results: FloorResult[] = [];
   for (const store of stores) {
-    const database = store === 'sqlite' ? await openBenchSqlite() : await openBenchPostgres({ max: 1 });
+    const database = await OPEN[store]();
     try {
       results.push(await compare(database, quick));
     } finally {
@@ -78,9 +91,16 @@ interface Captured {
   params: unknown[];
 }
 
-async function compare(database: BenchDatabase, quick: boolean): Promise<FloorResult> {
+async function compare(database: FloorDatabase, quick: boolean): Promise<FloorResult> {
   const sql = await captureStoreSql(database);
-  const raw = database.dialect === 'sqlite' ? sqliteStatements(database, sql) : postgresStatements(database, sql);
+  const raw =
+    database.dialect === 'sqlite'
+      ? sqliteStatements(database, sql)
+      : database.dialect === 'libsql'
+        ? libsqlStatements(database, sql)
+        : database.dialect === 'postgres'
+          ? postgresStatements(database, sql)
+          : postgresJsStatements(database, sql);
   const store = createDrizzleStore(database.db);
   const engine = createEngine({ store });
 
@@ -88,9 +108,10 @@ async function compare(database: BenchDatabase, quick: boolean): Promise<FloorRe
   for (const key of replayKeys) await engine.execute({ scope: SCOPE, key, fingerprint: FINGERPRINT }, () => VALUE);
 
   const sync = database.dialect === 'sqlite';
+  const local = sync || database.dialect === 'libsql';
   // Short batches and many rounds: on a shared machine, what disturbs one variant's batch should
   // disturb its neighbours' too, and the median over rounds drops the rounds it did not.
-  const opsPerBatch = sync ? (quick ? 200 : 1000) : quick ? 30 : 50;
+  const opsPerBatch = local ? (quick ? 200 : 1000) : quick ? 30 : 50;
   const rounds = quick ? 5 : 41;
   let cursor = 0;
   const nextReplayKey = () => replayKeys[cursor++ % REPLAY_KEYS]!;
@@ -179,10 +200,17 @@ async function storeReplay(store: IdempotencyStore, key: string): Promise<void> 
  * instance on the same connection, and answers the SQL it sent. Checks the parameter order
  * the floor binds, so that a change to the store's statements fails loudly here.
  */
-async function captureStoreSql(database: BenchDatabase): Promise<{ claim: Captured; complete: Captured; read: Captured }> {
+async function captureStoreSql(database: FloorDatabase): Promise<{ claim: Captured; complete: Captured; read: Captured }> {
   const captured: Captured[] = [];
   const logger = { logQuery: (sql: string, params: unknown[]) => void captured.push({ sql, params }) };
-  const db = database.dialect === 'sqlite' ? drizzleSqlite(database.client, { logger }) : drizzlePostgres(database.pool, { logger });
+  const db =
+    database.dialect === 'sqlite'
+      ? drizzleSqlite({ client: database.client, logger })
+      : database.dialect === 'libsql'
+        ? drizzleLibsql({ client: database.client, logger })
+        : database.dialect === 'postgres'
+          ? drizzlePostgres({ client: database.pool, logger })
+          : drizzlePostgresJs({ client: database.client, logger });
   const store = createDrizzleStore(db);
   const key = `capture-${randomUUID()}`;
   const token = randomUUID();
@@ -195,7 +223,7 @@ async function captureStoreSql(database: BenchDatabase): Promise<{ claim: Captur
   // PostgreSQL claims with one statement that also reads the existing row (a data-modifying CTE):
   // a fresh claim and a replay are that statement. SQLite reads first: a fresh claim is the read
   // (a miss), the insert and the completion; a replay is the read alone.
-  const oneStatementReplay = database.dialect === 'postgres';
+  const oneStatementReplay = database.dialect === 'postgres' || database.dialect === 'postgres-js';
   const claim = fresh.find((entry) => /^(insert into "idem_keys"|with "claimed" as \(insert into "idem_keys")/i.test(entry.sql));
   const complete = fresh.find((entry) => /^update "idem_keys" set "state" = 'completed'/i.test(entry.sql));
   const [read] = replay;
@@ -216,7 +244,7 @@ function expectParams(statement: Captured, expected: unknown[]): void {
   }
 }
 
-function sqliteStatements(database: Extract<BenchDatabase, { dialect: 'sqlite' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+function sqliteStatements(database: Extract<FloorDatabase, { dialect: 'sqlite' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
   const claim = database.client.prepare(sql.claim.sql);
   const complete = database.client.prepare(sql.complete.sql);
   const read = database.client.prepare(sql.read.sql).raw();
@@ -240,7 +268,49 @@ function sqliteStatements(database: Extract<BenchDatabase, { dialect: 'sqlite' }
   };
 }
 
-function postgresStatements(database: Extract<BenchDatabase, { dialect: 'postgres' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+function libsqlStatements(database: Extract<FloorDatabase, { dialect: 'libsql' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+  const { client } = database;
+  const run = (text: string, args: Array<string | number>) => client.execute({ sql: text, args });
+  return {
+    async claim(key, token) {
+      if ((await run(sql.claim.sql, [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS])).rows.length !== 1) throw new Error('[bench] raw claim lost');
+    },
+    async complete(key, token) {
+      if ((await run(sql.complete.sql, ['success', 200, BODY, SCOPE, key, token])).rows.length !== 1) throw new Error('[bench] raw complete lost');
+    },
+    async selectByKey(key) {
+      if ((await run('SELECT * FROM "idem_keys" WHERE "scope" = ? AND "key" = ?', [SCOPE, key])).rows.length !== 1) throw new Error('[bench] raw select found nothing');
+    },
+    async replayStatements(key) {
+      if ((await run(sql.read.sql, [SCOPE, key])).rows.length !== 1) throw new Error('[bench] raw read found nothing');
+    },
+  };
+}
+
+function postgresJsStatements(database: Extract<FloorDatabase, { dialect: 'postgres-js' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+  const { client } = database;
+  const run = (text: string, values: Array<string | number>) => client.unsafe(text, values, { prepare: true });
+  // The claim-or-read statement binds the key twice (the insert, then the read of a conflict).
+  const claim = (values: Array<string | number>) => run(sql.claim.sql, [...values, SCOPE, values[1]!]);
+  return {
+    async claim(key, token) {
+      const rows = await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
+      if (rows.length !== 1 || rows[0]?.inserted !== true) throw new Error('[bench] raw claim lost');
+    },
+    async complete(key, token) {
+      if ((await run(sql.complete.sql, ['success', 200, BODY, SCOPE, key, token])).length !== 1) throw new Error('[bench] raw complete lost');
+    },
+    async selectByKey(key) {
+      if ((await run('SELECT * FROM "idem_keys" WHERE "scope" = $1 AND "key" = $2', [SCOPE, key])).length !== 1) throw new Error('[bench] raw select found nothing');
+    },
+    async replayStatements(key, token) {
+      const rows = await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
+      if (rows.length !== 1 || rows[0]?.inserted !== false) throw new Error('[bench] expected the existing row');
+    },
+  };
+}
+
+function postgresStatements(database: Extract<FloorDatabase, { dialect: 'postgres' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
   const { pool } = database;
   const named = (name: string, text: string) => (values: unknown[]) => pool.query({ name: `bench:${name}`, text, values });
   const claimStatement = named('claim', sql.claim.sql);

@@ -29,7 +29,8 @@ const micros = (value: number | undefined) => (value === undefined ? '—' : val
 const ratio = (value: number) => `${fixed(value, 2)}×`;
 const spread = (r: { median: number; p25: number; p75: number }) => `**${ratio(r.median)}** (${fixed(r.p25, 2)}–${fixed(r.p75, 2)})`;
 const verdict = (target: Target) => `${target.met ? 'met' : 'missed'} (≤ ${target.atMost})`;
-const storeName = (store: string) => (store === 'sqlite' ? 'SQLite' : 'PostgreSQL');
+const STORE_NAMES: Record<string, string> = { sqlite: 'SQLite', postgres: 'PostgreSQL', libsql: 'SQLite (libsql)', 'postgres-js': 'PostgreSQL (postgres-js)' };
+const storeName = (store: string) => STORE_NAMES[store] ?? store;
 const thousands = (value: number) => Math.round(value).toLocaleString('en-US');
 
 export function renderMachine(notes: MachineNotes): string {

@@ -21,6 +21,8 @@ import { runScale } from './scale.ts';
 const PARTS = ['floor', 'http', 'scale', 'memory', 'commits'] as const;
 type Part = (typeof PARTS)[number];
 const STORES = ['sqlite', 'postgres'] as const;
+/** The floor also runs on the other drivers: libsql (a SQLite file) and postgres-js. */
+const FLOOR_STORES = ['sqlite', 'libsql', 'postgres', 'postgres-js'] as const;
 
 const { values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } } });
 const only = (values.only ?? PARTS.join(',')).split(',').map((part) => part.trim()).filter(Boolean);
@@ -49,7 +51,7 @@ for (const part of parts) {
   let section: string;
   switch (part) {
     case 'floor': {
-      const result = await runFloor({ quick, stores: STORES });
+      const result = await runFloor({ quick, stores: FLOOR_STORES });
       results.floor = result;
       section = renderFloor(result);
       break;
