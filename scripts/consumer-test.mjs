@@ -352,7 +352,7 @@ async function main() {
   const next = await nextApp(tarballs);
   let installed = false;
   await step('npm install of the tarballs into a fresh Node app (drizzle-orm 0.44)', async () => {
-    await run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: nodeApp });
+    await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: nodeApp });
     installed = true;
   });
 
@@ -438,7 +438,7 @@ async function main() {
 
   let nextInstalled = false;
   await step(`npm install of the tarballs into a Next.js ${NEXT_VERSION} App Router app (drizzle-orm ${version('drizzle-orm')})`, async () => {
-    await run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: next });
+    await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: next });
     nextInstalled = true;
   });
   if (nextInstalled) {
