@@ -10,8 +10,9 @@
  * - The connection cut under the open transaction, the `commit` cut before it reaches
  *   PostgreSQL, the `commit` delivered but its answer lost (TCP proxy, in-process app): 503 or
  *   the real answer, then the retry executes or replays; one ledger row per key either way.
- * - A non-atomic server killed mid-handler leaves a committed claim; the atomic server takes it
- *   over after the lease (`atomicComplete`): one ledger row.
+ * - A non-atomic server killed mid-handler leaves a committed claim; the atomic server (running
+ *   already, so that its start-up does not race the lease) answers 409 inside the lease the
+ *   store recorded and takes the claim over after it (`atomicComplete`): one ledger row.
  *
  * `claimed` is emitted after the commit in atomic mode, so the tests see the open claim in
  * PostgreSQL instead: a backend holding `RowExclusiveLock` on the schema's `idem_keys` while the
@@ -30,10 +31,12 @@ import { POSTGRES_SCHEMA, postgresAddress, type SharedDatabase } from './support
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
 import { graphqlPayments, trpcPayments, type PaymentEndpoint } from './support/payments.ts';
 import { pollUntil, sleep, type Answer } from './support/http.ts';
+import { untilLeaseEnds } from '../support/waiting.ts';
 
 /** Long: had the killed process committed its claim, every retry would get 409 for this long. */
 const LONG_LEASE = '20s';
-const SHORT_LEASE = '2s';
+/** The killed non-atomic owner's lease: the first retry lands inside it, the takeover after it. */
+const TAKEOVER_LEASE = '4s';
 const INPUT = { amount: 700, currency: 'EUR' };
 /** Drizzle's `commit` as node-postgres sends it: a simple Query message ('Q', length 11, the text, NUL). */
 const COMMIT_ON_THE_WIRE = 'Q\0\0\0\x0bcommit\0';
@@ -159,9 +162,12 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
     await restarted.kill('SIGKILL');
   });
 
-  it('E6 across modes: a non-atomic server killed mid-handler leaves a committed claim; the atomic server answers 409 while its lease lasts, then takes it over (atomicComplete, staleTakeover, takeovers 1) and charges once', { timeout: 40_000 }, async () => {
+  it('E6 across modes: a non-atomic server killed mid-handler leaves a committed claim; the atomic server answers 409 while the lease the store recorded lasts, then takes it over (atomicComplete, staleTakeover, takeovers 1) and charges once', { timeout: 40_000 }, async () => {
     const cases = casesFor('takeover');
-    const doomed = await fleet.start({ databaseUrl: database.url, lease: SHORT_LEASE, channelDelayMs: 5000, name: 'payments non-atomic (to be killed)' });
+    const [doomed, atomic] = await Promise.all([
+      fleet.start({ databaseUrl: database.url, lease: TAKEOVER_LEASE, channelDelayMs: 5000, name: 'payments non-atomic (to be killed)' }),
+      fleet.start({ databaseUrl: database.url, atomic: true, lease: TAKEOVER_LEASE, channelDelayMs: 50, name: 'payments atomic (takes over)' }),
+    ]);
     const inFlight = cases.map((c) => settle(call(doomed, c)));
     for (const c of cases) await doomed.waitForEvent((event) => event.type === 'claimed' && event.key === c.key);
     await doomed.kill('SIGKILL');
@@ -171,21 +177,18 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       expect(await ledgerOf(c.account)).toEqual([]);
     }
 
-    const atomic = await fleet.start({ databaseUrl: database.url, atomic: true, lease: SHORT_LEASE, channelDelayMs: 50, name: 'payments atomic (takes over)' });
-    const results = await Promise.all(
-      cases.map(async (c) => {
-        let conflicts = 0;
-        for (let attempt = 0; attempt < 40; attempt++) {
-          const answer = await call(atomic, c);
-          if (answer.status !== 409) return { conflicts, answer };
-          conflicts++;
-          await sleep(250);
-        }
-        throw new Error('[reliability] still 409 after 40 attempts');
-      }),
-    );
+    // Inside the dead owner's lease: 409, nothing executed.
+    const conflicts = await Promise.all(cases.map((c) => call(atomic, c)));
     for (const [i, c] of cases.entries()) {
-      const { answer } = results[i]!;
+      expect([conflicts[i]!.status, problemCode(c, conflicts[i]!)], conflicts[i]!.text).toEqual([409, 'idempotency_request_in_progress']);
+      expect(conflicts[i]!.retryAfter).toMatch(/^[1-9]\d*$/);
+      expect(await ledgerOf(c.account)).toEqual([]);
+    }
+    // Past it, by the lease the store recorded: the atomic server takes the claim over.
+    for (const c of cases) await untilLeaseEnds(database.store, scopeOf(c), c.key);
+    const answers = await Promise.all(cases.map((c) => call(atomic, c)));
+    for (const [i, c] of cases.entries()) {
+      const answer = answers[i]!;
       expect(answer.status, answer.text).toBe(200);
       expect(answer.replayed).toBe(false);
       expect(await atomic.waitForEvent((event) => event.type === 'staleTakeover' && event.key === c.key)).toMatchObject({ generation: 1, takeovers: 1 });
@@ -194,7 +197,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       expectReplayOf(c, answer, await call(atomic, c));
       expect(await ledgerOf(c.account)).toHaveLength(1);
     }
-    console.info(`[reliability] atomic takeover of a non-atomic claim ${JSON.stringify(cases.map((c, i) => ({ endpoint: c.endpoint.name, conflicts: results[i]!.conflicts, takeovers: 1, ledger: 1 })))}`);
+    console.info(`[reliability] atomic takeover of a non-atomic claim ${JSON.stringify(cases.map((c, i) => ({ endpoint: c.endpoint.name, insideLease: conflicts[i]!.status, afterLease: answers[i]!.status, takeovers: 1, ledger: 1 })))}`);
     await atomic.kill('SIGKILL');
   });
 
