@@ -184,7 +184,7 @@ describe.each(TARGETS)('idem on $database', ({ open, skip }) => {
     expect(json.stdout).not.toContain(SECRET);
   });
 
-  it.skipIf(skip)('R3: sweep archives every expired record in batches of --batch-size and reports how many', async () => {
+  it.skipIf(skip)('R3: sweep --batch-size 2 archives all 5 expired records and reports how many', async () => {
     sweepKeys = Array.from({ length: 5 }, () => `sweep-${randomUUID()}`);
     for (const each of sweepKeys) await execute('sweep|acct_1', each, 1, { kind: 'success', status: 200 });
     await sleep(20);
@@ -314,9 +314,10 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
         },
       ],
     });
-    const accepts: Array<string | undefined> = [];
+    /** The Accept header of each request, by path: the two runs below fetch at the same time. */
+    const accepts = new Map<string | undefined, string | undefined>();
     const server = createServer((request, response) => {
-      accepts.push(request.headers.accept);
+      accepts.set(request.url, request.headers.accept);
       if (request.url === '/idempotency') response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(policy));
       else response.writeHead(404).end('not here');
     });
@@ -330,7 +331,8 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
       expect(text.stdout).toMatch(/^endpoint +retention +lease +key sources +stored$/m);
       expect(text.stdout).toMatch(/^tRPC mutation payments\.create +24h +30s +Idempotency-Key header, input field idempotencyKey \(required\) +result and errors after execution began$/m);
       expect(text.stdout).toContain(policy.clientGuidance);
-      expect(accepts[0]).toBe('application/json');
+      expect(accepts.get('/idempotency')).toBe('application/json');
+      expect(accepts.get('/nope')).toBe('application/json');
       expectOneLineError(missing, 1, new RegExp(`^idem: GET ${base}/nope answered 404`));
     } finally {
       server.close();
