@@ -97,7 +97,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
 
   let survivor: ExampleServer | undefined;
 
-  it('E1/E6 atomic: a SIGKILL while the handler runs inside the transaction leaves nothing — no record, no ledger row — and the restarted server executes the retry at once (no 409, no takeover: generation 1, takeovers 0), then replays', { timeout: 40_000 }, async () => {
+  it('E1/E6 atomic: a SIGKILL while the handler runs inside the transaction leaves nothing — no record, no ledger row — and the restarted server executes the retry at once (no 409, no takeover: generation 1, takeovers 0), then replays', { timeout: 120_000 }, async () => {
     const cases = casesFor('crash');
     const doomed = await fleet.start({ databaseUrl: database.url, atomic: true, lease: LONG_LEASE, channelDelayMs: 4000, name: 'payments atomic (to be killed)' });
     const startedAt = Date.now();
@@ -143,7 +143,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
     survivor = restarted;
   });
 
-  it('E2 atomic: a SIGKILL right after the answer leaves everything — the restarted server replays byte for byte, the ledger unchanged', { timeout: 30_000 }, async () => {
+  it('E2 atomic: a SIGKILL right after the answer leaves everything — the restarted server replays byte for byte, the ledger unchanged', { timeout: 90_000 }, async () => {
     const cases = casesFor('committed');
     const server = survivor ?? (await fleet.start({ databaseUrl: database.url, atomic: true, lease: LONG_LEASE, name: 'payments atomic' }));
     const firsts = await Promise.all(cases.map((c) => call(server, c)));
@@ -162,7 +162,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
     await restarted.kill('SIGKILL');
   });
 
-  it('E6 across modes: a non-atomic server killed mid-handler leaves a committed claim; the atomic server answers 409 while the lease the store recorded lasts, then takes it over (atomicComplete, staleTakeover, takeovers 1) and charges once', { timeout: 40_000 }, async () => {
+  it('E6 across modes: a non-atomic server killed mid-handler leaves a committed claim; the atomic server answers 409 while the lease the store recorded lasts, then takes it over (atomicComplete, staleTakeover, takeovers 1) and charges once', { timeout: 120_000 }, async () => {
     const cases = casesFor('takeover');
     const [doomed, atomic] = await Promise.all([
       fleet.start({ databaseUrl: database.url, lease: TAKEOVER_LEASE, channelDelayMs: 5000, name: 'payments non-atomic (to be killed)' }),
@@ -255,7 +255,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       return { retry: answer.replayed ? 'replayed' : 'executed', ledger: ledger.length };
     };
 
-    it('E5/E7 atomic: the connection destroyed while the handler runs inside the transaction → the client gets an error (nothing committed: no record, no ledger row), the retry executes once', { timeout: 30_000 }, async () => {
+    it('E5/E7 atomic: the connection destroyed while the handler runs inside the transaction → the client gets an error (nothing committed: no record, no ledger row), the retry executes once', { timeout: 60_000 }, async () => {
       const report = [];
       for (const c of casesFor('cut')) {
         const pending = create(c);
@@ -274,7 +274,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       console.info(`[reliability] atomic fault: connection cut mid-handler ${JSON.stringify(report)}; uncaught exceptions so far: ${uncaught.length}`);
     });
 
-    it('E5/E7 atomic: the commit cut before it reaches PostgreSQL → 503, nothing committed, the retry executes once', { timeout: 30_000 }, async () => {
+    it('E5/E7 atomic: the commit cut before it reaches PostgreSQL → 503, nothing committed, the retry executes once', { timeout: 60_000 }, async () => {
       const report = [];
       for (const c of casesFor('end-dropped')) {
         proxy.dropWhenClientSends(COMMIT_ON_THE_WIRE);
@@ -290,7 +290,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       console.info(`[reliability] atomic fault: commit dropped ${JSON.stringify(report)} (dropped ${proxy.stats.dropped})`);
     });
 
-    it('E5/E7 atomic: the commit delivered but its answer lost → 503 although everything committed, the retry replays; one ledger row', { timeout: 30_000 }, async () => {
+    it('E5/E7 atomic: the commit delivered but its answer lost → 503 although everything committed, the retry replays; one ledger row', { timeout: 60_000 }, async () => {
       const report = [];
       for (const c of casesFor('end-lost')) {
         proxy.cutAfterClientSends(COMMIT_ON_THE_WIRE);
