@@ -106,7 +106,7 @@ class ExampleServer {
     const exited = this.#exited.then((code) => {
       throw new DemoFailure(`the example exited with ${code} before listening: ${this.#stderr.join(' ') || 'no output'}`);
     });
-    this.url = await within(15_000, Promise.race([listening, exited]), 'the example did not print "listening on" within 15 s');
+    this.url = await within(60_000, Promise.race([listening, exited]), 'the example did not print "listening on" within 60 s');
     return this.url;
   }
 

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createPolicyDocument, type TimelineEntry } from '@idem/core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
 import { isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
 import { openSqliteConnection } from './sqlite-target.ts';
@@ -35,7 +35,7 @@ function idem(args: string[], databaseUrl: string | undefined): Promise<Run> {
   delete env.DATABASE_URL;
   if (databaseUrl !== undefined) env.DATABASE_URL = databaseUrl;
   return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { cwd: ROOT, env, timeout: 20_000 }, (error, stdout, stderr) => {
+    execFile(process.execPath, [BIN, ...args], { cwd: ROOT, env, timeout: 60_000 }, (error, stdout, stderr) => {
       const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
       resolve({ code, stdout, stderr });
     });
@@ -55,6 +55,10 @@ function expectOneLineError(run: Run, code: 1 | 2, reason: RegExp): void {
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// Every test starts the CLI (node + tsx), some several times: on a loaded machine one start takes
+// 10 s or more. The bounds are for a hung process, not speed checks.
+vi.setConfig({ testTimeout: 120_000 });
 
 interface CliTarget {
   /** DATABASE_URL for the child processes. */
