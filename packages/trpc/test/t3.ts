@@ -13,7 +13,7 @@ import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
 import { incomingMessageToRequest } from '@trpc/server/adapters/node-http';
 import superjson from 'superjson';
 import { z, ZodError } from 'zod';
-import { MemoryStore } from '@idem/core';
+import { idempotencyCors, idempotencyCorsHeaders, MemoryStore } from '@idem/core';
 import {
   idempotency,
   idempotencyContext,
@@ -28,6 +28,9 @@ function deferred() {
   const promise = new Promise<void>((r) => (resolve = r));
   return { promise, resolve };
 }
+
+/** The origin `handlerWithCors` allows. */
+export const SHOP_ORIGIN = 'http://shop.localhost:3001';
 
 export function createT3App() {
   const store = new MemoryStore();
@@ -104,9 +107,21 @@ export function createT3App() {
       createContext: (opts) => createTRPCContext({ headers: req.headers, ...idempotencyContext(opts) }),
     });
 
+  // The same route handler, serving another origin (CORS): a preflight answers OPTIONS, and
+  // every response gets the allow-origin and exposed headers.
+  const cors = idempotencyCors({ origin: SHOP_ORIGIN, allowedHeaders: ['trpc-accept', 'x-trpc-source'] });
+  const handlerWithCors = async (req: Request) => {
+    if (req.method === 'OPTIONS')
+      return new Response(null, { status: 204, headers: idempotencyCorsHeaders(req, cors) });
+    const response = await handler(req);
+    for (const [name, value] of Object.entries(idempotencyCorsHeaders(req, cors))) response.headers.set(name, value);
+    return response;
+  };
+
   return {
     appRouter,
     handler,
+    handlerWithCors,
     calls,
     /** Holds `payment.slow` resolvers until `release()`; `started` resolves when one runs. */
     hold() {
