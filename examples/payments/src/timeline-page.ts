@@ -113,12 +113,12 @@ export function renderTimelineSvg(generations: readonly TimelineEntry[], now: Da
       shapes.push(
         `<rect x="${x(entry.completedAt)}" y="${y - 7}" width="${Math.max(0, x(entry.expiresAt) - x(entry.completedAt))}" height="14" fill="${COLORS.retained}" opacity="0.85" data-event="retained"><title>replayed until ${escape(iso(entry.expiresAt))}</title></rect>`,
         `<path d="M${x(entry.completedAt)} ${y - 13} l6 6 l-6 6 l-6 -6 z" fill="${COLORS.axis}" data-event="completed"/>`,
-        label(x(entry.completedAt), y + 30, `completed ${time(entry.completedAt)}`, 'start'),
+        label(x(entry.completedAt) + 8, y + 30, `completed ${time(entry.completedAt)}`, 'start'),
       );
     }
     shapes.push(
       `<circle cx="${x(entry.firstSeenAt)}" cy="${y}" r="6" fill="#fff" stroke="${COLORS.axis}" stroke-width="2" data-event="first-seen"/>`,
-      label(x(entry.firstSeenAt), y - 16, `first seen ${time(entry.firstSeenAt)}`, 'start'),
+      label(x(entry.firstSeenAt) + 8, y - 16, `first seen ${time(entry.firstSeenAt)}`, 'start'),
     );
     const expired = entry.expiresAt.getTime() <= now.getTime();
     shapes.push(
@@ -140,7 +140,7 @@ export function renderTimelineSvg(generations: readonly TimelineEntry[], now: Da
     if (entry.archivedAt) {
       shapes.push(
         `<rect x="${x(entry.archivedAt) - 6}" y="${y - 6}" width="12" height="12" fill="${COLORS.archived}" data-event="archived"/>`,
-        label(x(entry.archivedAt), y + 46, `archived ${time(entry.archivedAt)}`, 'middle', COLORS.archived),
+        label(x(entry.archivedAt) + 10, y + 48, `archived ${time(entry.archivedAt)}`, 'start', COLORS.archived),
       );
     }
     if (entry.reusedAt) {
@@ -160,8 +160,8 @@ export function renderTimelineSvg(generations: readonly TimelineEntry[], now: Da
   });
 
   const ticks = Array.from({ length: 6 }, (_, i) => new Date(from + ((to - from) * i) / 5)).map(
-    (at) =>
-      `<line x1="${x(at)}" y1="${axisY}" x2="${x(at)}" y2="${axisY + 6}" stroke="${COLORS.axis}"/><text x="${x(at)}" y="${axisY + 22}" text-anchor="middle" class="tick">${time(at)}</text>`,
+    (at, i, all) =>
+      `<line x1="${x(at)}" y1="${axisY}" x2="${x(at)}" y2="${axisY + 6}" stroke="${COLORS.axis}"/><text x="${x(at)}" y="${axisY + 22}" text-anchor="${i === 0 ? 'start' : i === all.length - 1 ? 'end' : 'middle'}" class="tick">${time(at)}</text>`,
   );
   const nowX = x(now);
   return `<svg xmlns="http://www.w3.org/2000/svg" class="timeline" viewBox="0 0 ${WIDTH} ${height}" width="${WIDTH}" height="${height}" role="img" aria-label="Generations of the key on a time axis">
@@ -228,7 +228,7 @@ code { font-size: 14px; background: #f3f4f6; padding: 1px 4px; border-radius: 3p
 .legend { display: flex; flex-wrap: wrap; gap: 18px; font-size: 13px; color: #374151; }
 .legend .item { display: inline-flex; align-items: center; gap: 6px; }
 table { border-collapse: collapse; font-size: 13px; margin-top: 12px; }
-th, td { border: 1px solid #e5e7eb; padding: 4px 8px; text-align: left; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #e5e7eb; padding: 4px 8px; text-align: left; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .note { color: #6b7280; font-size: 13px; }
 form label { display: block; margin: 6px 0; }
 </style></head>
