@@ -1,11 +1,19 @@
 /**
- * CORS on the tRPC fetch adapter (Next.js App Router route handlers, Workers, Deno, Bun), which
- * has none of its own: the t3-shaped route handler with `idempotencyCors` /
- * `idempotencyCorsHeaders` from @idem/core, over real HTTP. What a browser on another origin
- * needs: `Idempotency-Key` allowed in preflight, `Idempotent-Replayed` and `Retry-After` exposed.
+ * CORS on the tRPC adapters, over real HTTP. The fetch adapter (Next.js App Router route
+ * handlers, Workers, Deno, Bun) has none of its own: the t3-shaped route handler with
+ * `idempotencyCors` / `idempotencyCorsHeaders` from @idem/core. The standalone adapter takes a
+ * Connect middleware: the `cors` package with `idempotencyCors`' configuration. What a browser on
+ * another origin needs: `Idempotency-Key` allowed in preflight, `Idempotent-Replayed` and
+ * `Retry-After` exposed.
  */
+import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import cors from 'cors';
 import superjson from 'superjson';
+import { createHTTPServer } from '@trpc/server/adapters/standalone';
+import { idempotencyCors, MemoryStore } from '@idem/core';
+import { idempotencyContext } from '../src/index.ts';
+import { createTestApp } from './app.ts';
 import type { RunningServer } from './http.ts';
 import { createT3App, serveFetchHandler, SHOP_ORIGIN } from './t3.ts';
 
@@ -101,5 +109,50 @@ describe('CORS on the tRPC fetch adapter (idempotencyCorsHeaders)', () => {
     expect(response.headers.get('transfer-encoding')).toBe('chunked');
     expect(response.headers.get('access-control-allow-origin')).toBe(SHOP_ORIGIN);
     await response.text();
+  });
+});
+
+describe('CORS on the standalone adapter (createHTTPServer({ middleware: cors(idempotencyCors(…)) }))', () => {
+  async function startStandaloneWithCors() {
+    const app = createTestApp(new MemoryStore());
+    const server = createHTTPServer({
+      router: app.router,
+      createContext: (opts) => ({ user: 'alice', deny: false, ...idempotencyContext(opts) }),
+      middleware: cors(idempotencyCors({ origin: SHOP_ORIGIN })),
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    running.push({
+      url: '',
+      close: () => new Promise<void>((done) => server.close(() => done())),
+    });
+    return { ...app, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+  }
+
+  it('answers the preflight with Idempotency-Key allowed, and exposes Idempotent-Replayed on the replay', async () => {
+    const { url, calls } = await startStandaloneWithCors();
+    const preflight = await fetch(`${url}/createOrder`, {
+      method: 'OPTIONS',
+      headers: {
+        origin: SHOP_ORIGIN,
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'idempotency-key,content-type',
+      },
+    });
+    expect(preflight.status).toBe(204);
+    expect(preflight.headers.get('access-control-allow-origin')).toBe(SHOP_ORIGIN);
+    expect(preflight.headers.get('access-control-allow-headers')!.toLowerCase()).toContain('idempotency-key');
+
+    const send = () =>
+      fetch(`${url}/createOrder`, {
+        method: 'POST',
+        headers: { origin: SHOP_ORIGIN, 'content-type': 'application/json', 'idempotency-key': 'standalone-1' },
+        body: '{"amount":5}',
+      });
+    await send();
+    const replay = await send();
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.headers.get('access-control-allow-origin')).toBe(SHOP_ORIGIN);
+    expect(replay.headers.get('access-control-expose-headers')).toBe('Idempotent-Replayed,Retry-After');
+    expect(calls.createOrder).toBe(1);
   });
 });
