@@ -32,13 +32,13 @@ export interface TimelinePageInput {
 export function renderTimelinePage({ scope, key, generations, now }: TimelinePageInput): string {
   return page(
     `Key ${key}`,
-    `<h1>Key <code>${escape(key)}</code></h1>
-<p class="scope">scope <code>${escape(scope)}</code> · ${generations.length} generation${generations.length === 1 ? '' : 's'}</p>
+    `<h1>Key <code>${escapeHtml(key)}</code></h1>
+<p class="scope">scope <code>${escapeHtml(scope)}</code> · ${generations.length} generation${generations.length === 1 ? '' : 's'}</p>
 <p class="verdict" data-executions="${executions(generations)}">${verdict(generations, now)}</p>
 ${renderTimelineSvg(generations, now)}
 ${legend()}
 ${table(generations)}
-<p class="note">Times are UTC, by the server's clock (now ${escape(iso(now))}). Each generation that stored an outcome was an execution of the handler.</p>`,
+<p class="note">Times are UTC, by the server's clock (now ${escapeHtml(iso(now))}). Each generation that stored an outcome was an execution of the handler.</p>`,
   );
 }
 
@@ -47,10 +47,10 @@ export function renderLookupPage({ scope, key, message }: { scope?: string; key?
   return page(
     'Key timeline',
     `<h1>Key timeline</h1>
-<p class="message">${escape(message)}</p>
+<p class="message">${escapeHtml(message)}</p>
 <form method="get" action="/admin/timeline">
-  <label>Scope <input name="scope" value="${escape(scope ?? '')}" placeholder="alice/payments.create" required></label>
-  <label>Key <input name="key" value="${escape(key ?? '')}" required></label>
+  <label>Scope <input name="scope" value="${escapeHtml(scope ?? '')}" placeholder="alice/payments.create" required></label>
+  <label>Key <input name="key" value="${escapeHtml(key ?? '')}" required></label>
   <button type="submit">Show</button>
 </form>`,
   );
@@ -78,7 +78,7 @@ function verdict(generations: readonly TimelineEntry[], now: Date): string {
       const when = late >= 0 ? `${span(late)} after the retention ended` : `${span(-late)} before the retention ended`;
       sentence += ` The key came back at ${time(entry.reusedAt)}, ${when}: the server no longer replayed the first outcome, so it ran again as generation ${next.generation} (R2).`;
     }
-    parts.push(escape(sentence));
+    parts.push(escapeHtml(sentence));
   });
   return parts.join(' ');
 }
@@ -104,14 +104,14 @@ export function renderTimelineSvg(generations: readonly TimelineEntry[], now: Da
     const end = entry.completedAt ?? now;
     const shapes: string[] = [
       `<text x="12" y="${y - 6}" class="lane-title">Generation ${entry.generation}</text>`,
-      `<text x="12" y="${y + 14}" class="lane-sub">${escape(entry.status === null ? entry.state : `${entry.status} ${entry.outcomeKind ?? ''}`)}</text>`,
+      `<text x="12" y="${y + 14}" class="lane-sub">${escapeHtml(entry.status === null ? entry.state : `${entry.status} ${entry.outcomeKind ?? ''}`)}</text>`,
       `<line x1="${LEFT}" y1="${y}" x2="${WIDTH - RIGHT}" y2="${y}" class="lane"/>`,
       // Processing: from first seen to the stored outcome (or now).
-      `<rect x="${x(entry.firstSeenAt)}" y="${y - 7}" width="${Math.max(3, x(end) - x(entry.firstSeenAt))}" height="14" fill="${COLORS.processing}" data-event="processing"><title>processing ${escape(iso(entry.firstSeenAt))} → ${escape(iso(end))}</title></rect>`,
+      `<rect x="${x(entry.firstSeenAt)}" y="${y - 7}" width="${Math.max(3, x(end) - x(entry.firstSeenAt))}" height="14" fill="${COLORS.processing}" data-event="processing"><title>processing ${escapeHtml(iso(entry.firstSeenAt))} → ${escapeHtml(iso(end))}</title></rect>`,
     ];
     if (entry.completedAt) {
       shapes.push(
-        `<rect x="${x(entry.completedAt)}" y="${y - 7}" width="${Math.max(0, x(entry.expiresAt) - x(entry.completedAt))}" height="14" fill="${COLORS.retained}" opacity="0.85" data-event="retained"><title>replayed until ${escape(iso(entry.expiresAt))}</title></rect>`,
+        `<rect x="${x(entry.completedAt)}" y="${y - 7}" width="${Math.max(0, x(entry.expiresAt) - x(entry.completedAt))}" height="14" fill="${COLORS.retained}" opacity="0.85" data-event="retained"><title>replayed until ${escapeHtml(iso(entry.expiresAt))}</title></rect>`,
         `<path d="M${x(entry.completedAt)} ${y - 13} l6 6 l-6 6 l-6 -6 z" fill="${COLORS.axis}" data-event="completed"/>`,
         label(x(entry.completedAt) + 8, y + 30, `completed ${time(entry.completedAt)}`, 'start'),
       );
@@ -174,11 +174,11 @@ ${ticks.join('')}
 }
 
 function label(x: number, y: number, text: string, anchor: 'start' | 'middle', color: string = COLORS.axis): string {
-  return `<text x="${x}" y="${y}" text-anchor="${anchor}" fill="${color}" class="event">${escape(text)}</text>`;
+  return `<text x="${x}" y="${y}" text-anchor="${anchor}" fill="${color}" class="event">${escapeHtml(text)}</text>`;
 }
 
 function legend(): string {
-  const item = (swatch: string, text: string) => `<span class="item">${swatch}${escape(text)}</span>`;
+  const item = (swatch: string, text: string) => `<span class="item">${swatch}${escapeHtml(text)}</span>`;
   const bar = (color: string) => `<svg width="22" height="12"><rect width="22" height="12" fill="${color}"/></svg>`;
   return `<p class="legend">${[
     item(
@@ -203,17 +203,17 @@ function legend(): string {
 }
 
 function table(generations: readonly TimelineEntry[]): string {
-  const cell = (at: Date | null) => `<td>${at ? escape(iso(at)) : '—'}</td>`;
+  const cell = (at: Date | null) => `<td>${at ? escapeHtml(iso(at)) : '—'}</td>`;
   const rows = generations.map(
     (entry) =>
-      `<tr><td>${entry.generation}</td>${cell(entry.firstSeenAt)}${cell(entry.completedAt)}<td>${escape(entry.status === null ? `none (${entry.state})` : `${entry.status} ${entry.outcomeKind ?? ''}`)}</td>${cell(entry.expiresAt)}${cell(entry.archivedAt)}${cell(entry.reusedAt)}<td>${entry.takeovers}</td></tr>`,
+      `<tr><td>${entry.generation}</td>${cell(entry.firstSeenAt)}${cell(entry.completedAt)}<td>${escapeHtml(entry.status === null ? `none (${entry.state})` : `${entry.status} ${entry.outcomeKind ?? ''}`)}</td>${cell(entry.expiresAt)}${cell(entry.archivedAt)}${cell(entry.reusedAt)}<td>${entry.takeovers}</td></tr>`,
   );
   return `<table><thead><tr><th>generation</th><th>first seen</th><th>completed</th><th>status</th><th>retention ends</th><th>archived</th><th>reused</th><th>takeovers</th></tr></thead><tbody>${rows.join('')}</tbody></table>`;
 }
 
 function page(title: string, body: string): string {
   return `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>${escape(title)} · payments admin</title>
+<html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(title)} · payments admin</title>
 <style>
 body { font: 15px/1.45 system-ui, sans-serif; margin: 24px 32px; color: #111827; max-width: 1140px; }
 code { font-size: 14px; background: #f3f4f6; padding: 1px 4px; border-radius: 3px; }
@@ -247,6 +247,6 @@ function span(ms: number): string {
   return `${(ms / 86_400_000).toFixed(1)} days`;
 }
 
-function escape(text: string): string {
+function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 }

@@ -82,7 +82,8 @@ describe.each([
     const key = newKey();
     const first = pay(url, key);
     // Once the first call has claimed the key (the channel then takes 300 ms), the same key is a 409.
-    while (!events.some((event) => event.type === 'claimed' && event.key === key)) await new Promise((resolve) => setTimeout(resolve, 5));
+    while (!events.some((event) => event.type === 'claimed' && event.key === key))
+      await new Promise((resolve) => setTimeout(resolve, 5));
     const conflict = await pay(url, key);
     expect(conflict.status).toBe(409);
     expect(conflict.headers.get('retry-after')).toMatch(/^\d+$/);
