@@ -38,6 +38,17 @@ export function withDatabase(url: string, database: string): string {
   return parsed.toString();
 }
 
+/**
+ * Statements sent through a target's `db` that MariaDB runs but MySQL 8 refuses: `RETURNING`
+ * (MariaDB 10.5+ only). The suites run on MariaDB, so this is how they hold the store to MySQL.
+ */
+export const mariadbOnlyStatements: string[] = [];
+const logger = {
+  logQuery(query: string) {
+    if (/\breturning\b/i.test(query)) mariadbOnlyStatements.push(query);
+  },
+};
+
 let reachable: Promise<boolean> | undefined;
 
 /** Probes the server once per process. */
@@ -96,7 +107,7 @@ export async function openMysqlTarget({
   const databaseUrl = withDatabase(url, database);
   const pool = mysql.createPool({ uri: databaseUrl, connectionLimit });
   return {
-    db: drizzle(pool),
+    db: drizzle(pool, { logger }),
     pool,
     url: databaseUrl,
     database,

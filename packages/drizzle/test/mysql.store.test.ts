@@ -4,6 +4,7 @@
  * the statements without RETURNING, the UTC clock, byte-exact keys, the migration lock.
  */
 import { randomUUID } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
 import mysql from 'mysql2/promise';
 import { sql, type SQL } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/mysql2';
@@ -11,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import type { ClaimRequest } from '@idem/core';
 import { createDrizzleStore, defineMysqlTables, migrate } from '../src/index.ts';
 import { executedRows, mysqlSweepCandidates } from '../src/mysql-store.ts';
-import { mysqlSuitesRun, openMysqlTarget, type MysqlTarget } from './mysql-target.ts';
+import { mariadbOnlyStatements, mysqlSuitesRun, openMysqlTarget, type MysqlTarget } from './mysql-target.ts';
 import { claimed, describeStoreBehaviour } from './store-behaviour.ts';
 
 const run = await mysqlSuitesRun();
@@ -53,7 +54,24 @@ describe.skipIf(!run)('MySQL (mysql2) at MYSQL_URL', () => {
     };
   });
 
+  it('sent no statement that MySQL 8 would refuse (RETURNING), although MariaDB runs them', () => {
+    expect(mariadbOnlyStatements).toEqual([]);
+  });
+
   describe('drizzle store on MySQL', () => {
+    it('the migration is MySQL 8 DDL: every table CREATE TABLE IF NOT EXISTS, its indexes inside it (no CREATE INDEX IF NOT EXISTS in MySQL)', () => {
+      const folder = new URL('../migrations/mysql/', import.meta.url);
+      const files = readdirSync(folder).filter((file) => file.endsWith('.sql'));
+      expect(files.length).toBeGreaterThan(0);
+      for (const file of files) {
+        const statements = readFileSync(new URL(file, folder), 'utf8')
+          .split('--> statement-breakpoint')
+          .map((statement) => statement.trim());
+        for (const statement of statements) expect(statement).toMatch(/^CREATE TABLE IF NOT EXISTS /);
+        expect(statements.join('\n')).not.toMatch(/CREATE (UNIQUE )?INDEX|RETURNING/i);
+      }
+    });
+
     it('R3: the sweeper selects expired rows through the (state, expires_at) index, not a table scan (EXPLAIN)', () =>
       onFreshDatabase(async (target) => {
         // 20,000 rows, mostly not expired or already archived, from a cross join of digits
