@@ -5,6 +5,7 @@
  * the SQL itself uses `IF NOT EXISTS`. The SQL is embedded in the module, so a bundled app
  * (Next.js, a serverless function) migrates without the package's folder on disk.
  */
+import { createHash } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import type { MigrationConfig } from 'drizzle-orm/migrator';
 import type { MySqlDialect } from 'drizzle-orm/mysql-core';
@@ -72,7 +73,9 @@ const MYSQL_MIGRATION_WAIT_SECONDS = 60;
  * lock belongs to a connection, and a transaction is what pins one connection of the pool.
  */
 async function migrateMysql(db: AnyMysqlDatabase, config: MigrationConfig): Promise<void> {
-  const lock = `idem:migrate:${config.migrationsTable}`;
+  // MySQL refuses lock names over 64 characters.
+  const named = `idem:migrate:${config.migrationsTable}`;
+  const lock = named.length <= 64 ? named : `idem:migrate:${createHash('sha256').update(named).digest('base64url')}`;
   await db.transaction(async (tx) => {
     const [answer] = executedRows(await tx.execute(sql`SELECT GET_LOCK(${lock}, ${MYSQL_MIGRATION_WAIT_SECONDS}) AS got`));
     if (Number(answer?.got) !== 1) throw new Error(`[idem] migrate: another process held the MySQL lock ${lock} for ${MYSQL_MIGRATION_WAIT_SECONDS} s`);

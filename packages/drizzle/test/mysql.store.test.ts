@@ -212,6 +212,27 @@ describe.skipIf(!run)('MySQL (mysql2) at MYSQL_URL', () => {
         }
       }));
 
+    it("names its locks within MySQL's 64 characters (MariaDB has no limit), for long journal tables, scopes and keys", () =>
+      onFreshDatabase(async (target) => {
+        const names: string[] = [];
+        const logger = {
+          logQuery: (query: string, params: unknown[]) =>
+            void (/GET_LOCK/.test(query) && names.push(String(params[0]))),
+        };
+        const db = drizzle(target.pool, { logger });
+        const journal = `journal_${'x'.repeat(56)}`;
+        await migrate(db, { migrationsTable: journal });
+        const [row] = await rowsOf<{ n: number }>(target, sql`SELECT count(*) AS n FROM ${sql.identifier(journal)}`);
+        expect(Number(row?.n)).toBe(1);
+        const outcome = () => ({ kind: 'success' as const, status: 200, body: '1' });
+        const claim = claimRequest({ scope: 's'.repeat(1000), key: 'k'.repeat(500) });
+        expect(await createDrizzleStore(db).atomicClaim(claim, async () => 1, outcome)).toMatchObject({
+          executed: true,
+        });
+        expect(names).toHaveLength(2);
+        for (const name of names) expect(name.length).toBeLessThanOrEqual(64);
+      }));
+
     it('E5: every method rejects when the server cannot be reached', async () => {
       const pool = mysql.createPool({ uri: 'mysql://root@127.0.0.1:1/unreachable', connectTimeout: 500 });
       const store = createDrizzleStore(drizzle(pool));
