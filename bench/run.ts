@@ -2,7 +2,8 @@
  * `npm run bench [-- --only floor,http,scale,memory,commits] [-- --quick]`: runs the parts in sequence,
  * prints their tables and writes everything to bench/results/<date>.json.
  * Needs PostgreSQL at DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test) and, for
- * the HTTP part, Redis at REDIS_URL (default redis://127.0.0.1:6379).
+ * the HTTP part, Redis at REDIS_URL (default redis://127.0.0.1:6379). The floor part runs on
+ * MySQL too when it answers at MYSQL_URL (default mysql://root@127.0.0.1:3306/test).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -10,7 +11,7 @@ import { cpus, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { createClient } from '@redis/client';
-import { adminQuery, openBenchSqlite, postgresReachable, POSTGRES_URL, REDIS_URL } from './databases.ts';
+import { adminQuery, MYSQL_URL, mysqlVersion, openBenchSqlite, postgresReachable, POSTGRES_URL, REDIS_URL } from './databases.ts';
 import { renderCommits, runCommits } from './commits.ts';
 import { runFloor } from './floor.ts';
 import { runHttp } from './http.ts';
@@ -49,7 +50,7 @@ for (const part of parts) {
   let section: string;
   switch (part) {
     case 'floor': {
-      const result = await runFloor({ quick, stores: STORES });
+      const result = await runFloor({ quick, stores: machine.mysql === 'unreachable' ? STORES : [...STORES, 'mysql'] });
       results.floor = result;
       section = renderFloor(result);
       break;
@@ -97,6 +98,8 @@ async function machineNotes(): Promise<MachineNotes> {
   const sqliteVersion = (sqlite.client.prepare('SELECT sqlite_version() AS v').get() as { v: string }).v;
   await sqlite.close();
   const postgres = String((await adminQuery('SHOW server_version')).rows[0]?.server_version ?? '?');
+  const mysql = await mysqlVersion();
+  if (mysql === undefined) console.warn(`[bench] MySQL is not reachable at ${MYSQL_URL} (set MYSQL_URL): the floor part skips it`);
   let redis = 'unreachable';
   try {
     const client = await createClient({ url: REDIS_URL }).connect();
@@ -114,6 +117,7 @@ async function machineNotes(): Promise<MachineNotes> {
     node: process.version,
     postgres,
     sqlite: `${sqliteVersion} (better-sqlite3 ${packageVersion('better-sqlite3')})`,
+    mysql: mysql === undefined ? 'unreachable' : `${mysql} (mysql2 ${packageVersion('mysql2')})`,
     redis,
   };
 }

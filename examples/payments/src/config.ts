@@ -103,12 +103,16 @@ function flag(name: string, value: string | undefined): boolean {
  * `parseDatabaseUrl` of `@idem/drizzle` (the same as the `idem` CLI); a bad value is a ConfigError.
  */
 export function parseDatabaseUrl(value: string | undefined): ExampleConfig['database'] {
+  let database: DatabaseLocation;
   try {
-    return parseStoreDatabaseUrl(value, { defaultSqlitePath: DEFAULT_SQLITE_PATH });
+    database = parseStoreDatabaseUrl(value, { defaultSqlitePath: DEFAULT_SQLITE_PATH });
   } catch (error) {
     if (error instanceof DatabaseUrlError) throw new ConfigError(error.message);
     throw error;
   }
+  // The store runs on MySQL too, but this example's ledger (channel.ts) speaks SQLite and PostgreSQL only.
+  if (database.dialect === 'mysql') throw new ConfigError(`DATABASE_URL "${value?.trim()}" is MySQL: this example runs on SQLite or PostgreSQL`);
+  return database;
 }
 
 function integer(name: string, value: string | undefined, fallback: number, { min, max }: { min: number; max: number }): number {

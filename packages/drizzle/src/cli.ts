@@ -19,7 +19,8 @@ import { migrate } from './migrate.js';
 export const USAGE = `Usage: idem <command> [options]
 
 Maintains the idem store of @idem/drizzle in the database named by DATABASE_URL (or --database):
-file:<path>, <path>.db or <path>.sqlite for SQLite; postgres://… or postgresql://… for PostgreSQL.
+file:<path>, <path>.db or <path>.sqlite for SQLite; postgres://… or postgresql://… for PostgreSQL;
+mysql://… for MySQL.
 
 Commands:
   migrate                        create or update the store's tables (safe to run again)
@@ -236,7 +237,7 @@ async function execute(invocation: Exclude<Invocation, { command: 'help' }>, io:
 
 function locate(flag: string | undefined, env: CliIo['env']): DatabaseLocation {
   const value = flag ?? env.DATABASE_URL;
-  if (value === undefined || value.trim() === '') throw usageError('set DATABASE_URL or pass --database (file:<path>, <path>.db, postgres://…)');
+  if (value === undefined || value.trim() === '') throw usageError('set DATABASE_URL or pass --database (file:<path>, <path>.db, postgres://…, mysql://…)');
   try {
     return parseDatabaseUrl(value, { name: flag === undefined ? 'DATABASE_URL' : '--database' });
   } catch (error) {
@@ -340,7 +341,8 @@ function causes(error: unknown): unknown[] {
 }
 
 function isMissingTable(error: unknown): boolean {
-  return causes(error).some((e) => (e as { code?: unknown }).code === '42P01' || /no such table/i.test(String((e as Error).message)));
+  // PostgreSQL's undefined_table, MySQL's ER_NO_SUCH_TABLE, SQLite's message.
+  return causes(error).some((e) => ['42P01', 'ER_NO_SUCH_TABLE'].includes(String((e as { code?: unknown }).code)) || /no such table/i.test(String((e as Error).message)));
 }
 
 /**

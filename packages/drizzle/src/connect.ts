@@ -1,17 +1,18 @@
 /**
  * From a `DATABASE_URL` to a drizzle instance the store accepts: `file:<path>` or a path
  * ending in `.db`/`.sqlite` opens SQLite (better-sqlite3, WAL), `postgres://` or
- * `postgresql://` opens a node-postgres pool. The drivers are optional peer dependencies,
+ * `postgresql://` opens a node-postgres pool, `mysql://` a mysql2 pool. The drivers are optional peer dependencies,
  * imported only when the URL selects them, so a PostgreSQL app does not need better-sqlite3.
  */
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
+import type { MySql2Database } from 'drizzle-orm/mysql2';
 import type { NodePgDatabase } from 'drizzle-orm/node-postgres';
 
-/** Where a `DATABASE_URL` points: a SQLite file or a PostgreSQL connection string. */
-export type DatabaseLocation = { dialect: 'sqlite'; path: string } | { dialect: 'postgres'; url: string };
+/** Where a `DATABASE_URL` points: a SQLite file, or a PostgreSQL or MySQL connection string. */
+export type DatabaseLocation = { dialect: 'sqlite'; path: string } | { dialect: 'postgres'; url: string } | { dialect: 'mysql'; url: string };
 
 /** A `DATABASE_URL` that names no database idem can open; the message is one line. */
 export class DatabaseUrlError extends Error {
@@ -27,16 +28,17 @@ export interface ParseDatabaseUrlOptions {
 
 /**
  * `file:<path>` (or a `file://` URL) or a path ending in `.db`/`.sqlite` selects SQLite;
- * `postgres://` or `postgresql://` selects PostgreSQL; unset or empty selects
+ * `postgres://` or `postgresql://` selects PostgreSQL; `mysql://` selects MySQL; unset or empty selects
  * `defaultSqlitePath`. Anything else throws a {@link DatabaseUrlError}.
  */
 export function parseDatabaseUrl(value: string | undefined, { defaultSqlitePath, name = 'DATABASE_URL' }: ParseDatabaseUrlOptions = {}): DatabaseLocation {
   if (value === undefined || value.trim() === '') {
     if (defaultSqlitePath !== undefined) return { dialect: 'sqlite', path: defaultSqlitePath };
-    throw new DatabaseUrlError(`set ${name} (file:<path>, <path>.db, postgres://…)`);
+    throw new DatabaseUrlError(`set ${name} (file:<path>, <path>.db, postgres://…, mysql://…)`);
   }
   const url = value.trim();
   if (/^postgres(ql)?:\/\//i.test(url)) return { dialect: 'postgres', url };
+  if (/^mysql:\/\//i.test(url)) return { dialect: 'mysql', url };
   if (url.startsWith('file:')) {
     let path: string;
     try {
@@ -48,7 +50,7 @@ export function parseDatabaseUrl(value: string | undefined, { defaultSqlitePath,
     return { dialect: 'sqlite', path };
   }
   if (/\.(db|sqlite)$/i.test(url)) return { dialect: 'sqlite', path: url };
-  throw new DatabaseUrlError(`${name} "${url}" is neither postgres://…, postgresql://…, file:<path> nor a path ending in .db or .sqlite`);
+  throw new DatabaseUrlError(`${name} "${url}" is neither postgres://…, postgresql://…, mysql://…, file:<path> nor a path ending in .db or .sqlite`);
 }
 
 /**
@@ -82,41 +84,43 @@ export interface OpenDatabaseOptions extends ParseDatabaseUrlOptions {
    * missing file is an error, e.g. for tools that only read.
    */
   create?: boolean;
-  /** PostgreSQL: the pool size. Defaults to 10. */
+  /** PostgreSQL, MySQL: the pool size. Defaults to 10. */
   max?: number;
-  /** PostgreSQL: how long a new connection may take. Defaults to 5000 ms. */
+  /** PostgreSQL, MySQL: how long a new connection may take. Defaults to 5000 ms. */
   connectionTimeoutMillis?: number;
 }
 
 interface OpenedBase {
   /** The database, for logs and messages: the URL with its password redacted, or `file:<absolute path>`. */
   description: string;
-  /** Closes the connection (SQLite) or ends the pool (PostgreSQL). */
+  /** Closes the connection (SQLite) or ends the pool (PostgreSQL, MySQL). */
   close(): Promise<void>;
 }
 
 /** An open database: hand `db` to `createDrizzleStore` and `migrate`. */
 export type OpenedDatabase =
   | (OpenedBase & { dialect: 'sqlite'; db: BetterSQLite3Database })
-  | (OpenedBase & { dialect: 'postgres'; db: NodePgDatabase });
+  | (OpenedBase & { dialect: 'postgres'; db: NodePgDatabase })
+  | (OpenedBase & { dialect: 'mysql'; db: MySql2Database });
 
 const DEFAULT_BUSY_TIMEOUT_MS = 0;
 const DEFAULT_CONNECTION_TIMEOUT_MS = 5000;
 
 /** How {@link openDatabase} describes a database: `file:<absolute path>`, or the redacted URL. */
 export function describeDatabase(location: DatabaseLocation): string {
-  if (location.dialect === 'postgres') return redactDatabaseUrl(location.url);
+  if (location.dialect !== 'sqlite') return redactDatabaseUrl(location.url);
   return location.path === ':memory:' ? 'file::memory:' : `file:${resolve(location.path)}`;
 }
 
 /**
  * Opens the database a `DATABASE_URL` (or a parsed {@link DatabaseLocation}) names.
  * SQLite: better-sqlite3 in WAL mode with `busy_timeout = 0` (see `busyTimeoutMs`), creating the file's directory if
- * missing. PostgreSQL: a `pg.Pool`, which connects on first use (so an unreachable server
- * shows up on the first query, not here).
+ * missing. PostgreSQL: a `pg.Pool`; MySQL: a mysql2 pool; both connect on first use (so an
+ * unreachable server shows up on the first query, not here).
  */
 export async function openDatabase(target: string | DatabaseLocation | undefined, options: OpenDatabaseOptions = {}): Promise<OpenedDatabase> {
   const location = typeof target === 'object' ? target : parseDatabaseUrl(target, options);
+  if (location.dialect === 'mysql') return openMysql(location.url, options);
   return location.dialect === 'sqlite' ? openSqlite(location.path, options) : openPostgres(location.url, options);
 }
 
@@ -161,6 +165,25 @@ async function openPostgres(url: string, { max = 10, connectionTimeoutMillis = D
   let ended = false;
   return {
     dialect: 'postgres',
+    db: drizzle(pool),
+    description: redactDatabaseUrl(url),
+    async close() {
+      if (ended) return;
+      ended = true;
+      await pool.end();
+    },
+  };
+}
+
+async function openMysql(url: string, { max = 10, connectionTimeoutMillis = DEFAULT_CONNECTION_TIMEOUT_MS }: OpenDatabaseOptions): Promise<OpenedDatabase> {
+  const [mysql, { drizzle }] = await Promise.all([
+    importDriver(() => import('mysql2/promise'), 'mysql2', 'MySQL', 'mysql2@^3'),
+    importDriver(() => import('drizzle-orm/mysql2'), 'mysql2', 'MySQL', 'mysql2@^3'),
+  ]);
+  const pool = mysql.createPool({ uri: url, connectionLimit: max, connectTimeout: connectionTimeoutMillis });
+  let ended = false;
+  return {
+    dialect: 'mysql',
     db: drizzle(pool),
     description: redactDatabaseUrl(url),
     async close() {

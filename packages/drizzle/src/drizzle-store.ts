@@ -1,5 +1,5 @@
 /**
- * `createDrizzleStore`: the store contract over drizzle, for SQLite and PostgreSQL. The rules
+ * `createDrizzleStore`: the store contract over drizzle, for SQLite, PostgreSQL and MySQL. The rules
  * of `claim` and the steps of atomic mode are written here, once, over the dialect's statements.
  */
 import {
@@ -14,6 +14,8 @@ import {
 } from '@idem/core';
 import { detectDialect, type Dialect, type DrizzleDatabase } from './dialect.js';
 import { chain, isThenable, type Eventually } from './eventually.js';
+import { defineMysqlTables } from './mysql-schema.js';
+import { mysqlStatements } from './mysql-store.js';
 import { definePgTables } from './pg-schema.js';
 import { pgStatements } from './pg-store.js';
 import { isExpired, toRecord, toTimeline, type LiveRow } from './record-rows.js';
@@ -28,7 +30,7 @@ export interface DrizzleStoreOptions {
   /**
    * Names of the live and history tables. Defaults to `idem_keys` and `idem_key_history`,
    * the tables `migrate()` creates; with other names, create the tables yourself from
-   * `definePgTables(names)` / `defineSqliteTables(names)` with drizzle-kit.
+   * `definePgTables(names)` / `defineSqliteTables(names)` / `defineMysqlTables(names)` with drizzle-kit.
    */
   tables?: Partial<TableNames>;
   /**
@@ -44,8 +46,8 @@ export interface DrizzleStoreOptions {
 
 /**
  * An {@link IdempotencyStore} backed by drizzle, with the dialect and table names it uses, and
- * atomic mode: the handler gets the drizzle transaction (PostgreSQL: it may await; SQLite: it
- * must be synchronous).
+ * atomic mode: the handler gets the drizzle transaction (PostgreSQL, MySQL: it may await; SQLite:
+ * it must be synchronous).
  */
 export interface DrizzleStore extends Omit<IdempotencyStore, keyof AtomicMode>, AtomicMode {
   readonly dialect: Dialect;
@@ -68,14 +70,19 @@ type ToOutcome<T> = (result: AtomicResult<T>) => StoredOutcome;
 
 /**
  * Creates the store over a drizzle instance: `drizzle-orm/node-postgres` or
- * `drizzle-orm/pglite` (PostgreSQL) or `drizzle-orm/better-sqlite3` (SQLite). Run
+ * `drizzle-orm/pglite` (PostgreSQL), `drizzle-orm/better-sqlite3` (SQLite) or
+ * `drizzle-orm/mysql2` (MySQL 8.0+, MariaDB 10.6+). Run
  * {@link migrate} once before first use.
  */
 export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {}, busyRetryMs = DEFAULT_BUSY_RETRY_MS }: DrizzleStoreOptions = {}): DrizzleStore {
   const tables: TableNames = { ...DEFAULT_TABLE_NAMES, ...tableNames };
   const detected = detectDialect(db);
   const statements =
-    detected.dialect === 'postgres' ? pgStatements(detected.db, definePgTables(tables)) : sqliteStatements(detected.db, defineSqliteTables(tables), busyRetryMs);
+    detected.dialect === 'postgres'
+      ? pgStatements(detected.db, definePgTables(tables))
+      : detected.dialect === 'mysql'
+        ? mysqlStatements(detected.db, defineMysqlTables(tables))
+        : sqliteStatements(detected.db, defineSqliteTables(tables), busyRetryMs);
   // Every method answers a promise through this wrapper, also those that answer at once inside.
   return withoutQueryParameters(storeOver(statements, detected.dialect, tables));
 }

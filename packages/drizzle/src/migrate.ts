@@ -5,12 +5,15 @@
  * the SQL itself uses `IF NOT EXISTS`. The SQL is embedded in the module, so a bundled app
  * (Next.js, a serverless function) migrates without the package's folder on disk.
  */
+import { createHash } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import type { MigrationConfig } from 'drizzle-orm/migrator';
+import type { MySqlDialect } from 'drizzle-orm/mysql-core';
 import type { PgDialect } from 'drizzle-orm/pg-core';
 import type { SQLiteSyncDialect } from 'drizzle-orm/sqlite-core';
-import { detectDialect, type AnyPgDatabase, type DrizzleDatabase } from './dialect.js';
+import { detectDialect, type AnyMysqlDatabase, type AnyPgDatabase, type DrizzleDatabase } from './dialect.js';
 import { migrationsFor } from './migration-files.js';
+import { executedRows } from './mysql-store.js';
 import { retrySqliteBusy } from './sqlite-busy.js';
 
 export interface MigrateOptions {
@@ -25,7 +28,8 @@ export interface MigrateOptions {
 
 /**
  * The same call as drizzle's `migrate` of `drizzle-orm/node-postgres/migrator`,
- * `drizzle-orm/pglite/migrator` and `drizzle-orm/better-sqlite3/migrator`, which all hand the
+ * `drizzle-orm/pglite/migrator`, `drizzle-orm/better-sqlite3/migrator` and
+ * `drizzle-orm/mysql2/migrator`, which all hand the
  * migrations to the dialect; calling it directly serves every driver of a dialect without
  * importing any driver.
  */
@@ -45,6 +49,10 @@ export async function migrate(db: DrizzleDatabase, { migrationsTable = '__idem_m
     await retrySqliteBusy(() => dialect.migrate(migrationsFor('sqlite'), session, config));
     return;
   }
+  if (detected.dialect === 'mysql') {
+    await migrateMysql(detected.db, { migrationsFolder: '', migrationsTable });
+    return;
+  }
   const schema = migrationsSchema ?? (await currentSchema(detected.db));
   const config: MigrationConfig = { migrationsFolder: '', migrationsTable, migrationsSchema: schema };
   const { dialect, session } = detected.db as unknown as MigratableDatabase<PgDialect>;
@@ -53,6 +61,31 @@ export async function migrate(db: DrizzleDatabase, { migrationsTable = '__idem_m
   // or a unique violation in its catalog). The loser rolled back; running again finds the
   // journal of the winner and has nothing left to do.
   await retryConcurrentDdl(() => dialect.migrate(migrationsFor('postgres'), session, config));
+}
+
+/** How long `migrate` waits on MySQL for another process's migration to finish. */
+const MYSQL_MIGRATION_WAIT_SECONDS = 60;
+
+/**
+ * MySQL commits every DDL statement on its own, so drizzle's migrator is not one transaction
+ * there: two processes starting at once on a fresh database would both apply the migration and
+ * both record it. They take turns instead, under a named lock (`GET_LOCK`, server-wide). The
+ * lock belongs to a connection, and a transaction is what pins one connection of the pool.
+ */
+async function migrateMysql(db: AnyMysqlDatabase, config: MigrationConfig): Promise<void> {
+  // MySQL refuses lock names over 64 characters.
+  const named = `idem:migrate:${config.migrationsTable}`;
+  const lock = named.length <= 64 ? named : `idem:migrate:${createHash('sha256').update(named).digest('base64url')}`;
+  await db.transaction(async (tx) => {
+    const [answer] = executedRows(await tx.execute(sql`SELECT GET_LOCK(${lock}, ${MYSQL_MIGRATION_WAIT_SECONDS}) AS got`));
+    if (Number(answer?.got) !== 1) throw new Error(`[idem] migrate: another process held the MySQL lock ${lock} for ${MYSQL_MIGRATION_WAIT_SECONDS} s`);
+    try {
+      const { dialect, session } = tx as unknown as MigratableDatabase<MySqlDialect>;
+      await dialect.migrate(migrationsFor('mysql'), session, config);
+    } finally {
+      await tx.execute(sql`SELECT RELEASE_LOCK(${lock})`);
+    }
+  });
 }
 
 const DDL_ATTEMPTS = 5;

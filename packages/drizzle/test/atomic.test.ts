@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzleNodePostgres, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import type { MySql2Database } from 'drizzle-orm/mysql2';
 import type { BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -30,7 +31,8 @@ import {
 } from '@idem/core';
 import { createDrizzleStore, migrate, type DrizzleStore } from '../src/index.ts';
 import type { CrashChildConfig } from './atomic-crash-child.ts';
-import { CREATE_PAYMENTS, countPgPayments, countSqlitePayments, payOnPostgres, payOnSqlite } from './payments.ts';
+import { CREATE_MYSQL_PAYMENTS, CREATE_PAYMENTS, countMysqlPayments, countPgPayments, countSqlitePayments, payOnMysql, payOnPostgres, payOnSqlite } from './payments.ts';
+import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 import { databaseUrl, isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
 import { openSqliteTarget } from './sqlite-target.ts';
 import { claimed, sleep } from './store-behaviour.ts';
@@ -39,11 +41,11 @@ import { claimed, sleep } from './store-behaviour.ts';
 type Handler = (tx: unknown, claim: { generation: number }) => unknown;
 
 interface AtomicTarget {
-  dialect: 'sqlite' | 'postgres';
+  dialect: 'sqlite' | 'postgres' | 'mysql';
   store: DrizzleStore;
   /**
    * A handler that records payment `id` through its transaction and then returns what `after`
-   * returns (or throws what it throws). Asynchronous on PostgreSQL, synchronous on SQLite.
+   * returns (or throws what it throws). Asynchronous on PostgreSQL and MySQL, synchronous on SQLite.
    */
   pay(id: string, after?: (claim: { generation: number }) => unknown): Handler;
   /** Committed payments. */
@@ -87,6 +89,23 @@ const openPostgres = async (): Promise<AtomicTarget> => {
   };
 };
 
+const openMysql = async (): Promise<AtomicTarget> => {
+  const target = await openMysqlTarget({ prefix: 'idem_atomic_test' });
+  await migrate(target.db);
+  await target.db.execute(sql.raw(CREATE_MYSQL_PAYMENTS));
+  return {
+    dialect: 'mysql',
+    store: createDrizzleStore(target.db),
+    pay: (id, after = () => ({ paymentId: id })) => async (tx, claim) => {
+      await payOnMysql(tx, id);
+      return after(claim);
+    },
+    payments: () => countMysqlPayments(target.db),
+    steal: (tx, scope, key) => (tx as MySql2Database).execute(sql`UPDATE idem_keys SET token = 'thief' WHERE scope = ${scope} AND \`key\` = ${key}`),
+    close: () => target.close(),
+  };
+};
+
 const postgresServer = (await isServerReachable()) || postgresRequired();
 const postgresLabel = postgresServer ? 'PostgreSQL server' : 'PostgreSQL on PGlite';
 
@@ -111,6 +130,7 @@ const claimRequest = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => ({
 describe.each([
   { name: 'SQLite (better-sqlite3, synchronous handlers)', open: openSqlite },
   { name: postgresLabel, open: openPostgres },
+  ...((await mysqlSuitesRun()) ? [{ name: 'MySQL server (mysql2)', open: openMysql }] : []),
 ])('atomic mode on $name', ({ open }) => {
   let target: AtomicTarget;
   const engineOn = (options: Partial<EngineOptions> = {}) => createEngine({ store: target.store, ...options });
@@ -241,8 +261,8 @@ describe.each([
     const before = await target.payments();
     const handler = counted(
       target.pay(`pay_${req.key}`, (claim) => {
-        // PostgreSQL: hold the transaction open a while, so the others queue behind its claim.
-        if (target.dialect === 'postgres') return sleep(50).then(() => ({ generation: claim.generation }));
+        // PostgreSQL, MySQL: hold the transaction open a while, so the others queue behind its claim.
+        if (target.dialect !== 'sqlite') return sleep(50).then(() => ({ generation: claim.generation }));
         return { generation: claim.generation };
       }),
     );
@@ -309,7 +329,7 @@ describe.each([
     const handler = target.pay(`pay_${held.key}`, () => undefined);
     const fencedHandler: Handler = (tx, claim) => {
       const paid = handler(tx, claim);
-      return target.dialect === 'postgres' ? (paid as Promise<unknown>).then(() => target.steal(tx, held.scope, held.key)) : target.steal(tx, held.scope, held.key);
+      return target.dialect !== 'sqlite' ? (paid as Promise<unknown>).then(() => target.steal(tx, held.scope, held.key)) : target.steal(tx, held.scope, held.key);
     };
 
     expect(await target.store.atomicComplete({ scope: held.scope, key: held.key, token: held.token }, fencedHandler, () => ({ kind: 'success', status: 200, body: '1' }))).toEqual({

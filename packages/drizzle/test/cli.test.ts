@@ -1,6 +1,6 @@
 /**
- * The `idem` bin, run as a child process from the repository root against a SQLite file and
- * a fresh PostgreSQL schema: the same commands and assertions on both (A1, R3, R4), and the
+ * The `idem` bin, run as a child process from the repository root against a SQLite file,
+ * a fresh PostgreSQL schema and a fresh MySQL database: the same commands and assertions on both (A1, R3, R4), and the
  * one-line error contract (exit 2 for usage, 1 for failures, never a stack trace).
  */
 import { execFile } from 'node:child_process';
@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
 import { isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
 import { openSqliteConnection } from './sqlite-target.ts';
+import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const BIN = 'packages/drizzle/dist/bin.js';
@@ -99,6 +100,13 @@ async function openPostgresCliTarget(): Promise<CliTarget> {
   return { url: target.url, db: target.db, description: new RegExp(`^migrated postgres://.*search_path=${target.schema}\n$`), close: () => target.close() };
 }
 
+async function openMysqlCliTarget(): Promise<CliTarget> {
+  const target = await openMysqlTarget({ connectionLimit: 4, prefix: 'idem_cli' });
+  return { url: target.url, db: target.db, description: new RegExp(`^migrated mysql://root@[^/]+/${target.database}\n$`), close: () => target.close() };
+}
+
+const mysqlServer = await mysqlSuitesRun();
+
 // A child process cannot share the in-process PGlite fallback: without a server the
 // PostgreSQL half is skipped, unless IDEM_REQUIRE_POSTGRES insists (then it fails).
 const postgresServer = (await isServerReachable()) || postgresRequired();
@@ -106,6 +114,7 @@ const postgresServer = (await isServerReachable()) || postgresRequired();
 const TARGETS = [
   { database: 'a SQLite file', open: openSqliteCliTarget, skip: false },
   { database: 'a PostgreSQL schema', open: openPostgresCliTarget, skip: !postgresServer },
+  { database: 'a MySQL database', open: openMysqlCliTarget, skip: !mysqlServer },
 ];
 
 describe.each(TARGETS)('idem on $database', ({ open, skip }) => {
@@ -263,7 +272,7 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
       idem(['purge', '--older-than', '90 days'], file),
       idem(['explain'], file),
       idem(['migrate'], undefined),
-      idem(['migrate'], 'mysql://localhost/db'),
+      idem(['migrate'], 'mongodb://localhost/db'),
       idem(['sweep', '--frobnicate'], file),
     ]);
     const reasons = [
@@ -271,8 +280,8 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
       /^idem: --batch-size must be a whole number from 1 to \d+, got "lots"$/,
       /^idem: --older-than must be a duration such as 90d, 24h or 30m, got "90 days"$/,
       /^idem: explain needs a key/,
-      /^idem: set DATABASE_URL or pass --database \(file:<path>, <path>\.db, postgres:\/\/…\)$/,
-      /^idem: DATABASE_URL "mysql:\/\/localhost\/db" is neither/,
+      /^idem: set DATABASE_URL or pass --database \(file:<path>, <path>\.db, postgres:\/\/…, mysql:\/\/…\)$/,
+      /^idem: DATABASE_URL "mongodb:\/\/localhost\/db" is neither/,
       /^idem: unknown option --frobnicate/,
     ];
     runs.forEach((run, index) => expectOneLineError(run, 2, reasons[index]!));
@@ -288,6 +297,18 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
     expectOneLineError(withPassword, 1, /^idem: cannot reach postgres:\/\/idem:\*\*\*@127\.0\.0\.1:1\/x: /);
     expect(withPassword.stderr).not.toContain('s3cret');
     expectOneLineError(sqlite, 1, /^idem: no SQLite database at .*never-created\.db: run idem migrate first$/);
+  });
+
+  it.skipIf(!mysqlServer)('MySQL: an unreachable server and a database without the tables each exit 1 with one line, password redacted', async () => {
+    const target = await openMysqlTarget({ prefix: 'idem_cli_empty' });
+    try {
+      const [unreachable, empty] = await Promise.all([idem(['sweep'], 'mysql://idem:s3cret@127.0.0.1:1/x'), idem(['explain', 'k'], target.url)]);
+      expectOneLineError(unreachable, 1, /^idem: cannot reach mysql:\/\/idem:\*\*\*@127\.0\.0\.1:1\/x: .*ECONNREFUSED/);
+      expect(unreachable.stderr).not.toContain('s3cret');
+      expectOneLineError(empty, 1, new RegExp(`^idem: mysql://root@[^/]+/${target.database} has no idem tables: run idem migrate first$`));
+    } finally {
+      await target.close();
+    }
   });
 
   it('--help and help print the usage on stdout and exit 0', async () => {

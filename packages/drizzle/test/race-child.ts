@@ -9,13 +9,15 @@
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import pg from 'pg';
+import mysql from 'mysql2/promise';
 import { drizzle } from 'drizzle-orm/node-postgres';
+import { drizzle as drizzleMysql } from 'drizzle-orm/mysql2';
 import type { IdempotencyStore } from '@idem/core';
 import { createDrizzleStore } from '../src/index.ts';
 import { openSqliteConnection } from './sqlite-target.ts';
 
 export interface RaceChildConfig {
-  target: { dialect: 'sqlite'; file: string } | { dialect: 'postgres'; url: string; connections: number };
+  target: { dialect: 'sqlite'; file: string } | { dialect: 'postgres' | 'mysql'; url: string; connections: number };
   scope: string;
   key: string;
   claims: number;
@@ -40,6 +42,12 @@ if (config.target.dialect === 'sqlite') {
   const { client, db } = openSqliteConnection(config.target.file);
   store = createDrizzleStore(db);
   close = async () => void client.close();
+} else if (config.target.dialect === 'mysql') {
+  const pool = mysql.createPool({ uri: config.target.url, connectionLimit: config.target.connections });
+  const connections = await Promise.all(Array.from({ length: config.target.connections }, () => pool.getConnection()));
+  for (const connection of connections) connection.release();
+  store = createDrizzleStore(drizzleMysql(pool));
+  close = () => pool.end();
 } else {
   const pool = new pg.Pool({ connectionString: config.target.url, max: config.target.connections });
   // Open every connection before the start signal so the claims race, not the handshakes.

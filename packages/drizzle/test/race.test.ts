@@ -12,6 +12,7 @@ import { createDrizzleStore, migrate, type DrizzleDatabase } from '../src/index.
 import { isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
 import type { RaceChildConfig, RaceChildReport } from './race-child.ts';
 import { openSqliteTarget } from './sqlite-target.ts';
+import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 import { claimed } from './store-behaviour.ts';
 import { waitPast } from '../../../test/support/waiting.ts';
 
@@ -121,6 +122,7 @@ function describeRaces(label: string, open: () => Promise<{ db: DrizzleDatabase;
 }
 
 const server = (await isServerReachable()) || postgresRequired();
+const mysqlServer = await mysqlSuitesRun();
 
 describe('claims racing across processes', () => {
   describeRaces('SQLite WAL', async () => {
@@ -133,6 +135,13 @@ describe('claims racing across processes', () => {
       const target = await openPostgresTarget({ max: 2 });
       if (!target.url) throw new Error('[idem] the race needs a PostgreSQL server');
       return { db: target.db, child: { dialect: 'postgres', url: target.url, connections: 8 }, close: () => target.close() };
+    });
+  });
+
+  describe.skipIf(!mysqlServer)('on a MySQL server (mysql2)', () => {
+    describeRaces('MySQL', async () => {
+      const target = await openMysqlTarget({ connectionLimit: 2, prefix: 'idem_race_test' });
+      return { db: target.db, child: { dialect: 'mysql', url: target.url, connections: 8 }, close: () => target.close() };
     });
   });
 });

@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { createDrizzleStore, migrate, sweepAll, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
 
 export interface StoreHarness {
-  dialect: 'sqlite' | 'postgres';
+  dialect: 'sqlite' | 'postgres' | 'mysql';
   db: DrizzleDatabase;
   /** Runs a query and returns its rows as the driver gives them. */
   rows<T>(query: SQL): Promise<T[]>;
@@ -21,6 +21,9 @@ export interface StoreHarness {
   exec(statement: string): Promise<void>;
   close(): Promise<void>;
 }
+
+/** `key` is a reserved word in MySQL: raw queries name the column quoted, in each dialect's quotes. */
+const keyColumn = sql.identifier('key');
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -116,7 +119,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       claimed(await store.claim(req));
       await migrate(harness.db);
       await migrate(harness.db);
-      expect(await count(sql`SELECT count(*) AS n FROM "__idem_migrations"`)).toBe(1);
+      expect(await count(sql`SELECT count(*) AS n FROM ${sql.identifier('__idem_migrations')}`)).toBe(1);
       expect((await store.get(scope, req.key))?.token).toBe(req.token);
     });
 
@@ -132,7 +135,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
         claimed(await store.claim(req));
         expect(await store.complete({ scope, key: req.key, token: req.token, outcome: { kind: 'success', status: 200, body } })).toBe(true);
         expect((await store.get(scope, req.key))?.outcome?.body).toBe(body);
-        const [raw] = await harness.rows<{ body: string }>(sql`SELECT body FROM idem_keys WHERE scope = ${scope} AND key = ${req.key}`);
+        const [raw] = await harness.rows<{ body: string }>(sql`SELECT body FROM idem_keys WHERE scope = ${scope} AND ${keyColumn} = ${req.key}`);
         expect(raw?.body).toBe(body);
       }
     });
@@ -144,7 +147,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       expect(reuse.expired).toMatchObject({ generation: 1, state: 'archived', token: first.token, outcome: { kind: 'success', status: 201, body: null } });
 
       const history = await harness.rows<{ generation: number; body: string | null; outcome_status: number; reused_at: unknown; archived_at: unknown }>(
-        sql`SELECT generation, body, outcome_status, reused_at, archived_at FROM idem_key_history WHERE scope = ${scope} AND key = ${first.key}`,
+        sql`SELECT generation, body, outcome_status, reused_at, archived_at FROM idem_key_history WHERE scope = ${scope} AND ${keyColumn} = ${first.key}`,
       );
       expect(history).toHaveLength(1);
       expect(history[0]).toMatchObject({ generation: 1, body: null, outcome_status: 201 });
@@ -164,7 +167,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       const first = await expiredKey();
       const results = await Promise.all(Array.from({ length: 20 }, () => store.claim(request({ key: first.key }))));
       expect(results.filter((result) => result.outcome === 'claimed')).toHaveLength(1);
-      expect(await count(sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND key = ${first.key}`)).toBe(1);
+      expect(await count(sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND ${keyColumn} = ${first.key}`)).toBe(1);
       expect((await store.get(scope, first.key))?.generation).toBe(2);
     });
 
@@ -194,7 +197,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       expect(await store.sweep()).toEqual({ archived: 0 });
       for (const { key } of expired) {
         const [row] = await harness.rows<{ state: string; body: string | null; outcome_status: number; fingerprint: string }>(
-          sql`SELECT state, body, outcome_status, fingerprint FROM idem_keys WHERE scope = ${scope} AND key = ${key}`,
+          sql`SELECT state, body, outcome_status, fingerprint FROM idem_keys WHERE scope = ${scope} AND ${keyColumn} = ${key}`,
         );
         expect(row).toEqual({ state: 'archived', body: null, outcome_status: 201, fingerprint: 'fp-1' });
       }
@@ -215,7 +218,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       const first = await expiredKey();
       const answer = await store.claim(request({ key: first.key, expiredReuse: 'reject' }));
       expect(answer).toMatchObject({ outcome: 'existing', expired: true, record: { generation: 1 } });
-      expect(await count(sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND key = ${first.key}`)).toBe(0);
+      expect(await count(sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND ${keyColumn} = ${first.key}`)).toBe(0);
     });
 
     it('R3: purge honours the horizon: archived tombstones and history rows go, live generations stay', async () => {
@@ -249,7 +252,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       const first = await expiredKey('1', custom);
       claimed(await custom.claim(request({ key: first.key })));
       expect((await custom.timeline(scope, first.key)).map((entry) => entry.generation)).toEqual([1, 2]);
-      expect(await count(sql`SELECT count(*) AS n FROM audit_history WHERE key = ${first.key}`)).toBe(1);
+      expect(await count(sql`SELECT count(*) AS n FROM audit_history WHERE ${keyColumn} = ${first.key}`)).toBe(1);
       expect(await store.get(scope, first.key)).toBeNull();
     });
   });
