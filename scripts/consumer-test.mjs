@@ -294,14 +294,14 @@ export const db = drizzle(sqlite);
 await migrate(db);
 `,
     'src/server/trpc.ts': `import { initTRPC } from '@trpc/server';
-import type { FetchCreateContextFnOptions } from '@trpc/server/adapters/fetch';
-import { idempotencyContext, idempotencyErrorFormatter } from '@idem/trpc';
+import { idempotencyErrorFormatter, type IdempotencyContext } from '@idem/trpc';
 
-export const createTRPCContext = (opts: FetchCreateContextFnOptions) => ({
-  userId: opts.req.headers.get('x-user-id') ?? 'anonymous',
-  ...idempotencyContext(opts),
+// create-t3-app's context takes the request headers; idem's transport rides along.
+export const createTRPCContext = async (opts: { headers: Headers } & Partial<IdempotencyContext>) => ({
+  userId: opts.headers.get('x-user-id') ?? 'anonymous',
+  ...opts,
 });
-export type Context = ReturnType<typeof createTRPCContext>;
+export type Context = Awaited<ReturnType<typeof createTRPCContext>>;
 
 const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
 export const createTRPCRouter = t.router;
@@ -324,10 +324,17 @@ export const appRouter = createTRPCRouter({
 export type AppRouter = typeof appRouter;
 `,
     'app/api/trpc/[trpc]/route.ts': `import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
+import { idempotencyContext } from '@idem/trpc';
 import { appRouter } from '../../../../src/server/root';
 import { createTRPCContext } from '../../../../src/server/trpc';
 
-const handler = (req: Request) => fetchRequestHandler({ endpoint: '/api/trpc', req, router: appRouter, createContext: createTRPCContext });
+const handler = (req: Request) =>
+  fetchRequestHandler({
+    endpoint: '/api/trpc',
+    req,
+    router: appRouter,
+    createContext: (opts) => createTRPCContext({ headers: req.headers, ...idempotencyContext(opts) }),
+  });
 
 export { handler as GET, handler as POST };
 `,
