@@ -189,6 +189,10 @@ async function plainNodeApp(tarballs) {
         graphql: version('graphql'),
         'graphql-yoga': version('graphql-yoga'),
         '@envelop/core': version('@envelop/core'),
+        // The optional peers of @idem/envelop/apollo and /urql, so that every entry loads.
+        '@apollo/client': version('@apollo/client'),
+        rxjs: version('rxjs'),
+        '@urql/core': version('@urql/core'),
         'drizzle-orm': '0.44.7',
         'better-sqlite3': version('better-sqlite3'),
         typescript: version('typescript'),
