@@ -1,24 +1,27 @@
 /**
  * The databases a benchmark runs on, opened with `openDatabase` as an app would (SQLite: a file
- * in WAL mode; PostgreSQL: a pool on 127.0.0.1), each in its own temporary file or schema,
- * migrated, and removed on `close()`.
+ * in WAL mode; PostgreSQL, MySQL: a pool on 127.0.0.1), each in its own temporary file, schema
+ * or database, migrated, and removed on `close()`.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type Database from 'better-sqlite3';
-import type { BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
-import type { NodePgDatabase } from 'drizzle-orm/node-postgres';
 import type { Client as LibsqlClient } from '@libsql/client';
+import type { BetterSQLite3Database } from 'drizzle-orm/better-sqlite3';
 import type { LibSQLDatabase } from 'drizzle-orm/libsql';
+import type { MySql2Database } from 'drizzle-orm/mysql2';
+import type { NodePgDatabase } from 'drizzle-orm/node-postgres';
 import type { PostgresJsDatabase } from 'drizzle-orm/postgres-js';
+import mysql from 'mysql2/promise';
 import pg from 'pg';
 import type { Sql } from 'postgres';
 import { migrate } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
 
 export const POSTGRES_URL = process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
+export const MYSQL_URL = process.env.MYSQL_URL || 'mysql://root@127.0.0.1:3306/test';
 export const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379';
 
 export interface BenchSqlite {
@@ -39,6 +42,17 @@ export interface BenchPostgres {
   db: NodePgDatabase;
   /** The node-postgres pool behind `db`, for raw statements. */
   pool: pg.Pool;
+  close(): Promise<void>;
+}
+
+export interface BenchMysql {
+  dialect: 'mysql';
+  /** A connection string for the fresh database. */
+  url: string;
+  database: string;
+  db: MySql2Database;
+  /** The mysql2 pool behind `db`, for raw statements. */
+  pool: mysql.Pool;
   close(): Promise<void>;
 }
 
@@ -64,8 +78,6 @@ export interface BenchPostgresJs {
 }
 
 export type BenchDatabase = BenchSqlite | BenchPostgres;
-/** The drivers the floor (part 1) also runs on. */
-export type FloorDatabase = BenchDatabase | BenchLibsql | BenchPostgresJs;
 
 /** A migrated SQLite file in a fresh temporary directory. */
 export async function openBenchSqlite({ migrated = true }: { migrated?: boolean } = {}): Promise<BenchSqlite> {
@@ -178,4 +190,54 @@ function withSearchPath(url: string, schema: string): string {
   const parsed = new URL(url);
   parsed.searchParams.set('options', `-c search_path=${schema}`);
   return parsed.toString();
+}
+
+/** A migrated fresh database on the MySQL server at `MYSQL_URL`. */
+export async function openBenchMysql({ max = 10 }: { max?: number } = {}): Promise<BenchMysql> {
+  const database = `idem_bench_${randomBytes(5).toString('hex')}`;
+  await mysqlAdminQuery(`CREATE DATABASE \`${database}\``);
+  const parsed = new URL(MYSQL_URL);
+  parsed.pathname = `/${database}`;
+  const url = parsed.toString();
+  const opened = await openDatabase(url, { max });
+  if (opened.dialect !== 'mysql') throw new Error('[bench] expected MySQL');
+  const drop = () => mysqlAdminQuery(`DROP DATABASE IF EXISTS \`${database}\``);
+  try {
+    await migrate(opened.db);
+  } catch (error) {
+    await opened.close();
+    await drop();
+    throw error;
+  }
+  return {
+    dialect: 'mysql',
+    url,
+    database,
+    db: opened.db as MySql2Database,
+    pool: (opened.db as unknown as { $client: mysql.Pool }).$client,
+    async close() {
+      await opened.close();
+      await drop();
+    },
+  };
+}
+
+/** The MySQL server's version (`SELECT VERSION()`), or undefined when it does not answer at `MYSQL_URL`. */
+export async function mysqlVersion(): Promise<string | undefined> {
+  try {
+    const [rows] = await mysqlAdminQuery('SELECT VERSION() AS version');
+    return String((rows as Array<{ version: unknown }>)[0]?.version);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Runs one statement on its own MySQL connection, outside any bench database. */
+async function mysqlAdminQuery(text: string) {
+  const connection = await mysql.createConnection({ uri: MYSQL_URL, connectTimeout: 3000 });
+  try {
+    return await connection.query(text);
+  } finally {
+    await connection.end();
+  }
 }

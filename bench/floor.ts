@@ -2,7 +2,9 @@
  * Part 1, floor vs engine, per operation, one connection, sequential:
  * (a) the raw driver running the store's own claim and completion SQL as two prepared
  *     statements (better-sqlite3 `prepare`, pg named queries, postgres-js `unsafe(…, { prepare:
- *     true })`, libsql `execute`);
+ *     true })`, libsql `execute`; on MySQL, which has no
+ *     RETURNING, the claim is its INSERT and the read of the row back, through mysql2's `query`
+ *     as drizzle sends them);
  * (b) idem's engine on the fresh path, `createEngine({ store: createDrizzleStore(db) })`;
  * (c) idem's replay of a completed key vs one raw `SELECT` by primary key.
  * The Drizzle store alone (`store.claim` + `store.complete`) is measured too, to tell the
@@ -14,9 +16,20 @@ import { createEngine, sha256, type IdempotencyStore } from '@idem/core';
 import { createDrizzleStore } from '@idem/drizzle';
 import { drizzle as drizzleSqlite } from 'drizzle-orm/better-sqlite3';
 import { drizzle as drizzleLibsql } from 'drizzle-orm/libsql';
+import { drizzle as drizzleMysql } from 'drizzle-orm/mysql2';
 import { drizzle as drizzlePostgres } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
-import { openBenchLibsql, openBenchPostgres, openBenchPostgresJs, openBenchSqlite, type FloorDatabase } from './databases.ts';
+import {
+  openBenchLibsql,
+  openBenchMysql,
+  openBenchPostgres,
+  openBenchPostgresJs,
+  openBenchSqlite,
+  type BenchDatabase,
+  type BenchLibsql,
+  type BenchMysql,
+  type BenchPostgresJs,
+} from './databases.ts';
 import { interleave, median, medianRatio, ratioSpread, timeBatch, type Variant } from './measure.ts';
 
 const SCOPE = 'acct_42/payments.create';
@@ -36,8 +49,17 @@ export interface Target {
   met: boolean;
 }
 
-/** The drivers the floor runs on: `sqlite` is better-sqlite3, `postgres` node-postgres. */
-export type FloorStore = 'sqlite' | 'libsql' | 'postgres' | 'postgres-js';
+/** The drivers the floor runs on: `sqlite` is better-sqlite3, `postgres` node-postgres, `mysql` mysql2. */
+export type FloorStore = 'sqlite' | 'libsql' | 'postgres' | 'postgres-js' | 'mysql';
+type FloorDatabase = BenchDatabase | BenchMysql | BenchLibsql | BenchPostgresJs;
+
+const OPEN: Record<FloorStore, () => Promise<FloorDatabase>> = {
+  sqlite: () => openBenchSqlite(),
+  libsql: () => openBenchLibsql(),
+  postgres: () => openBenchPostgres({ max: 1 }),
+  'postgres-js': () => openBenchPostgresJs({ max: 1 }),
+  mysql: () => openBenchMysql({ max: 1 }),
+};
 
 export interface FloorResult {
   store: FloorStore;
@@ -49,20 +71,13 @@ export interface FloorResult {
   ratios: Record<string, { median: number; p25: number; p75: number }>;
   targets: { engineFreshVsFloor: Target; replayVsOneStatement: Target };
   /** The store's SQL the floor runs (as captured from the store). */
-  sql: { claim: string; complete: string; read: string };
+  sql: { claim: string; complete: string; read: string; readBack?: string };
 }
 
 export interface FloorOptions {
   quick: boolean;
   stores: ReadonlyArray<FloorStore>;
 }
-
-const OPEN: Record<FloorStore, () => Promise<FloorDatabase>> = {
-  sqlite: () => openBenchSqlite(),
-  libsql: () => openBenchLibsql(),
-  postgres: () => openBenchPostgres({ max: 1 }),
-  'postgres-js': () => openBenchPostgresJs({ max: 1 }),
-};
 
 export async function runFloor({ quick, stores }: FloorOptions): Promise<FloorResult[]> {
   const results: FloorResult[] = [];
@@ -91,6 +106,14 @@ interface Captured {
   params: unknown[];
 }
 
+/** The store's statements the floor replays; `readBack` is MySQL's read of the row its INSERT wrote. */
+interface CapturedSql {
+  claim: Captured;
+  complete: Captured;
+  read: Captured;
+  readBack?: Captured;
+}
+
 async function compare(database: FloorDatabase, quick: boolean): Promise<FloorResult> {
   const sql = await captureStoreSql(database);
   const raw =
@@ -98,9 +121,11 @@ async function compare(database: FloorDatabase, quick: boolean): Promise<FloorRe
       ? sqliteStatements(database, sql)
       : database.dialect === 'libsql'
         ? libsqlStatements(database, sql)
-        : database.dialect === 'postgres'
-          ? postgresStatements(database, sql)
-          : postgresJsStatements(database, sql);
+        : database.dialect === 'mysql'
+          ? mysqlStatements(database, sql)
+          : database.dialect === 'postgres'
+            ? postgresStatements(database, sql)
+            : postgresJsStatements(database, sql);
   const store = createDrizzleStore(database.db);
   const engine = createEngine({ store });
 
@@ -173,7 +198,7 @@ async function compare(database: FloorDatabase, quick: boolean): Promise<FloorRe
       engineFreshVsFloor: target(ratios['engine fresh / raw claim + complete'].median, 1.15),
       replayVsOneStatement: target(ratios['engine replay / raw SELECT by key'].median, 1.15),
     },
-    sql: { claim: sql.claim.sql, complete: sql.complete.sql, read: sql.read.sql },
+    sql: { claim: sql.claim.sql, complete: sql.complete.sql, read: sql.read.sql, ...(sql.readBack && { readBack: sql.readBack.sql }) },
   };
 }
 
@@ -200,9 +225,10 @@ async function storeReplay(store: IdempotencyStore, key: string): Promise<void> 
  * instance on the same connection, and answers the SQL it sent. Checks the parameter order
  * the floor binds, so that a change to the store's statements fails loudly here.
  */
-async function captureStoreSql(database: FloorDatabase): Promise<{ claim: Captured; complete: Captured; read: Captured }> {
+async function captureStoreSql(database: FloorDatabase): Promise<CapturedSql> {
   const captured: Captured[] = [];
   const logger = { logQuery: (sql: string, params: unknown[]) => void captured.push({ sql, params }) };
+  if (database.dialect === 'mysql') return captureMysqlSql(drizzleMysql(database.pool, { logger }), captured);
   const db =
     database.dialect === 'sqlite'
       ? drizzleSqlite({ client: database.client, logger })
@@ -238,13 +264,50 @@ async function captureStoreSql(database: FloorDatabase): Promise<{ claim: Captur
   return { claim, complete, read };
 }
 
+/**
+ * MySQL reads first, as SQLite does (a replay is the read alone), and, with no RETURNING, reads
+ * back the row its INSERT wrote: a fresh claim is the read (a miss), the INSERT, the read back and
+ * the completion.
+ */
+async function captureMysqlSql(db: Parameters<typeof createDrizzleStore>[0], captured: Captured[]): Promise<CapturedSql> {
+  const store = createDrizzleStore(db);
+  const key = `capture-${randomUUID()}`;
+  const token = randomUUID();
+  const request = { scope: SCOPE, key, fingerprint: FINGERPRINT, token, leaseMs: LEASE_MS, retentionMs: RETENTION_MS, expiredReuse: 'execute' } as const;
+  await store.claim(request);
+  await store.complete({ scope: SCOPE, key, token, outcome: { kind: 'success', status: 200, body: BODY } });
+  const fresh = captured.splice(0);
+  await store.claim({ ...request, token: randomUUID() });
+  const replay = captured.splice(0);
+  const [read, claim, readBack, complete] = fresh;
+  if (
+    fresh.length !== 4 ||
+    replay.length !== 1 ||
+    !read ||
+    !claim ||
+    !readBack ||
+    !complete ||
+    replay[0]!.sql !== read.sql ||
+    !/^insert into `idem_keys`/i.test(claim.sql) ||
+    !/^select /i.test(readBack.sql) ||
+    !/^update `idem_keys` set `state` = 'completed'/i.test(complete.sql)
+  ) {
+    throw new Error(`[bench] the store's MySQL statements changed; update bench/floor.ts:\n${[...fresh, ...replay].map((entry) => entry.sql).join('\n')}`);
+  }
+  expectParams(read, [SCOPE, key]);
+  expectParams(claim, [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
+  expectParams(readBack, [SCOPE, key, token]);
+  expectParams(complete, ['success', 200, BODY, SCOPE, key, token]);
+  return { claim, complete, read, readBack };
+}
+
 function expectParams(statement: Captured, expected: unknown[]): void {
   if (JSON.stringify(statement.params) !== JSON.stringify(expected)) {
     throw new Error(`[bench] the store binds ${JSON.stringify(statement.params)} to\n${statement.sql}\nbut bench/floor.ts expects ${JSON.stringify(expected)}`);
   }
 }
 
-function sqliteStatements(database: Extract<FloorDatabase, { dialect: 'sqlite' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+function sqliteStatements(database: Extract<BenchDatabase, { dialect: 'sqlite' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
   const claim = database.client.prepare(sql.claim.sql);
   const complete = database.client.prepare(sql.complete.sql);
   const read = database.client.prepare(sql.read.sql).raw();
@@ -268,7 +331,7 @@ function sqliteStatements(database: Extract<FloorDatabase, { dialect: 'sqlite' }
   };
 }
 
-function libsqlStatements(database: Extract<FloorDatabase, { dialect: 'libsql' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+function libsqlStatements(database: BenchLibsql, sql: CapturedSql): RawStatements {
   const { client } = database;
   const run = (text: string, args: Array<string | number>) => client.execute({ sql: text, args });
   return {
@@ -287,7 +350,7 @@ function libsqlStatements(database: Extract<FloorDatabase, { dialect: 'libsql' }
   };
 }
 
-function postgresJsStatements(database: Extract<FloorDatabase, { dialect: 'postgres-js' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+function postgresJsStatements(database: BenchPostgresJs, sql: CapturedSql): RawStatements {
   const { client } = database;
   const run = (text: string, values: Array<string | number>) => client.unsafe(text, values, { prepare: true });
   // The claim-or-read statement binds the key twice (the insert, then the read of a conflict).
@@ -310,7 +373,7 @@ function postgresJsStatements(database: Extract<FloorDatabase, { dialect: 'postg
   };
 }
 
-function postgresStatements(database: Extract<FloorDatabase, { dialect: 'postgres' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+function postgresStatements(database: Extract<BenchDatabase, { dialect: 'postgres' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
   const { pool } = database;
   const named = (name: string, text: string) => (values: unknown[]) => pool.query({ name: `bench:${name}`, text, values });
   const claimStatement = named('claim', sql.claim.sql);
@@ -332,6 +395,32 @@ function postgresStatements(database: Extract<FloorDatabase, { dialect: 'postgre
     async replayStatements(key, token) {
       const claimed = await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
       if (claimed.rowCount !== 1 || claimed.rows[0]?.inserted !== false) throw new Error('[bench] expected the existing row');
+    },
+  };
+}
+
+/**
+ * mysql2's `query` (text protocol, parameters escaped by the client), as drizzle's mysql2 driver
+ * sends every statement; the replay's read as a user would write it, rows as objects.
+ */
+function mysqlStatements(database: BenchMysql, sql: CapturedSql): RawStatements {
+  const { pool } = database;
+  const readBack = sql.readBack!;
+  const affected = (result: unknown) => (result as [{ affectedRows: number }])[0].affectedRows;
+  const rows = (result: unknown) => (result as [unknown[]])[0];
+  return {
+    async claim(key, token) {
+      const inserted = await pool.query(sql.claim.sql, [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
+      if (affected(inserted) !== 1 || rows(await pool.query(readBack.sql, [SCOPE, key, token])).length !== 1) throw new Error('[bench] raw claim lost');
+    },
+    async complete(key, token) {
+      if (affected(await pool.query(sql.complete.sql, ['success', 200, BODY, SCOPE, key, token])) !== 1) throw new Error('[bench] raw complete lost');
+    },
+    async selectByKey(key) {
+      if (rows(await pool.query('SELECT * FROM `idem_keys` WHERE `scope` = ? AND `key` = ?', [SCOPE, key])).length !== 1) throw new Error('[bench] raw select found nothing');
+    },
+    async replayStatements(key) {
+      if (rows(await pool.query(sql.read.sql, [SCOPE, key])).length !== 1) throw new Error('[bench] raw read found nothing');
     },
   };
 }

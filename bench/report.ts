@@ -16,6 +16,8 @@ export interface MachineNotes {
   node: string;
   postgres: string;
   sqlite: string;
+  /** The MySQL server and driver, or `unreachable`. */
+  mysql: string;
   redis: string;
 }
 
@@ -29,14 +31,14 @@ const micros = (value: number | undefined) => (value === undefined ? '—' : val
 const ratio = (value: number) => `${fixed(value, 2)}×`;
 const spread = (r: { median: number; p25: number; p75: number }) => `**${ratio(r.median)}** (${fixed(r.p25, 2)}–${fixed(r.p75, 2)})`;
 const verdict = (target: Target) => `${target.met ? 'met' : 'missed'} (≤ ${target.atMost})`;
-const STORE_NAMES: Record<string, string> = { sqlite: 'SQLite', postgres: 'PostgreSQL', libsql: 'SQLite (libsql)', 'postgres-js': 'PostgreSQL (postgres-js)' };
+const STORE_NAMES: Record<string, string> = { sqlite: 'SQLite', postgres: 'PostgreSQL', mysql: 'MySQL', libsql: 'SQLite (libsql)', 'postgres-js': 'PostgreSQL (postgres-js)' };
 const storeName = (store: string) => STORE_NAMES[store] ?? store;
 const thousands = (value: number) => Math.round(value).toLocaleString('en-US');
 
 export function renderMachine(notes: MachineNotes): string {
   return table(
-    ['date', 'cpus', 'memory', 'load avg (1/5/15 min) at start', 'node', 'PostgreSQL', 'SQLite', 'Redis'],
-    [[notes.date, `${notes.cpus} × ${notes.cpuModel}`, `${fixed(notes.memoryGiB, 1)} GiB`, notes.loadAverage.map((l) => fixed(l, 2)).join(' / '), notes.node, notes.postgres, notes.sqlite, notes.redis]],
+    ['date', 'cpus', 'memory', 'load avg (1/5/15 min) at start', 'node', 'PostgreSQL', 'SQLite', 'MySQL', 'Redis'],
+    [[notes.date, `${notes.cpus} × ${notes.cpuModel}`, `${fixed(notes.memoryGiB, 1)} GiB`, notes.loadAverage.map((l) => fixed(l, 2)).join(' / '), notes.node, notes.postgres, notes.sqlite, notes.mysql, notes.redis]],
   );
 }
 
@@ -54,7 +56,7 @@ export function renderFloor(results: readonly FloorResult[]): string {
     ]),
   );
   const replay = table(
-    ['store', 'raw SELECT by key, µs', 'raw replay statement (SQLite: the read; PostgreSQL: claim-or-read), µs', 'Drizzle store replay claim, µs', '(c) engine replay, µs', 'raw replay statement / SELECT', '**c / SELECT** (p25–p75)', 'target'],
+    ['store', 'raw SELECT by key, µs', 'raw replay statement (SQLite, MySQL: the read; PostgreSQL: claim-or-read), µs', 'Drizzle store replay claim, µs', '(c) engine replay, µs', 'raw replay statement / SELECT', '**c / SELECT** (p25–p75)', 'target'],
     results.map((r) => [
       storeName(r.store),
       micros(r.microsPerOp['raw SELECT by key']),

@@ -2,7 +2,8 @@
  * `npm run bench [-- --only floor,http,scale,memory,commits] [-- --quick]`: runs the parts in sequence,
  * prints their tables and writes everything to bench/results/<date>.json.
  * Needs PostgreSQL at DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test) and, for
- * the HTTP part, Redis at REDIS_URL (default redis://127.0.0.1:6379).
+ * the HTTP part, Redis at REDIS_URL (default redis://127.0.0.1:6379). The floor part runs on
+ * MySQL too when it answers at MYSQL_URL (default mysql://root@127.0.0.1:3306/test).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -10,7 +11,7 @@ import { cpus, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { createClient } from '@redis/client';
-import { adminQuery, openBenchSqlite, postgresReachable, POSTGRES_URL, REDIS_URL } from './databases.ts';
+import { adminQuery, MYSQL_URL, mysqlVersion, openBenchSqlite, postgresReachable, POSTGRES_URL, REDIS_URL } from './databases.ts';
 import { renderCommits, runCommits } from './commits.ts';
 import { runFloor } from './floor.ts';
 import { runHttp } from './http.ts';
@@ -21,7 +22,7 @@ import { runScale } from './scale.ts';
 const PARTS = ['floor', 'http', 'scale', 'memory', 'commits'] as const;
 type Part = (typeof PARTS)[number];
 const STORES = ['sqlite', 'postgres'] as const;
-/** The floor also runs on the other drivers: libsql (a SQLite file) and postgres-js. */
+/** The floor also runs on the other drivers: libsql (a SQLite file) and postgres-js (and mysql2 when MySQL answers). */
 const FLOOR_STORES = ['sqlite', 'libsql', 'postgres', 'postgres-js'] as const;
 
 const { values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } } });
@@ -51,7 +52,7 @@ for (const part of parts) {
   let section: string;
   switch (part) {
     case 'floor': {
-      const result = await runFloor({ quick, stores: FLOOR_STORES });
+      const result = await runFloor({ quick, stores: machine.mysql === 'unreachable' ? FLOOR_STORES : [...FLOOR_STORES, 'mysql'] });
       results.floor = result;
       section = renderFloor(result);
       break;
@@ -99,6 +100,8 @@ async function machineNotes(): Promise<MachineNotes> {
   const sqliteVersion = (sqlite.client.prepare('SELECT sqlite_version() AS v').get() as { v: string }).v;
   await sqlite.close();
   const postgres = String((await adminQuery('SHOW server_version')).rows[0]?.server_version ?? '?');
+  const mysql = await mysqlVersion();
+  if (mysql === undefined) console.warn(`[bench] MySQL is not reachable at ${MYSQL_URL} (set MYSQL_URL): the floor part skips it`);
   let redis = 'unreachable';
   try {
     const client = await createClient({ url: REDIS_URL }).connect();
@@ -116,6 +119,7 @@ async function machineNotes(): Promise<MachineNotes> {
     node: process.version,
     postgres,
     sqlite: `${sqliteVersion} (better-sqlite3 ${packageVersion('better-sqlite3')})`,
+    mysql: mysql === undefined ? 'unreachable' : `${mysql} (mysql2 ${packageVersion('mysql2')})`,
     redis,
   };
 }

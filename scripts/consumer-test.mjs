@@ -189,6 +189,10 @@ async function plainNodeApp(tarballs) {
         graphql: version('graphql'),
         'graphql-yoga': version('graphql-yoga'),
         '@envelop/core': version('@envelop/core'),
+        // The optional peers of @idem/envelop/apollo and /urql, so that every entry loads.
+        '@apollo/client': version('@apollo/client'),
+        rxjs: version('rxjs'),
+        '@urql/core': version('@urql/core'),
         'drizzle-orm': '0.44.7',
         'better-sqlite3': version('better-sqlite3'),
         typescript: version('typescript'),
@@ -294,14 +298,14 @@ export const db = drizzle(sqlite);
 await migrate(db);
 `,
     'src/server/trpc.ts': `import { initTRPC } from '@trpc/server';
-import type { FetchCreateContextFnOptions } from '@trpc/server/adapters/fetch';
-import { idempotencyContext, idempotencyErrorFormatter } from '@idem/trpc';
+import { idempotencyErrorFormatter, type IdempotencyContext } from '@idem/trpc';
 
-export const createTRPCContext = (opts: FetchCreateContextFnOptions) => ({
-  userId: opts.req.headers.get('x-user-id') ?? 'anonymous',
-  ...idempotencyContext(opts),
+// create-t3-app's context takes the request headers; idem's transport rides along.
+export const createTRPCContext = async (opts: { headers: Headers } & Partial<IdempotencyContext>) => ({
+  userId: opts.headers.get('x-user-id') ?? 'anonymous',
+  ...opts,
 });
-export type Context = ReturnType<typeof createTRPCContext>;
+export type Context = Awaited<ReturnType<typeof createTRPCContext>>;
 
 const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
 export const createTRPCRouter = t.router;
@@ -324,10 +328,17 @@ export const appRouter = createTRPCRouter({
 export type AppRouter = typeof appRouter;
 `,
     'app/api/trpc/[trpc]/route.ts': `import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
+import { idempotencyContext } from '@idem/trpc';
 import { appRouter } from '../../../../src/server/root';
 import { createTRPCContext } from '../../../../src/server/trpc';
 
-const handler = (req: Request) => fetchRequestHandler({ endpoint: '/api/trpc', req, router: appRouter, createContext: createTRPCContext });
+const handler = (req: Request) =>
+  fetchRequestHandler({
+    endpoint: '/api/trpc',
+    req,
+    router: appRouter,
+    createContext: (opts) => createTRPCContext({ headers: req.headers, ...idempotencyContext(opts) }),
+  });
 
 export { handler as GET, handler as POST };
 `,
@@ -352,23 +363,32 @@ async function main() {
   const next = await nextApp(tarballs);
   let installed = false;
   await step('npm install of the tarballs into a fresh Node app (drizzle-orm 0.44)', async () => {
-    await run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: nodeApp });
+    await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: nodeApp });
     installed = true;
   });
 
   if (installed) {
     const port = { trpc: await freePort(), yoga: await freePort() };
     let trpcKey;
-    await step("(a) README quick starts and client snippet compile with the user's tsc (NodeNext, strict)", async () => {
-      const trpc = patch(readmeBlock(readme, '## Quick start: tRPC'), '.listen(3000)', '.listen(Number(process.env.PORT))', 'tRPC quick start');
-      const yoga = patch(readmeBlock(readme, '## Quick start: GraphQL Yoga'), '.listen(4000)', '.listen(Number(process.env.PORT))', 'Yoga quick start');
-      let client = patch(readmeBlock(readme, '## Clients that know the shelf life'), "'http://localhost:3000'", '`http://127.0.0.1:${process.env.PORT}`', 'client snippet');
+    await step("(a) README quick starts and client snippet compile with the user's tsc (NodeNext, strict; and with exactOptionalPropertyTypes, noPropertyAccessFromIndexSignature, noUncheckedIndexedAccess)", async () => {
+      const trpc = patch(readmeBlock(readme, '## Quick start: tRPC'), '.listen(3000)', ".listen(Number(process.env['PORT']))", 'tRPC quick start');
+      const yoga = patch(readmeBlock(readme, '## Quick start: GraphQL Yoga'), '.listen(4000)', ".listen(Number(process.env['PORT']))", 'Yoga quick start');
+      let client = patch(readmeBlock(readme, '## Clients that know the shelf life'), "'http://localhost:3000'", "`http://127.0.0.1:${process.env['PORT']}`", 'client snippet');
       // The snippet builds a client for the quick start's AppRouter; the test then calls it.
       client = `import type { AppRouter } from './trpc.js';\n${client}\nconsole.log(JSON.stringify(await trpc.createOrder.mutate({ amount: 7 })));\n`;
       writeFileSync(join(nodeApp, 'src/trpc.ts'), trpc);
       writeFileSync(join(nodeApp, 'src/yoga.ts'), yoga);
       writeFileSync(join(nodeApp, 'src/client.ts'), client);
       await run('npx', ['--no-install', 'tsc', '-p', '.'], { cwd: nodeApp });
+      // A stricter user: idem's declarations must not add errors under the flags strict leaves off.
+      writeFileSync(
+        join(nodeApp, 'tsconfig.strict.json'),
+        JSON.stringify({
+          extends: './tsconfig.json',
+          compilerOptions: { noEmit: true, exactOptionalPropertyTypes: true, noPropertyAccessFromIndexSignature: true, noUncheckedIndexedAccess: true, noImplicitOverride: true },
+        }),
+      );
+      await run('npx', ['--no-install', 'tsc', '-p', 'tsconfig.strict.json'], { cwd: nodeApp });
     });
 
     await step('(a) the compiled tRPC quick start runs on plain Node and replays over HTTP; the README client calls it', async () => {
@@ -429,7 +449,7 @@ async function main() {
 
   let nextInstalled = false;
   await step(`npm install of the tarballs into a Next.js ${NEXT_VERSION} App Router app (drizzle-orm ${version('drizzle-orm')})`, async () => {
-    await run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: next });
+    await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: next });
     nextInstalled = true;
   });
   if (nextInstalled) {

@@ -117,7 +117,7 @@ describe('npm start (src/main.ts) on SQLite', () => {
   it.concurrent.for([
     ['IDEM_TTL=abc', { IDEM_TTL: 'abc' }, /^IDEM_TTL must be a duration such as 2s, 30m, 24h or 7d, got "abc"$/],
     ['PORT=http', { PORT: 'http' }, /^PORT must be an integer from 0 to 65535, got "http"$/],
-    ['DATABASE_URL=mysql://db/app', { DATABASE_URL: 'mysql://db/app' }, /^DATABASE_URL "mysql:\/\/db\/app" is neither postgres/],
+    ['DATABASE_URL=mysql://db/app', { DATABASE_URL: 'mysql://db/app' }, /^DATABASE_URL "mysql:\/\/db\/app" is MySQL: this example runs on SQLite or PostgreSQL$/],
     ['an unreachable PostgreSQL', { DATABASE_URL: 'postgres://postgres@127.0.0.1:1/payments' }, /^migrating postgres:\/\/postgres@127\.0\.0\.1:1\/payments failed: connect ECONNREFUSED/],
   ] as const)('with %s it exits 1 with one line "[payments] cannot start: …" and no stack trace', async ([, env, reason], { expect }) => {
     const { stdout, exited } = run({ DATABASE_URL: `file:${join(temporaryDirectory(), 'payments.db')}`, ...env });

@@ -29,6 +29,15 @@ export {
 export { sharedPrincipal, createAdapterEngine, type AdapterOptions } from './adapter-options.js';
 export { createPolicyDocument, renderPolicyHtml, type EndpointPolicyDescription, type PolicyDocument } from './policy.js';
 export {
+  idempotencyCors,
+  idempotencyCorsHeaders,
+  IDEMPOTENCY_CORS_ALLOWED_HEADERS,
+  IDEMPOTENCY_CORS_EXPOSED_HEADERS,
+  type CorsRequestLike,
+  type IdempotencyCorsConfiguration,
+  type IdempotencyCorsOptions,
+} from './cors.js';
+export {
   retryWithinRetention,
   retryDeadline,
   defaultSafetyMargin,

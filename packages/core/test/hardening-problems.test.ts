@@ -9,6 +9,7 @@ import {
   AmbiguousKeyError,
   createPolicyDocument,
   FingerprintMismatchError,
+  InputTooDeepError,
   InvalidKeyError,
   KeyExpiredError,
   MissingKeyError,
@@ -27,6 +28,7 @@ const errors = [
   new FingerprintMismatchError(),
   new KeyExpiredError({ firstSeenAt: new Date(0), completedAt: null, expiresAt: new Date(1), status: 200 }),
   new StoreUnavailableError(2),
+  new InputTooDeepError(256),
 ];
 
 describe('problem types (item 14)', () => {

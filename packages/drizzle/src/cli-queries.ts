@@ -5,8 +5,10 @@
  */
 import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
 import type { OpenedDatabase } from './connect.js';
-import { postgresClock, sqliteClock } from './database-clock.js';
+import { mysqlClock, postgresClock, sqliteClock, type DatabaseClock } from './database-clock.js';
 import { expiredAt } from './row-writes.js';
+import { idemKeyHistory as mysqlHistory, idemKeys as mysqlKeys } from './mysql-schema.js';
+import { executedRows } from './mysql-store.js';
 import { idemKeyHistory as pgHistory, idemKeys as pgKeys } from './pg-schema.js';
 import { idemKeyHistory as sqliteHistory, idemKeys as sqliteKeys } from './sqlite-schema.js';
 
@@ -15,6 +17,8 @@ type Row = Record<string, unknown>;
 /** Runs a read statement and answers its rows as plain objects (column name → raw value). */
 async function rows(opened: OpenedDatabase, query: SQL): Promise<Row[]> {
   if (opened.dialect === 'sqlite') return (await opened.db.all<Row>(query)) as Row[];
+  // mysql2: `[rows, fields]`; `varbinary` columns (scope, key) come as Buffers, read with String().
+  if (opened.dialect === 'mysql') return executedRows(await opened.db.execute(query));
   // node-postgres and PGlite answer `{ rows }`, postgres-js the rows themselves.
   const result = (await opened.db.execute(query)) as unknown;
   return (Array.isArray(result) ? result : (result as { rows: Row[] }).rows) as Row[];
@@ -22,11 +26,20 @@ async function rows(opened: OpenedDatabase, query: SQL): Promise<Row[]> {
 
 /** The default-named tables of the opened dialect (the ones `migrate` creates). */
 function tablesOf(opened: OpenedDatabase) {
+  if (opened.dialect === 'mysql') return { keys: mysqlKeys, history: mysqlHistory };
   return opened.dialect === 'sqlite' ? { keys: sqliteKeys, history: sqliteHistory } : { keys: pgKeys, history: pgHistory };
 }
 
-/** A timestamp column as epoch milliseconds: SQLite stores them so, PostgreSQL as `timestamptz`. */
+function clockOf(opened: OpenedDatabase): DatabaseClock {
+  return opened.dialect === 'sqlite' ? sqliteClock : opened.dialect === 'mysql' ? mysqlClock : postgresClock;
+}
+
+/**
+ * A timestamp column as epoch milliseconds: SQLite stores them so, PostgreSQL as `timestamptz`,
+ * MySQL as a UTC `datetime(3)` (not `UNIX_TIMESTAMP()`, which reads it in the session's time zone).
+ */
 function epochMs(opened: OpenedDatabase, column: SQLWrapper): SQL {
+  if (opened.dialect === 'mysql') return sql`(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ${column}) DIV 1000)`;
   return opened.dialect === 'sqlite' ? sql`${column}` : sql`(extract(epoch from ${column}) * 1000)::float8`;
 }
 
@@ -41,7 +54,7 @@ export async function pingDatabase(opened: OpenedDatabase): Promise<void> {
 
 /** The database's current time (R1: expiry is judged by the store's clock, not this machine's). */
 export async function databaseNow(opened: OpenedDatabase): Promise<Date> {
-  const now = opened.dialect === 'sqlite' ? sqliteClock.now : postgresClock.now;
+  const now = clockOf(opened).now;
   const [row] = await rows(opened, sql`SELECT ${epochMs(opened, now)} AS now`);
   return toDate(row?.now) ?? new Date();
 }
@@ -86,7 +99,7 @@ export async function scopeFigures(opened: OpenedDatabase): Promise<ScopeFigures
   const { keys, history } = tablesOf(opened);
   const ms = (column: SQLWrapper) => epochMs(opened, column);
   const count = (condition: SQL) => sql`sum(CASE WHEN ${condition} THEN 1 ELSE 0 END)`;
-  const clock = opened.dialect === 'sqlite' ? sqliteClock : postgresClock;
+  const clock = clockOf(opened);
 
   const live = await rows(
     opened,

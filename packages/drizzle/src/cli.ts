@@ -30,7 +30,8 @@ export const USAGE = `Usage: idem <command> [options]
 
 Maintains the idem store of @idem/drizzle in the database named by DATABASE_URL (or --database):
 file:<path>, <path>.db or <path>.sqlite for SQLite (better-sqlite3, else libsql); libsql://… for
-a remote libsql database; postgres://… or postgresql://… for PostgreSQL (pg, else postgres-js).
+a remote libsql database; postgres://… or postgresql://… for PostgreSQL (pg, else postgres-js);
+mysql://… for MySQL (mysql2).
 
 Commands:
   migrate                        create or update the store's tables (safe to run again)
@@ -45,7 +46,7 @@ Commands:
 
 Options:
   --database <url>  the database, instead of DATABASE_URL
-  --driver <name>   node-postgres, postgres-js, better-sqlite3 or libsql, instead of the first installed
+  --driver <name>   node-postgres, postgres-js, better-sqlite3, libsql or mysql2, instead of the first installed
   -h, --help        this text
 
 Exit status: 0 done; 1 failed (database unreachable, key not found, query failed); 2 bad usage.
@@ -201,7 +202,7 @@ function keyOf(value: string): string {
 
 function driverOf(value: string | undefined): DriverName | undefined {
   if (value === undefined) return undefined;
-  const drivers: readonly string[] = [...POSTGRES_DRIVERS, ...SQLITE_DRIVERS];
+  const drivers: readonly string[] = [...POSTGRES_DRIVERS, ...SQLITE_DRIVERS, 'mysql2'];
   if (!drivers.includes(value)) throw usageError(`--driver must be one of ${drivers.join(', ')}, got "${value}"`);
   return value as DriverName;
 }
@@ -263,7 +264,7 @@ async function execute(invocation: Exclude<Invocation, { command: 'help' }>, io:
 
 function locate({ database: flag, driver }: Target, env: CliIo['env']): DatabaseLocation {
   const value = flag ?? env.DATABASE_URL;
-  if (value === undefined || value.trim() === '') throw usageError('set DATABASE_URL or pass --database (file:<path>, <path>.db, postgres://…)');
+  if (value === undefined || value.trim() === '') throw usageError('set DATABASE_URL or pass --database (file:<path>, <path>.db, postgres://…, mysql://…)');
   try {
     return parseDatabaseUrl(value, { name: flag === undefined ? 'DATABASE_URL' : '--database', driver });
   } catch (error) {
@@ -367,7 +368,8 @@ function causes(error: unknown): unknown[] {
 }
 
 function isMissingTable(error: unknown): boolean {
-  return causes(error).some((e) => (e as { code?: unknown }).code === '42P01' || /no such table/i.test(String((e as Error).message)));
+  // PostgreSQL's undefined_table, MySQL's ER_NO_SUCH_TABLE, SQLite's message.
+  return causes(error).some((e) => ['42P01', 'ER_NO_SUCH_TABLE'].includes(String((e as { code?: unknown }).code)) || /no such table/i.test(String((e as Error).message)));
 }
 
 /**

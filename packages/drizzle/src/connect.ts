@@ -6,7 +6,8 @@
  * - `postgres://` or `postgresql://`: node-postgres (`pg`), else postgres-js (`postgres`);
  * - `file:<path>` or a path ending in `.db`/`.sqlite`: better-sqlite3, else libsql
  *   (`@libsql/client`), on the local file in WAL mode;
- * - `libsql://…` (Turso, sqld): libsql over the network.
+ * - `libsql://…` (Turso, sqld): libsql over the network;
+ * - `mysql://`: a mysql2 pool.
  *
  * The drivers are optional peer dependencies, imported only when selected, so a PostgreSQL app
  * does not need better-sqlite3.
@@ -15,7 +16,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sql } from 'drizzle-orm';
-import type { AnyPgDatabase, AnySQLiteDatabase } from './dialect.js';
+import type { AnyMysqlDatabase, AnyPgDatabase, AnySQLiteDatabase } from './dialect.js';
 
 const sqlText = (text: string) => sql.raw(text);
 
@@ -25,7 +26,7 @@ export const POSTGRES_DRIVERS = ['node-postgres', 'postgres-js'] as const;
 export const SQLITE_DRIVERS = ['better-sqlite3', 'libsql'] as const;
 export type PostgresDriverName = (typeof POSTGRES_DRIVERS)[number];
 export type SqliteDriverName = (typeof SQLITE_DRIVERS)[number];
-export type DriverName = PostgresDriverName | SqliteDriverName;
+export type DriverName = PostgresDriverName | SqliteDriverName | 'mysql2';
 
 /**
  * Where a `DATABASE_URL` points: a SQLite file, a remote libsql database, or a PostgreSQL
@@ -34,7 +35,8 @@ export type DriverName = PostgresDriverName | SqliteDriverName;
 export type DatabaseLocation =
   | { dialect: 'sqlite'; path: string; driver?: SqliteDriverName }
   | { dialect: 'sqlite'; remote: string; driver: 'libsql' }
-  | { dialect: 'postgres'; url: string; driver?: PostgresDriverName };
+  | { dialect: 'postgres'; url: string; driver?: PostgresDriverName }
+  | { dialect: 'mysql'; url: string; driver?: 'mysql2' };
 
 /** A `DATABASE_URL` that names no database idem can open; the message is one line. */
 export class DatabaseUrlError extends Error {
@@ -61,10 +63,10 @@ export interface ParseDatabaseUrlOptions {
 export function parseDatabaseUrl(value: string | undefined, { defaultSqlitePath, name = 'DATABASE_URL', driver }: ParseDatabaseUrlOptions = {}): DatabaseLocation {
   const location = locationOf(value, defaultSqlitePath, name);
   if (driver === undefined) return location;
-  const fits = location.dialect === 'postgres' ? (POSTGRES_DRIVERS as readonly string[]).includes(driver) : 'remote' in location ? driver === 'libsql' : (SQLITE_DRIVERS as readonly string[]).includes(driver);
-  if (!fits) {
-    const choices = location.dialect === 'postgres' ? POSTGRES_DRIVERS.join(' or ') : 'remote' in location ? 'libsql' : SQLITE_DRIVERS.join(' or ');
-    throw new DatabaseUrlError(`driver ${driver} cannot open ${name} "${describeDatabase(location)}": use ${choices}`);
+  const choices: readonly string[] =
+    location.dialect === 'postgres' ? POSTGRES_DRIVERS : location.dialect === 'mysql' ? ['mysql2'] : 'remote' in location ? ['libsql'] : SQLITE_DRIVERS;
+  if (!choices.includes(driver)) {
+    throw new DatabaseUrlError(`driver ${driver} cannot open ${name} "${describeDatabase(location)}": use ${choices.join(' or ')}`);
   }
   return { ...location, driver } as DatabaseLocation;
 }
@@ -72,10 +74,11 @@ export function parseDatabaseUrl(value: string | undefined, { defaultSqlitePath,
 function locationOf(value: string | undefined, defaultSqlitePath: string | undefined, name: string): DatabaseLocation {
   if (value === undefined || value.trim() === '') {
     if (defaultSqlitePath !== undefined) return { dialect: 'sqlite', path: defaultSqlitePath };
-    throw new DatabaseUrlError(`set ${name} (file:<path>, <path>.db, postgres://…)`);
+    throw new DatabaseUrlError(`set ${name} (file:<path>, <path>.db, postgres://…, mysql://…)`);
   }
   const url = value.trim();
   if (/^postgres(ql)?:\/\//i.test(url)) return { dialect: 'postgres', url };
+  if (/^mysql:\/\//i.test(url)) return { dialect: 'mysql', url };
   if (/^libsql:\/\/./i.test(url)) return { dialect: 'sqlite', remote: url, driver: 'libsql' };
   if (url.startsWith('file:')) {
     let path: string;
@@ -89,7 +92,7 @@ function locationOf(value: string | undefined, defaultSqlitePath: string | undef
   }
   if (/\.(db|sqlite)$/i.test(url)) return { dialect: 'sqlite', path: url };
   // Redacted: an unsupported URL may still carry a password.
-  throw new DatabaseUrlError(`${name} "${/^[a-z][a-z0-9+.-]*:/i.test(url) ? redactDatabaseUrl(url) : url}" is neither postgres://…, postgresql://…, libsql://…, file:<path> nor a path ending in .db or .sqlite`);
+  throw new DatabaseUrlError(`${name} "${/^[a-z][a-z0-9+.-]*:/i.test(url) ? redactDatabaseUrl(url) : url}" is neither postgres://…, postgresql://…, mysql://…, libsql://…, file:<path> nor a path ending in .db or .sqlite`);
 }
 
 /**
@@ -125,23 +128,24 @@ export interface OpenDatabaseOptions extends ParseDatabaseUrlOptions {
    * missing file is an error, e.g. for tools that only read.
    */
   create?: boolean;
-  /** PostgreSQL: the pool size. Defaults to 10. */
+  /** PostgreSQL, MySQL: the pool size. Defaults to 10. */
   max?: number;
-  /** PostgreSQL: how long a new connection may take. Defaults to 5000 ms. */
+  /** PostgreSQL, MySQL: how long a new connection may take. Defaults to 5000 ms. */
   connectionTimeoutMillis?: number;
 }
 
 interface OpenedBase {
   /** The database, for logs and messages: the URL with its password redacted, or `file:<absolute path>`. */
   description: string;
-  /** Closes the connection (SQLite) or ends the pool (PostgreSQL). */
+  /** Closes the connection (SQLite) or ends the pool (PostgreSQL, MySQL). */
   close(): Promise<void>;
 }
 
 /** An open database: hand `db` to `createDrizzleStore` and `migrate`. */
 export type OpenedDatabase =
   | (OpenedBase & { dialect: 'sqlite'; driver: SqliteDriverName; db: AnySQLiteDatabase })
-  | (OpenedBase & { dialect: 'postgres'; driver: PostgresDriverName; db: AnyPgDatabase });
+  | (OpenedBase & { dialect: 'postgres'; driver: PostgresDriverName; db: AnyPgDatabase })
+  | (OpenedBase & { dialect: 'mysql'; driver: 'mysql2'; db: AnyMysqlDatabase });
 
 const DEFAULT_BUSY_TIMEOUT_MS = 0;
 const DEFAULT_LIBSQL_BUSY_TIMEOUT_MS = 5000;
@@ -149,7 +153,7 @@ const DEFAULT_CONNECTION_TIMEOUT_MS = 5000;
 
 /** How {@link openDatabase} describes a database: `file:<absolute path>`, or the redacted URL. */
 export function describeDatabase(location: DatabaseLocation): string {
-  if (location.dialect === 'postgres') return redactDatabaseUrl(location.url);
+  if (location.dialect !== 'sqlite') return redactDatabaseUrl(location.url);
   if ('remote' in location) return redactDatabaseUrl(location.remote);
   return location.path === ':memory:' ? 'file::memory:' : `file:${resolve(location.path)}`;
 }
@@ -162,6 +166,7 @@ export function describeDatabase(location: DatabaseLocation): string {
  */
 export async function openDatabase(target: string | DatabaseLocation | undefined, options: OpenDatabaseOptions = {}): Promise<OpenedDatabase> {
   const location = typeof target === 'object' ? target : parseDatabaseUrl(target, options);
+  if (location.dialect === 'mysql') return firstInstalled(['mysql2'], 'MySQL', () => openMysql(location.url, options));
   if (location.dialect === 'postgres') {
     return firstInstalled(location.driver ? [location.driver] : POSTGRES_DRIVERS, 'PostgreSQL', (driver) =>
       driver === 'node-postgres' ? openPostgres(location.url, options) : openPostgresJs(location.url, options),
@@ -174,7 +179,7 @@ export async function openDatabase(target: string | DatabaseLocation | undefined
 }
 
 /** What each driver needs installed, for the message when none is. */
-const PACKAGES: Record<DriverName, string> = { 'node-postgres': 'pg@^8', 'postgres-js': 'postgres@^3', 'better-sqlite3': 'better-sqlite3@^12', libsql: '@libsql/client' };
+const PACKAGES: Record<DriverName, string> = { 'node-postgres': 'pg@^8', 'postgres-js': 'postgres@^3', 'better-sqlite3': 'better-sqlite3@^12', libsql: '@libsql/client', mysql2: 'mysql2@^3' };
 
 /** `open` with the first of `drivers` that is installed; when none is, one line naming them. */
 async function firstInstalled<D extends DriverName>(drivers: readonly D[], database: string, open: (driver: D) => Promise<OpenedDatabase>): Promise<OpenedDatabase> {
@@ -290,11 +295,28 @@ async function openPostgresJs(url: string, { max = 10, connectionTimeoutMillis =
   };
 }
 
+async function openMysql(url: string, { max = 10, connectionTimeoutMillis = DEFAULT_CONNECTION_TIMEOUT_MS }: OpenDatabaseOptions): Promise<OpenedDatabase> {
+  const [mysql, { drizzle }] = await Promise.all([importDriver(() => import('mysql2/promise'), 'mysql2'), importDriver(() => import('drizzle-orm/mysql2'), 'mysql2')]);
+  const pool = mysql.createPool({ uri: url, connectionLimit: max, connectTimeout: connectionTimeoutMillis });
+  let ended = false;
+  return {
+    dialect: 'mysql',
+    driver: 'mysql2',
+    db: drizzle({ client: pool }),
+    description: redactDatabaseUrl(url),
+    async close() {
+      if (ended) return;
+      ended = true;
+      await pool.end();
+    },
+  };
+}
+
 /** A driver (or its drizzle module's import of it) that is not installed. */
 class DriverMissingError extends Error {}
 
 /** The module packages each driver's import needs. */
-const MODULES: Record<DriverName, string> = { 'node-postgres': 'pg', 'postgres-js': 'postgres', 'better-sqlite3': 'better-sqlite3', libsql: '@libsql/client' };
+const MODULES: Record<DriverName, string> = { 'node-postgres': 'pg', 'postgres-js': 'postgres', 'better-sqlite3': 'better-sqlite3', libsql: '@libsql/client', mysql2: 'mysql2' };
 
 async function importDriver<T>(load: () => Promise<T>, driver: DriverName): Promise<T> {
   try {

@@ -2,7 +2,7 @@
  * The database clock (R1): every timestamp the store writes and every expiry it compares is
  * computed by the database, in epoch-millisecond precision, never by the application.
  */
-import { sql, type SQL } from 'drizzle-orm';
+import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
 
 export interface DatabaseClock {
   /** The database's current time, truncated to milliseconds. */
@@ -11,6 +11,8 @@ export interface DatabaseClock {
   after(ms: SQL): SQL;
   /** `now` minus a duration in milliseconds. */
   before(ms: SQL): SQL;
+  /** `now` plus the time from the timestamp `from` to the timestamp `to`. */
+  afterSpan(from: SQLWrapper, to: SQLWrapper): SQL;
 }
 
 /**
@@ -22,6 +24,7 @@ export const sqliteClock: DatabaseClock = {
   now: sqliteNow,
   after: (ms) => sql`(${sqliteNow} + CAST(${ms} AS INTEGER))`,
   before: (ms) => sql`(${sqliteNow} - CAST(${ms} AS INTEGER))`,
+  afterSpan: (from, to) => sql`(${sqliteNow} + (${to} - ${from}))`,
 };
 
 /**
@@ -33,6 +36,7 @@ export const postgresClock: DatabaseClock = {
   now: postgresNow,
   after: (ms) => sql`(${postgresNow} + ${ms}::double precision * interval '1 millisecond')`,
   before: (ms) => sql`(${postgresNow} - ${ms}::double precision * interval '1 millisecond')`,
+  afterSpan: (from, to) => sql`(${postgresNow} + (${to} - ${from}))`,
 };
 
 /**
@@ -45,4 +49,20 @@ export const postgresStatementClock: DatabaseClock = {
   now: postgresStatementNow,
   after: (ms) => sql`(${postgresStatementNow} + ${ms}::double precision * interval '1 millisecond')`,
   before: (ms) => sql`(${postgresStatementNow} - ${ms}::double precision * interval '1 millisecond')`,
+  afterSpan: (from, to) => sql`(${postgresStatementNow} + (${to} - ${from}))`,
+};
+
+/**
+ * MySQL and MariaDB: `UTC_TIMESTAMP(3)`, evaluated once per statement (each statement of a
+ * transaction has its own, so atomic mode's completion gets its own time). UTC whatever the
+ * session's `time_zone`, into `datetime(3)` columns, which drizzle reads as UTC. Datetime
+ * arithmetic goes through `TIMESTAMPADD`/`TIMESTAMPDIFF` in microseconds: `-` on two
+ * datetimes subtracts them as numbers (YYYYMMDDhhmmss.fff), not as times.
+ */
+const mysqlNow = sql`UTC_TIMESTAMP(3)`;
+export const mysqlClock: DatabaseClock = {
+  now: mysqlNow,
+  after: (ms) => sql`TIMESTAMPADD(MICROSECOND, ROUND(${ms} * 1000), ${mysqlNow})`,
+  before: (ms) => sql`TIMESTAMPADD(MICROSECOND, -ROUND(${ms} * 1000), ${mysqlNow})`,
+  afterSpan: (from, to) => sql`TIMESTAMPADD(MICROSECOND, TIMESTAMPDIFF(MICROSECOND, ${from}, ${to}), ${mysqlNow})`,
 };

@@ -1,9 +1,10 @@
 /**
  * Dialect and driver detection: the drizzle instance says which dialect it speaks and which
- * driver it wraps (by drizzle's entity names, `drizzle-seams.ts`). Only `drizzle-orm/pg-core` and
- * `drizzle-orm/sqlite-core` types are imported here, never a driver, so a Postgres app does not
- * need better-sqlite3 installed and vice versa.
+ * driver it wraps (by drizzle's entity names, `drizzle-seams.ts`). Only types of drizzle's
+ * `pg-core`, `sqlite-core` and `mysql-core` are imported here, never a driver, so a Postgres app
+ * does not need better-sqlite3 installed and vice versa.
  */
+import type { MySqlDatabase, MySqlQueryResultHKT, PreparedQueryHKTBase } from 'drizzle-orm/mysql-core';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import type { BaseSQLiteDatabase } from 'drizzle-orm/sqlite-core';
 import { entityKinds } from './drizzle-seams.js';
@@ -14,10 +15,12 @@ export type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 export type AnySQLiteDatabase = BaseSQLiteDatabase<'sync' | 'async', any, any, any>;
 /** A synchronous SQLite drizzle instance, such as `drizzle-orm/better-sqlite3`. */
 export type SyncSQLiteDatabase = BaseSQLiteDatabase<'sync', any, any, any>;
+/** A MySQL drizzle instance over mysql2 (`drizzle-orm/mysql2`). */
+export type AnyMysqlDatabase = MySqlDatabase<MySqlQueryResultHKT, PreparedQueryHKTBase, any, any>;
 /** The drizzle instances `createDrizzleStore` and `migrate` accept. */
-export type DrizzleDatabase = AnyPgDatabase | AnySQLiteDatabase;
+export type DrizzleDatabase = AnyPgDatabase | AnySQLiteDatabase | AnyMysqlDatabase;
 
-export type Dialect = 'sqlite' | 'postgres';
+export type Dialect = 'sqlite' | 'postgres' | 'mysql';
 
 /** A driver the store runs on. */
 export interface Driver {
@@ -33,7 +36,8 @@ export interface Driver {
 
 export type DetectedDatabase =
   | { dialect: 'postgres'; db: AnyPgDatabase; driver: Driver }
-  | { dialect: 'sqlite'; db: AnySQLiteDatabase; driver: Driver };
+  | { dialect: 'sqlite'; db: AnySQLiteDatabase; driver: Driver }
+  | { dialect: 'mysql'; db: AnyMysqlDatabase; driver: Driver };
 
 /** Drivers the store runs on, by drizzle's entity name of their database class. */
 const DRIVERS: Record<string, { dialect: Dialect } & Driver> = {
@@ -45,6 +49,7 @@ const DRIVERS: Record<string, { dialect: Dialect } & Driver> = {
   VercelPgDatabase: { dialect: 'postgres', name: 'vercel-postgres', transactions: 'asynchronous' },
   BetterSQLite3Database: { dialect: 'sqlite', name: 'better-sqlite3', transactions: 'synchronous' },
   LibSQLDatabase: { dialect: 'sqlite', name: 'libsql', transactions: 'asynchronous' },
+  MySql2Database: { dialect: 'mysql', name: 'mysql2', transactions: 'asynchronous' },
 };
 
 /** Drivers that lack what the store needs, and why. */
@@ -53,21 +58,30 @@ const REFUSED: Record<string, string> = {
     'neon-http has no interactive transactions (drizzle: "No transactions support in neon-http driver"), which the store needs to reuse an expired key (R2) and for atomic mode: use drizzle-orm/neon-serverless (a WebSocket Pool) for the store',
   D1Database:
     "Cloudflare D1 refuses transactions (drizzle's transaction() sends BEGIN, which D1 rejects), which the store needs to reuse an expired key (R2) and for atomic mode",
+  PlanetScaleDatabase:
+    "PlanetScale's serverless driver answers writes otherwise than mysql2 (the MySQL store reads mysql2's [ResultSetHeader, fields] for affected rows): use drizzle-orm/mysql2",
 };
 
-const SUPPORTED = 'PostgreSQL (node-postgres, postgres-js, PGlite) or SQLite (better-sqlite3, libsql)';
+const SUPPORTED = 'PostgreSQL (node-postgres, postgres-js, PGlite), SQLite (better-sqlite3, libsql) or MySQL (mysql2)';
+const DIALECT_NAMES: Record<Dialect, string> = { postgres: 'PostgreSQL', sqlite: 'SQLite', mysql: 'MySQL' };
 
 export function detectDialect(db: unknown): DetectedDatabase {
   const kinds = entityKinds(db);
   const dialect: Dialect | undefined =
-    kinds.includes('PgDatabase') || kinds.includes('PgAsyncDatabase') ? 'postgres' : kinds.includes('BaseSQLiteDatabase') ? 'sqlite' : undefined;
+    kinds.includes('PgDatabase') || kinds.includes('PgAsyncDatabase')
+      ? 'postgres'
+      : kinds.includes('BaseSQLiteDatabase')
+        ? 'sqlite'
+        : kinds.includes('MySqlDatabase') || kinds.includes('MySqlAsyncDatabase')
+          ? 'mysql'
+          : undefined;
   if (dialect === undefined) throw new TypeError(`[idem] unsupported database: pass a drizzle instance for ${SUPPORTED}`);
   const [kind] = kinds;
   const refusal = kind === undefined ? undefined : REFUSED[kind];
   if (refusal) throw new TypeError(`[idem] ${refusal}`);
   const known = kind === undefined ? undefined : DRIVERS[kind];
   if (!known || known.dialect !== dialect) {
-    throw new TypeError(`[idem] unsupported ${dialect === 'postgres' ? 'PostgreSQL' : 'SQLite'} driver (drizzle's ${kind ?? 'unnamed'}): the store runs on ${SUPPORTED}`);
+    throw new TypeError(`[idem] unsupported ${DIALECT_NAMES[dialect]} driver (drizzle's ${kind ?? 'unnamed'}): the store runs on ${SUPPORTED}`);
   }
   if (known.name === 'node-postgres' && !isPool((db as { $client?: unknown }).$client)) {
     throw new TypeError(
@@ -75,7 +89,8 @@ export function detectDialect(db: unknown): DetectedDatabase {
     );
   }
   const driver: Driver = { name: known.name, transactions: known.transactions };
-  return dialect === 'postgres' ? { dialect, db: db as AnyPgDatabase, driver } : { dialect, db: db as AnySQLiteDatabase, driver };
+  if (dialect === 'postgres') return { dialect, db: db as AnyPgDatabase, driver };
+  return dialect === 'mysql' ? { dialect, db: db as AnyMysqlDatabase, driver } : { dialect, db: db as AnySQLiteDatabase, driver };
 }
 
 /** A `pg.Pool` (drizzle gives each transaction its own pool connection) rather than one `pg.Client`. */

@@ -1,5 +1,5 @@
 /**
- * `createDrizzleStore`: the store contract over drizzle, for SQLite and PostgreSQL. The rules
+ * `createDrizzleStore`: the store contract over drizzle, for SQLite, PostgreSQL and MySQL. The rules
  * of `claim` and the steps of atomic mode are written here, once, over the dialect's statements.
  */
 import {
@@ -14,6 +14,8 @@ import {
 } from '@idem/core';
 import { detectDialect, type Dialect, type DrizzleDatabase } from './dialect.js';
 import { chain, isThenable, type Eventually } from './eventually.js';
+import { defineMysqlTables } from './mysql-schema.js';
+import { mysqlStatements } from './mysql-store.js';
 import { definePgTables } from './pg-schema.js';
 import { pgStatements } from './pg-store.js';
 import { isExpired, toRecord, toTimeline, type LiveRow } from './record-rows.js';
@@ -29,8 +31,9 @@ export interface DrizzleStoreOptions {
    * Names of the live and history tables, or a prefix for them (`{ prefix: 'project_' }` for
    * `project_idem_keys` and `project_idem_key_history`, e.g. for drizzle-kit's `tablesFilter`).
    * Defaults to `idem_keys` and `idem_key_history`, the tables `migrate()` creates; with other
-   * names, put `definePgTables(options)` / `defineSqliteTables(options)` (the same options) in
-   * your drizzle schema and let drizzle-kit create them.
+   * names, put `definePgTables(options)` / `defineSqliteTables(options)` /
+   * `defineMysqlTables(options)` (the same options) in your drizzle schema and let drizzle-kit
+   * create them.
    */
   tables?: TableOptions;
   /**
@@ -46,12 +49,12 @@ export interface DrizzleStoreOptions {
 
 /**
  * An {@link IdempotencyStore} backed by drizzle, with the dialect, driver and table names it
- * uses, and atomic mode: the handler gets the drizzle transaction (PostgreSQL and libsql: it may
- * await; better-sqlite3: it must be synchronous).
+ * uses, and atomic mode: the handler gets the drizzle transaction (PostgreSQL, MySQL and libsql:
+ * it may await; better-sqlite3: it must be synchronous).
  */
 export interface DrizzleStore extends Omit<IdempotencyStore, keyof AtomicMode>, AtomicMode {
   readonly dialect: Dialect;
-  /** The driver the drizzle instance wraps, as in drizzle's import path (`node-postgres`, `postgres-js`, `pglite`, `better-sqlite3`, `libsql`). */
+  /** The driver the drizzle instance wraps, as in drizzle's import path (`node-postgres`, `postgres-js`, `pglite`, `better-sqlite3`, `libsql`, `mysql2`). */
   readonly driver: string;
   readonly tables: TableNames;
 }
@@ -73,7 +76,7 @@ type ToOutcome<T> = (result: AtomicResult<T>) => StoredOutcome;
 /**
  * Creates the store over a drizzle instance: `drizzle-orm/node-postgres` (a `pg.Pool`),
  * `drizzle-orm/postgres-js` or `drizzle-orm/pglite` (PostgreSQL), `drizzle-orm/better-sqlite3`
- * or `drizzle-orm/libsql` (SQLite). A driver that lacks what the store needs (neon-http and D1
+ * or `drizzle-orm/libsql` (SQLite), `drizzle-orm/mysql2` (MySQL 8.0+, MariaDB 10.6+). A driver that lacks what the store needs (neon-http and D1
  * have no usable transactions) is refused with a `TypeError` that says so. Run {@link migrate}
  * once before first use, or create the tables with drizzle-kit.
  */
@@ -83,7 +86,9 @@ export function createDrizzleStore(db: DrizzleDatabase, { tables: tableOptions =
   const statements =
     detected.dialect === 'postgres'
       ? pgStatements(detected.db, definePgTables(tables))
-      : sqliteStatements(detected.db, defineSqliteTables(tables), detected.driver, busyRetryMs);
+      : detected.dialect === 'mysql'
+        ? mysqlStatements(detected.db, defineMysqlTables(tables))
+        : sqliteStatements(detected.db, defineSqliteTables(tables), detected.driver, busyRetryMs);
   // Every method answers a promise through this wrapper, also those that answer at once inside.
   return withoutQueryParameters(storeOver(statements, detected.dialect, detected.driver.name, tables));
 }

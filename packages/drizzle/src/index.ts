@@ -1,7 +1,7 @@
 /**
  * `@idem/drizzle`: the idempotency store over drizzle, for PostgreSQL (node-postgres,
- * postgres-js, PGlite) and SQLite (better-sqlite3, libsql), with its tables, migrations,
- * sweeper and timeline.
+ * postgres-js, PGlite), SQLite (better-sqlite3, libsql) and MySQL (mysql2), with its tables,
+ * migrations, sweeper and timeline.
  * `openDatabase` (a `DATABASE_URL` opened with its driver, as the `idem` CLI does) is on its
  * own entry, `@idem/drizzle/connect`, so this one imports no driver.
  */
@@ -16,5 +16,6 @@ export {
   idemKeyHistory as sqliteIdemKeyHistory,
   type SqliteTables,
 } from './sqlite-schema.js';
+export { defineMysqlTables, idemKeys as mysqlIdemKeys, idemKeyHistory as mysqlIdemKeyHistory, type MysqlTables } from './mysql-schema.js';
 export { StoreQueryError } from './query-errors.js';
 export { retrySqliteBusy, isSqliteBusy, DEFAULT_BUSY_RETRY_MS } from './sqlite-busy.js';

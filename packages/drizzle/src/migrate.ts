@@ -7,11 +7,13 @@
  * through drizzle's public API only (a transaction, `execute` / `run`, a `select`), so every
  * driver of a dialect and every supported drizzle version take the same path.
  */
+import { createHash } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
 import type { MigrationMeta } from 'drizzle-orm/migrator';
-import { detectDialect, type AnyPgDatabase, type AnySQLiteDatabase, type DrizzleDatabase } from './dialect.js';
+import { detectDialect, type AnyMysqlDatabase, type AnyPgDatabase, type AnySQLiteDatabase, type DrizzleDatabase } from './dialect.js';
 import { chain, eachInTurn, type Eventually } from './eventually.js';
 import { migrationsFor } from './migration-files.js';
+import { executedRows } from './mysql-store.js';
 import { retrySqliteBusy } from './sqlite-busy.js';
 
 export interface MigrateOptions {
@@ -31,6 +33,10 @@ export async function migrate(db: DrizzleDatabase, { migrationsTable = '__idem_m
     // Another process holding the write lock (starting at the same time, or serving): wait for
     // it without blocking, as the store does; a migration that failed busy rolled back.
     await retrySqliteBusy(() => migrateSqlite(detected.db, migrationsFor('sqlite'), migrationsTable));
+    return;
+  }
+  if (detected.dialect === 'mysql') {
+    await migrateMysql(detected.db, migrationsFor('mysql'), migrationsTable);
     return;
   }
   const schema = migrationsSchema ?? (await currentSchema(detected.db));
@@ -54,6 +60,36 @@ async function migratePostgres(db: AnyPgDatabase, migrations: readonly Migration
     for (const migration of pending(migrations, last?.createdAt)) {
       for (const statement of migration.sql) await tx.execute(sql.raw(statement));
       await tx.execute(sql`INSERT INTO ${journal} ("hash", "created_at") VALUES (${migration.hash}, ${migration.folderMillis})`);
+    }
+  });
+}
+
+/** How long `migrate` waits on MySQL for another process's migration to finish. */
+const MYSQL_MIGRATION_WAIT_SECONDS = 60;
+
+/**
+ * MySQL commits every DDL statement on its own, so a migration is not one transaction there:
+ * two processes starting at once on a fresh database would both apply the migration and both
+ * record it. They take turns instead, under a named lock (`GET_LOCK`, server-wide). The lock
+ * belongs to a connection, and a transaction is what pins one connection of the pool.
+ */
+async function migrateMysql(db: AnyMysqlDatabase, migrations: readonly MigrationMeta[], table: string): Promise<void> {
+  // MySQL refuses lock names over 64 characters.
+  const named = `idem:migrate:${table}`;
+  const lock = named.length <= 64 ? named : `idem:migrate:${createHash('sha256').update(named).digest('base64url')}`;
+  const journal = sql.identifier(table);
+  await db.transaction(async (tx) => {
+    const [answer] = executedRows(await tx.execute(sql`SELECT GET_LOCK(${lock}, ${MYSQL_MIGRATION_WAIT_SECONDS}) AS got`));
+    if (Number(answer?.got) !== 1) throw new Error(`[idem] migrate: another process held the MySQL lock ${lock} for ${MYSQL_MIGRATION_WAIT_SECONDS} s`);
+    try {
+      await tx.execute(sql`CREATE TABLE IF NOT EXISTS ${journal} (id serial PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
+      const [last] = await tx.select({ createdAt: sql<unknown>`created_at` }).from(sql`${journal}`).orderBy(sql`created_at DESC`).limit(1);
+      for (const migration of pending(migrations, last?.createdAt)) {
+        for (const statement of migration.sql) await tx.execute(sql.raw(statement));
+        await tx.execute(sql`INSERT INTO ${journal} (\`hash\`, \`created_at\`) VALUES (${migration.hash}, ${migration.folderMillis})`);
+      }
+    } finally {
+      await tx.execute(sql`SELECT RELEASE_LOCK(${lock})`);
     }
   });
 }

@@ -103,13 +103,13 @@ export function outcomeValues(outcome: StoredOutcome): OutcomeBindings {
 /**
  * `complete`'s assignments. R1: retention counts from completion, so `expires_at` moves to now
  * plus the retention the claim was given (`expires_at − created_at`, a number of milliseconds on
- * SQLite, an interval on PostgreSQL).
+ * SQLite, an interval on PostgreSQL, microseconds on MySQL).
  */
 export function completion(clock: DatabaseClock, columns: { expiresAt: SQLWrapper; createdAt: SQLWrapper }, outcome: OutcomeBindings = outcomePlaceholders) {
   return {
     state: sql`'completed'`,
     completedAt: clock.now,
-    expiresAt: sql`(${clock.now} + (${columns.expiresAt} - ${columns.createdAt}))`,
+    expiresAt: clock.afterSpan(columns.createdAt, columns.expiresAt),
     outcomeKind: outcome.kind,
     outcomeStatus: outcome.status,
     body: outcome.body,

@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzleNodePostgres, type NodePgDatabase } from 'drizzle-orm/node-postgres';
+import type { MySql2Database } from 'drizzle-orm/mysql2';
 import type { BaseSQLiteDatabase } from 'drizzle-orm/sqlite-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -30,8 +31,9 @@ import {
 } from '@idem/core';
 import { createDrizzleStore, migrate, type DrizzleStore } from '../src/index.ts';
 import type { CrashChildConfig } from './atomic-crash-child.ts';
-import { CREATE_PAYMENTS, countPgPayments, payOnPostgres, payOnSqlite, sqlitePayments } from './payments.ts';
+import { CREATE_MYSQL_PAYMENTS, CREATE_PAYMENTS, countMysqlPayments, countPgPayments, payOnMysql, payOnPostgres, payOnSqlite, sqlitePayments } from './payments.ts';
 import { DRIVERS, driverSpec, type DriverTarget } from './drivers.ts';
+import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 import { databaseUrl, isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
 import { claimed, sleep } from './store-behaviour.ts';
 
@@ -39,7 +41,7 @@ import { claimed, sleep } from './store-behaviour.ts';
 type Handler = (tx: unknown, claim: { generation: number }) => unknown;
 
 interface AtomicTarget {
-  dialect: 'sqlite' | 'postgres';
+  dialect: 'sqlite' | 'postgres' | 'mysql';
   /** Whether handlers must be synchronous (better-sqlite3). */
   synchronous: boolean;
   store: DrizzleStore;
@@ -87,6 +89,24 @@ async function atomicTarget(target: DriverTarget): Promise<AtomicTarget> {
   };
 }
 
+const openMysql = async (): Promise<AtomicTarget> => {
+  const target = await openMysqlTarget({ prefix: 'idem_atomic_test' });
+  await migrate(target.db);
+  await target.db.execute(sql.raw(CREATE_MYSQL_PAYMENTS));
+  return {
+    dialect: 'mysql',
+    synchronous: false,
+    store: createDrizzleStore(target.db),
+    pay: (id, after = () => ({ paymentId: id })) => async (tx, claim) => {
+      await payOnMysql(tx, id);
+      return after(claim);
+    },
+    payments: () => countMysqlPayments(target.db),
+    steal: (tx, scope, key) => (tx as MySql2Database).execute(sql`UPDATE idem_keys SET token = 'thief' WHERE scope = ${scope} AND \`key\` = ${key}`),
+    close: () => target.close(),
+  };
+};
+
 const postgresServer = (await isServerReachable()) || postgresRequired();
 
 function recorder() {
@@ -107,12 +127,13 @@ const claimRequest = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => ({
   ...overrides,
 });
 
-describe.each(
-  DRIVERS.filter((spec) => spec.runs).map((spec) => ({
+describe.each([
+  ...DRIVERS.filter((spec) => spec.runs).map((spec) => ({
     name: spec.name === 'better-sqlite3' ? 'better-sqlite3 (synchronous handlers)' : spec.name,
     open: () => spec.open({ max: 10, schemaPrefix: 'idem_atomic_test' }).then(atomicTarget),
   })),
-)('atomic mode on $name', ({ open }) => {
+  ...((await mysqlSuitesRun()) ? [{ name: 'MySQL server (mysql2)', open: openMysql }] : []),
+])('atomic mode on $name', ({ open }) => {
   let target: AtomicTarget;
   const engineOn = (options: Partial<EngineOptions> = {}) => createEngine({ store: target.store, ...options });
   /** Counts a handler's runs. */
@@ -242,7 +263,7 @@ describe.each(
     const before = await target.payments();
     const handler = counted(
       target.pay(`pay_${req.key}`, (claim) => {
-        // An asynchronous handler holds the transaction open a while, so the others queue behind its claim.
+        // PostgreSQL, MySQL: hold the transaction open a while, so the others queue behind its claim.
         if (!target.synchronous) return sleep(50).then(() => ({ generation: claim.generation }));
         return { generation: claim.generation };
       }),

@@ -26,6 +26,7 @@ describe('parseDatabaseUrl', () => {
     ['postgres://app:pw@db:5432/app', { dialect: 'postgres', url: 'postgres://app:pw@db:5432/app' }],
     ['postgresql://db/app?sslmode=require', { dialect: 'postgres', url: 'postgresql://db/app?sslmode=require' }],
     ['POSTGRES://db/app', { dialect: 'postgres', url: 'POSTGRES://db/app' }],
+    ['mysql://app:pw@db:3306/app', { dialect: 'mysql', url: 'mysql://app:pw@db:3306/app' }],
   ])('%s selects %o', (value, expected) => {
     expect(parseDatabaseUrl(value)).toEqual(expected);
   });
@@ -33,11 +34,11 @@ describe('parseDatabaseUrl', () => {
   it('unset or blank selects the default SQLite file when one is given, and is a one-line DatabaseUrlError otherwise', () => {
     expect(parseDatabaseUrl(undefined, { defaultSqlitePath: '/srv/app.db' })).toEqual({ dialect: 'sqlite', path: '/srv/app.db' });
     expect(parseDatabaseUrl('  ', { defaultSqlitePath: '/srv/app.db' })).toEqual({ dialect: 'sqlite', path: '/srv/app.db' });
-    expect(() => parseDatabaseUrl(undefined)).toThrow(new DatabaseUrlError('set DATABASE_URL (file:<path>, <path>.db, postgres://…)'));
+    expect(() => parseDatabaseUrl(undefined)).toThrow(new DatabaseUrlError('set DATABASE_URL (file:<path>, <path>.db, postgres://…, mysql://…)'));
   });
 
   it.each([
-    ['mongodb://app:s3cret@db/app', /^DATABASE_URL "mongodb:\/\/app:\*\*\*@db\/app" is neither postgres:\/\/…, postgresql:\/\/…, libsql:\/\/…, file:<path> nor a path ending in \.db or \.sqlite$/],
+    ['mongodb://app:s3cret@db/app', /^DATABASE_URL "mongodb:\/\/app:\*\*\*@db\/app" is neither postgres:\/\/…, postgresql:\/\/…, mysql:\/\/…, libsql:\/\/…, file:<path> nor a path ending in \.db or \.sqlite$/],
     ['idem.txt', /is neither/],
     ['file:', /^DATABASE_URL "file:" names no file$/],
     ['file://remote-host/idem.db', /^DATABASE_URL "file:\/\/remote-host\/idem\.db" is not a valid file URL/],

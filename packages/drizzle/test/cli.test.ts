@@ -1,6 +1,6 @@
 /**
- * The `idem` bin, run as a child process from the repository root against a SQLite file and
- * a fresh PostgreSQL schema: the same commands and assertions on both (A1, R3, R4), and the
+ * The `idem` bin, run as a child process from the repository root against a SQLite file,
+ * a fresh PostgreSQL schema and a fresh MySQL database: the same commands and assertions on both (A1, R3, R4), and the
  * one-line error contract (exit 2 for usage, 1 for failures, never a stack trace).
  */
 import { execFile } from 'node:child_process';
@@ -12,10 +12,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createPolicyDocument, type TimelineEntry } from '@idem/core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
 import { isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
 import { openSqliteConnection } from './sqlite-target.ts';
+import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const BIN = 'packages/drizzle/dist/bin.js';
@@ -39,7 +40,7 @@ function idemCli(args: string[], databaseUrl: string | undefined): Promise<Run> 
   delete env.DATABASE_URL;
   if (databaseUrl !== undefined) env.DATABASE_URL = databaseUrl;
   return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { cwd: ROOT, env, timeout: 20_000 }, (error, stdout, stderr) => {
+    execFile(process.execPath, [BIN, ...args], { cwd: ROOT, env, timeout: 60_000 }, (error, stdout, stderr) => {
       const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
       resolve({ code, stdout, stderr });
     });
@@ -59,6 +60,10 @@ function expectOneLineError(run: Run, code: 1 | 2, reason: RegExp): void {
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// Every test starts the CLI (node + tsx), some several times: on a loaded machine one start takes
+// 10 s or more. The bounds are for a hung process, not speed checks.
+vi.setConfig({ testTimeout: 120_000 });
 
 interface CliTarget {
   /** DATABASE_URL for the child processes. */
@@ -102,6 +107,13 @@ async function openPostgresCliTarget(driver?: 'postgres-js'): Promise<CliTarget>
   return { url: target.url, driver, db: target.db, description: new RegExp(`^migrated postgres://.*search_path=${target.schema}\n$`), close: () => target.close() };
 }
 
+async function openMysqlCliTarget(): Promise<CliTarget> {
+  const target = await openMysqlTarget({ connectionLimit: 4, prefix: 'idem_cli' });
+  return { url: target.url, db: target.db, description: new RegExp(`^migrated mysql://root@[^/]+/${target.database}\n$`), close: () => target.close() };
+}
+
+const mysqlServer = await mysqlSuitesRun();
+
 // A child process cannot share the in-process PGlite fallback: without a server the
 // PostgreSQL half is skipped, unless IDEM_REQUIRE_POSTGRES insists (then it fails).
 const postgresServer = (await isServerReachable()) || postgresRequired();
@@ -111,6 +123,7 @@ const TARGETS = [
   { database: 'a SQLite file through libsql (--driver libsql)', open: () => openSqliteCliTarget('libsql'), skip: false },
   { database: 'a PostgreSQL schema', open: () => openPostgresCliTarget(), skip: !postgresServer },
   { database: 'a PostgreSQL schema through postgres-js (--driver postgres-js)', open: () => openPostgresCliTarget('postgres-js'), skip: !postgresServer },
+  { database: 'a MySQL database', open: openMysqlCliTarget, skip: !mysqlServer },
 ];
 
 describe.each(TARGETS)('idem on $database', ({ open, skip }) => {
@@ -195,7 +208,7 @@ describe.each(TARGETS)('idem on $database', ({ open, skip }) => {
     expect(json.stdout).not.toContain(SECRET);
   });
 
-  it.skipIf(skip)('R3: sweep archives every expired record in batches of --batch-size and reports how many', async () => {
+  it.skipIf(skip)('R3: sweep --batch-size 2 archives all 5 expired records and reports how many', async () => {
     sweepKeys = Array.from({ length: 5 }, () => `sweep-${randomUUID()}`);
     for (const each of sweepKeys) await execute('sweep|acct_1', each, 1, { kind: 'success', status: 200 });
     await sleep(20);
@@ -270,7 +283,7 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
       idem(['purge', '--older-than', '90 days'], file),
       idem(['explain'], file),
       idem(['migrate'], undefined),
-      idem(['migrate'], 'mysql://localhost/db'),
+      idem(['migrate'], 'mongodb://localhost/db'),
       idem(['sweep', '--frobnicate'], file),
     ]);
     const reasons = [
@@ -278,8 +291,8 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
       /^idem: --batch-size must be a whole number from 1 to \d+, got "lots"$/,
       /^idem: --older-than must be a duration such as 90d, 24h or 30m, got "90 days"$/,
       /^idem: explain needs a key/,
-      /^idem: set DATABASE_URL or pass --database \(file:<path>, <path>\.db, postgres:\/\/…\)$/,
-      /^idem: DATABASE_URL "mysql:\/\/localhost\/db" is neither/,
+      /^idem: set DATABASE_URL or pass --database \(file:<path>, <path>\.db, postgres:\/\/…, mysql:\/\/…\)$/,
+      /^idem: DATABASE_URL "mongodb:\/\/localhost\/db" is neither/,
       /^idem: unknown option --frobnicate/,
     ];
     runs.forEach((run, index) => expectOneLineError(run, 2, reasons[index]!));
@@ -295,6 +308,18 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
     expectOneLineError(withPassword, 1, /^idem: cannot reach postgres:\/\/idem:\*\*\*@127\.0\.0\.1:1\/x: /);
     expect(withPassword.stderr).not.toContain('s3cret');
     expectOneLineError(sqlite, 1, /^idem: no SQLite database at .*never-created\.db: run idem migrate first$/);
+  });
+
+  it.skipIf(!mysqlServer)('MySQL: an unreachable server and a database without the tables each exit 1 with one line, password redacted', async () => {
+    const target = await openMysqlTarget({ prefix: 'idem_cli_empty' });
+    try {
+      const [unreachable, empty] = await Promise.all([idem(['sweep'], 'mysql://idem:s3cret@127.0.0.1:1/x'), idem(['explain', 'k'], target.url)]);
+      expectOneLineError(unreachable, 1, /^idem: cannot reach mysql:\/\/idem:\*\*\*@127\.0\.0\.1:1\/x: .*ECONNREFUSED/);
+      expect(unreachable.stderr).not.toContain('s3cret');
+      expectOneLineError(empty, 1, new RegExp(`^idem: mysql://root@[^/]+/${target.database} has no idem tables: run idem migrate first$`));
+    } finally {
+      await target.close();
+    }
   });
 
   it('--help and help print the usage on stdout and exit 0', async () => {
@@ -325,9 +350,10 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
         },
       ],
     });
-    const accepts: Array<string | undefined> = [];
+    /** The Accept header of each request, by path: the two runs below fetch at the same time. */
+    const accepts = new Map<string | undefined, string | undefined>();
     const server = createServer((request, response) => {
-      accepts.push(request.headers.accept);
+      accepts.set(request.url, request.headers.accept);
       if (request.url === '/idempotency') response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(policy));
       else response.writeHead(404).end('not here');
     });
@@ -341,7 +367,8 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
       expect(text.stdout).toMatch(/^endpoint +retention +lease +key sources +stored$/m);
       expect(text.stdout).toMatch(/^tRPC mutation payments\.create +24h +30s +Idempotency-Key header, input field idempotencyKey \(required\) +result and errors after execution began$/m);
       expect(text.stdout).toContain(policy.clientGuidance);
-      expect(accepts[0]).toBe('application/json');
+      expect(accepts.get('/idempotency')).toBe('application/json');
+      expect(accepts.get('/nope')).toBe('application/json');
       expectOneLineError(missing, 1, new RegExp(`^idem: GET ${base}/nope answered 404`));
     } finally {
       server.close();

@@ -132,7 +132,7 @@ describe('the CLI picks the first installed driver', () => {
 
   it('--driver that does not exist, or does not fit the URL, is bad usage: exit 2, one line', async () => {
     const unknown = await idem(['migrate', '--driver', 'sqlite3'], `file:${scratchFile()}`);
-    expect(unknown).toMatchObject({ code: 2, stdout: '', stderr: 'idem: --driver must be one of node-postgres, postgres-js, better-sqlite3, libsql, got "sqlite3"\n' });
+    expect(unknown).toMatchObject({ code: 2, stdout: '', stderr: 'idem: --driver must be one of node-postgres, postgres-js, better-sqlite3, libsql, mysql2, got "sqlite3"\n' });
     const mismatch = await idem(['migrate', '--driver', 'postgres-js'], 'file:/tmp/x.db');
     expect(mismatch).toMatchObject({ code: 2, stdout: '', stderr: 'idem: driver postgres-js cannot open DATABASE_URL "file:/tmp/x.db": use better-sqlite3 or libsql\n' });
   });

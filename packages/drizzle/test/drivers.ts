@@ -21,7 +21,7 @@ export type DriverName = 'node-postgres' | 'postgres-js' | 'pglite' | 'better-sq
 
 /** How another process opens the same database. */
 export type ChildTarget =
-  | { driver: 'node-postgres' | 'postgres-js'; url: string; connections: number }
+  | { driver: 'node-postgres' | 'postgres-js' | 'mysql2'; url: string; connections: number }
   | { driver: 'better-sqlite3' | 'libsql'; file: string };
 
 export interface DriverTarget {
@@ -177,11 +177,23 @@ export async function connectSqlite(driver: 'better-sqlite3' | 'libsql', file: s
   return { db: drizzle({ client }), end: async () => client.close() };
 }
 
+/** A drizzle instance over a new mysql2 pool at `url` (the MySQL suites' server, mysql-target.ts). */
+async function connectMysql(url: string, connectionLimit: number): Promise<{ db: DrizzleDatabase; end(): Promise<void> }> {
+  const [{ default: mysql }, { drizzle }] = await Promise.all([import('mysql2/promise'), import('drizzle-orm/mysql2')]);
+  const pool = mysql.createPool({ uri: url, connectionLimit });
+  return { db: drizzle({ client: pool }), end: () => pool.end() };
+}
+
 /** A store in another process on the database `target` names (race-child.ts), and how to close it. */
 export async function openChildStore(target: ChildTarget): Promise<{ store: DrizzleStore; close(): Promise<void> }> {
-  const opened = 'file' in target ? await connectSqlite(target.driver, target.file) : await connectPostgres(target.driver, target.url, target.connections);
+  const opened =
+    'file' in target
+      ? await connectSqlite(target.driver, target.file)
+      : target.driver === 'mysql2'
+        ? await connectMysql(target.url, target.connections)
+        : await connectPostgres(target.driver, target.url, target.connections);
   const store = createDrizzleStore(opened.db);
-  if (target.driver === 'node-postgres' || target.driver === 'postgres-js') {
+  if (!('file' in target)) {
     // Open every connection before the race, so that claims race, not handshakes.
     await Promise.all(Array.from({ length: target.connections }, () => store.ping()));
   }

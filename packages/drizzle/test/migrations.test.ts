@@ -12,7 +12,7 @@ import { migrationsFor } from '../src/migration-files.ts';
 const packageRoot = fileURLToPath(new URL('..', import.meta.url));
 
 describe('embedded migrations', () => {
-  for (const dialect of ['sqlite', 'postgres'] as const) {
+  for (const dialect of ['sqlite', 'postgres', 'mysql'] as const) {
     it(`${dialect}: are what readMigrationFiles reads from migrations/${dialect}, hashes included`, () => {
       const fromFiles = readMigrationFiles({ migrationsFolder: fileURLToPath(new URL(`../migrations/${dialect}`, import.meta.url)) });
       expect(fromFiles.length).toBeGreaterThan(0);

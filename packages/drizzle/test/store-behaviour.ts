@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { createDrizzleStore, migrate, sweepAll, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
 
 export interface StoreHarness {
-  dialect: 'sqlite' | 'postgres';
+  dialect: 'sqlite' | 'postgres' | 'mysql';
   /** The driver, as `createDrizzleStore` names it. */
   driver: string;
   db: DrizzleDatabase;
@@ -24,11 +24,57 @@ export interface StoreHarness {
   close(): Promise<void>;
 }
 
+/** `key` is a reserved word in MySQL: raw queries name the column quoted, in each dialect's quotes. */
+const keyColumn = sql.identifier('key');
+
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export function claimed(result: ClaimResult) {
   if (result.outcome !== 'claimed') throw new Error(`expected claimed, got ${result.outcome}`);
   return result;
+}
+
+/** How far the application's `Date` is moved back in the database-clock tests: a year. */
+export const APPLICATION_CLOCK_SHIFT_MS = 365 * 24 * 3_600_000;
+
+const unused = { scope: 'unreachable', key: 'k', token: 't' };
+const outcome = { kind: 'success', status: 200, body: '1' } as const;
+
+/** One call of each method of a drizzle store, on a key nobody uses. */
+const EVERY_CALL: Record<string, (store: DrizzleStore) => Promise<unknown>> = {
+  claim: (store) => store.claim({ ...unused, fingerprint: null, leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' }),
+  atomicClaim: (store) => store.atomicClaim({ ...unused, fingerprint: null, leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' }, () => 1, () => outcome),
+  atomicComplete: (store) => store.atomicComplete(unused, () => 1, () => outcome),
+  complete: (store) => store.complete({ ...unused, outcome }),
+  release: (store) => store.release(unused),
+  get: (store) => store.get(unused.scope, unused.key),
+  timeline: (store) => store.timeline(unused.scope, unused.key),
+  sweep: (store) => store.sweep(),
+  purge: (store) => store.purge({ olderThanMs: 0 }),
+  ping: (store) => store.ping(),
+};
+
+/**
+ * E5: calls every method of `store`, whose database cannot be reached, and expects each to
+ * answer a rejected promise: none throws synchronously, none resolves. The list of calls must
+ * name every method the store has, so that a new method cannot be left out.
+ */
+export async function expectEveryMethodToReject(store: DrizzleStore): Promise<void> {
+  const methods = Object.keys(store).filter((name) => typeof (store as unknown as Record<string, unknown>)[name] === 'function');
+  expect(Object.keys(EVERY_CALL).sort(), 'a call for every method of the store').toEqual(methods.sort());
+  const answers: Record<string, string> = {};
+  for (const [name, call] of Object.entries(EVERY_CALL)) {
+    try {
+      const answer = call(store);
+      answers[name] = await answer.then(
+        (value) => `resolved ${JSON.stringify(value)}`,
+        (error: unknown) => (error instanceof Error ? 'rejected' : `rejected with a non-error ${String(error)}`),
+      );
+    } catch (error) {
+      answers[name] = `threw synchronously: ${String(error)}`;
+    }
+  }
+  expect(answers).toEqual(Object.fromEntries(Object.keys(EVERY_CALL).map((name) => [name, 'rejected'])));
 }
 
 export function describeStoreBehaviour(name: string, open: () => Promise<StoreHarness>): void {
@@ -76,7 +122,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       claimed(await store.claim(req));
       await migrate(harness.db);
       await migrate(harness.db);
-      expect(await count(sql`SELECT count(*) AS n FROM "__idem_migrations"`)).toBe(1);
+      expect(await count(sql`SELECT count(*) AS n FROM ${sql.identifier('__idem_migrations')}`)).toBe(1);
       expect((await store.get(scope, req.key))?.token).toBe(req.token);
     });
 
@@ -92,7 +138,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
         claimed(await store.claim(req));
         expect(await store.complete({ scope, key: req.key, token: req.token, outcome: { kind: 'success', status: 200, body } })).toBe(true);
         expect((await store.get(scope, req.key))?.outcome?.body).toBe(body);
-        const [raw] = await harness.rows<{ body: string }>(sql`SELECT body FROM idem_keys WHERE scope = ${scope} AND key = ${req.key}`);
+        const [raw] = await harness.rows<{ body: string }>(sql`SELECT body FROM idem_keys WHERE scope = ${scope} AND ${keyColumn} = ${req.key}`);
         expect(raw?.body).toBe(body);
       }
     });
@@ -104,7 +150,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       expect(reuse.expired).toMatchObject({ generation: 1, state: 'archived', token: first.token, outcome: { kind: 'success', status: 201, body: null } });
 
       const history = await harness.rows<{ generation: number; body: string | null; outcome_status: number; reused_at: unknown; archived_at: unknown }>(
-        sql`SELECT generation, body, outcome_status, reused_at, archived_at FROM idem_key_history WHERE scope = ${scope} AND key = ${first.key}`,
+        sql`SELECT generation, body, outcome_status, reused_at, archived_at FROM idem_key_history WHERE scope = ${scope} AND ${keyColumn} = ${first.key}`,
       );
       expect(history).toHaveLength(1);
       expect(history[0]).toMatchObject({ generation: 1, body: null, outcome_status: 201 });
@@ -124,7 +170,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       const first = await expiredKey();
       const results = await Promise.all(Array.from({ length: 20 }, () => store.claim(request({ key: first.key }))));
       expect(results.filter((result) => result.outcome === 'claimed')).toHaveLength(1);
-      expect(await count(sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND key = ${first.key}`)).toBe(1);
+      expect(await count(sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND ${keyColumn} = ${first.key}`)).toBe(1);
       expect((await store.get(scope, first.key))?.generation).toBe(2);
     });
 
@@ -154,7 +200,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       expect(await store.sweep()).toEqual({ archived: 0 });
       for (const { key } of expired) {
         const [row] = await harness.rows<{ state: string; body: string | null; outcome_status: number; fingerprint: string }>(
-          sql`SELECT state, body, outcome_status, fingerprint FROM idem_keys WHERE scope = ${scope} AND key = ${key}`,
+          sql`SELECT state, body, outcome_status, fingerprint FROM idem_keys WHERE scope = ${scope} AND ${keyColumn} = ${key}`,
         );
         expect(row).toEqual({ state: 'archived', body: null, outcome_status: 201, fingerprint: 'fp-1' });
       }
@@ -175,7 +221,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       const first = await expiredKey();
       const answer = await store.claim(request({ key: first.key, expiredReuse: 'reject' }));
       expect(answer).toMatchObject({ outcome: 'existing', expired: true, record: { generation: 1 } });
-      expect(await count(sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND key = ${first.key}`)).toBe(0);
+      expect(await count(sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND ${keyColumn} = ${first.key}`)).toBe(0);
     });
 
     it('R3: purge honours the horizon: archived tombstones and history rows go, live generations stay', async () => {
@@ -209,7 +255,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       const first = await expiredKey('1', custom);
       claimed(await custom.claim(request({ key: first.key })));
       expect((await custom.timeline(scope, first.key)).map((entry) => entry.generation)).toEqual([1, 2]);
-      expect(await count(sql`SELECT count(*) AS n FROM audit_history WHERE key = ${first.key}`)).toBe(1);
+      expect(await count(sql`SELECT count(*) AS n FROM audit_history WHERE ${keyColumn} = ${first.key}`)).toBe(1);
       expect(await store.get(scope, first.key)).toBeNull();
     });
   });

@@ -1,0 +1,41 @@
+CREATE TABLE IF NOT EXISTS `idem_key_history` (
+	`scope` varbinary(1024) NOT NULL,
+	`key` varbinary(512) NOT NULL,
+	`generation` int NOT NULL,
+	`fingerprint` text CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+	`state` varchar(16) NOT NULL,
+	`token` varbinary(255) NOT NULL,
+	`created_at` datetime(3) NOT NULL,
+	`lease_until` datetime(3) NOT NULL,
+	`expires_at` datetime(3) NOT NULL,
+	`completed_at` datetime(3),
+	`archived_at` datetime(3) NOT NULL,
+	`takeovers` int NOT NULL,
+	`outcome_kind` varchar(16),
+	`outcome_status` int,
+	`body` longtext CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+	`reused_at` datetime(3) NOT NULL,
+	CONSTRAINT `idem_key_history_scope_key_generation_pk` PRIMARY KEY(`scope`,`key`,`generation`),
+	INDEX `idem_key_history_archived_at_idx` (`archived_at`)
+);
+--> statement-breakpoint
+CREATE TABLE IF NOT EXISTS `idem_keys` (
+	`scope` varbinary(1024) NOT NULL,
+	`key` varbinary(512) NOT NULL,
+	`generation` int NOT NULL,
+	`fingerprint` text CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+	`state` varchar(16) NOT NULL,
+	`token` varbinary(255) NOT NULL,
+	`created_at` datetime(3) NOT NULL,
+	`lease_until` datetime(3) NOT NULL,
+	`expires_at` datetime(3) NOT NULL,
+	`completed_at` datetime(3),
+	`archived_at` datetime(3),
+	`takeovers` int NOT NULL DEFAULT 0,
+	`outcome_kind` varchar(16),
+	`outcome_status` int,
+	`body` longtext CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+	CONSTRAINT `idem_keys_scope_key_pk` PRIMARY KEY(`scope`,`key`),
+	INDEX `idem_keys_expires_at_idx` (`state`,`expires_at`),
+	INDEX `idem_keys_archived_at_idx` (`state`,`archived_at`)
+);

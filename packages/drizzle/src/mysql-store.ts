@@ -1,0 +1,426 @@
+/**
+ * The MySQL statements (mysql2), written to MySQL 8 semantics: no `RETURNING` (MariaDB 10.5+
+ * has it, MySQL does not) and no data-modifying CTE. A write answers only its affected-rows
+ * count, so a claim that wrote reads its row back by its own token, which no one else holds:
+ * a row the read finds is the one this claim wrote. Rule 1 is a plain `INSERT`, and a
+ * duplicate-key error (`ER_DUP_ENTRY`) says that the key exists: not `INSERT IGNORE`, which
+ * would also turn a truncation into a warning, nor `ON DUPLICATE KEY UPDATE`, whose affected
+ * rows depend on the connection's `CLIENT_FOUND_ROWS` flag. The reuse of an expired key is a
+ * short transaction that locks the live row (`SELECT … FOR UPDATE`). Atomic mode holds a named
+ * lock (`GET_LOCK(name, 0)`) on the key while its transaction claims and runs the handler, so
+ * that a duplicate is answered at once instead of waiting for the uncommitted row.
+ */
+import { createHash } from 'node:crypto';
+import type { ClaimRequest } from '@idem/core';
+import { and, eq, getTableColumns, getTableName, inArray, sql, type SQL } from 'drizzle-orm';
+import { mysqlClock as clock } from './database-clock.js';
+import type { AnyMysqlDatabase } from './dialect.js';
+import { MYSQL_COLUMN_BYTES, RECORD_STATES, type MysqlTables } from './mysql-schema.js';
+import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.js';
+import {
+  archiving,
+  claimParameters,
+  claimPlaceholders as b,
+  claimValues,
+  completion,
+  expiredAt,
+  freshClaim,
+  historyCopy,
+  outcomeParameters,
+  outcomeValues,
+  ownerValues,
+  takeover,
+  type ClaimBindings,
+  type OutcomeBindings,
+  type OwnerBindings,
+} from './row-writes.js';
+import { CLAIM_IN_PROGRESS, type StoreStatements, type TransactionStatements } from './store-statements.js';
+
+const param = sql.placeholder;
+const LIVE_STATES = RECORD_STATES.filter((state) => state !== 'archived');
+
+/**
+ * The sweeper's candidates: expired live rows, oldest expiry first, read through the
+ * `(state, expires_at)` index (R3) — one range per state that is not `archived`.
+ */
+export function mysqlSweepCandidates(db: AnyMysqlDatabase, { keys }: MysqlTables, limit: number) {
+  return db
+    .select({ scope: keys.scope, key: keys.key })
+    .from(keys)
+    .where(and(inArray(keys.state, LIVE_STATES), expiredAt(clock, keys)))
+    .orderBy(keys.expiresAt)
+    .limit(limit);
+}
+
+/** What mysql2 answers to a write through drizzle: `[ResultSetHeader, fields]`; its affected rows. */
+function affectedRows(result: unknown): number {
+  const header: unknown = Array.isArray(result) ? result[0] : undefined;
+  const count = (header as { affectedRows?: unknown } | undefined)?.affectedRows;
+  if (typeof count !== 'number')
+    throw new TypeError(
+      "[idem] the MySQL driver did not answer a write with mysql2's [ResultSetHeader, fields]: use drizzle-orm/mysql2",
+    );
+  return count;
+}
+
+/** The rows of a `db.execute()` of a SELECT on mysql2: `[rows, fields]`. */
+export function executedRows(result: unknown): Array<Record<string, unknown>> {
+  const rows: unknown = Array.isArray(result) ? result[0] : undefined;
+  if (!Array.isArray(rows))
+    throw new TypeError(
+      "[idem] the MySQL driver did not answer a query with mysql2's [rows, fields]: use drizzle-orm/mysql2",
+    );
+  return rows as Array<Record<string, unknown>>;
+}
+
+/** ER_DUP_ENTRY (1062), somewhere in drizzle's error chain. */
+function isDuplicateKey(error: unknown): boolean {
+  for (let cause: unknown = error; cause instanceof Error; cause = cause.cause) {
+    const { code, errno } = cause as { code?: unknown; errno?: unknown };
+    if (code === 'ER_DUP_ENTRY' || errno === 1062) return true;
+  }
+  return false;
+}
+
+/**
+ * The `varbinary` columns hold a bounded number of bytes. A longer value is refused here rather
+ * than left to the server, which truncates it (and may merge two keys into one) when the
+ * session's `sql_mode` is not strict.
+ */
+function assertFits(request: Pick<ClaimRequest, 'scope' | 'key' | 'token'>): void {
+  for (const field of ['scope', 'key', 'token'] as const) {
+    const bytes = Buffer.byteLength(request[field], 'utf8');
+    const limit = MYSQL_COLUMN_BYTES[field];
+    if (bytes > limit)
+      throw new RangeError(
+        `[idem] MySQL store: the ${field} is ${bytes} bytes long in UTF-8; its column holds at most ${limit}`,
+      );
+  }
+}
+
+export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): StoreStatements {
+  const { keys, history } = tables;
+  const thisKey = (b: Pick<ClaimBindings, 'scope' | 'key'>) => and(eq(keys.scope, b.scope), eq(keys.key, b.key));
+  const archivedBefore = (archivedAt: typeof keys.archivedAt | typeof history.archivedAt) =>
+    sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
+
+  // Built on `db` and prepared, or on a transaction with bound values (atomic mode).
+  const claimInsert = (on: AnyMysqlDatabase, b: ClaimBindings) =>
+    on.insert(keys).values({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) });
+  const ownedRow = (on: AnyMysqlDatabase, b: OwnerBindings) =>
+    on
+      .select()
+      .from(keys)
+      .where(and(thisKey(b), eq(keys.token, b.token)));
+  const completeUpdate = (on: AnyMysqlDatabase, b: OwnerBindings, outcome?: OutcomeBindings) =>
+    on
+      .update(keys)
+      .set(completion(clock, keys, outcome))
+      .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`));
+
+  const insertClaim = claimInsert(db, b).prepare();
+  const readOwned = ownedRow(db, b).prepare();
+
+  const readLive = db
+    .select({ ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) })
+    .from(keys)
+    .where(thisKey(b))
+    .prepare();
+
+  const reclaimReleased = db
+    .update(keys)
+    .set(freshClaim(clock, b))
+    .where(
+      and(
+        thisKey(b),
+        eq(keys.token, b.previousToken),
+        sql`${keys.state} = 'released'`,
+        sql`${keys.expiresAt} > ${clock.now}`,
+      ),
+    )
+    .prepare();
+
+  const takeOverStale = db
+    .update(keys)
+    .set(takeover(clock, b, keys.takeovers))
+    .where(
+      and(
+        thisKey(b),
+        eq(keys.token, b.previousToken),
+        sql`${keys.state} = 'processing'`,
+        sql`${keys.leaseUntil} <= ${clock.now}`,
+        sql`${keys.expiresAt} > ${clock.now}`,
+      ),
+    )
+    .prepare();
+
+  const complete = completeUpdate(db, b).prepare();
+
+  const release = db
+    .update(keys)
+    .set({ state: sql`'released'` })
+    .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`))
+    .prepare();
+
+  const getLive = db.select().from(keys).where(thisKey(b)).prepare();
+
+  const historyOf = db
+    .select()
+    .from(history)
+    .where(and(eq(history.scope, b.scope), eq(history.key, b.key)))
+    .orderBy(history.generation)
+    .prepare();
+
+  const archivedLive = db
+    .select({ scope: keys.scope, key: keys.key })
+    .from(keys)
+    .where(and(sql`${keys.state} = 'archived'`, archivedBefore(keys.archivedAt)))
+    .limit(param('limit'))
+    .prepare();
+
+  const archivedHistory = db
+    .select({ scope: history.scope, key: history.key, generation: history.generation })
+    .from(history)
+    .where(archivedBefore(history.archivedAt))
+    .limit(param('limit'))
+    .prepare();
+
+  /** `(a, b) IN ((…), (…))` over the primary keys a read found. */
+  const primaryKeyIn = (columns: SQL[], rows: unknown[][]) =>
+    sql`(${sql.join(columns, sql`, `)}) IN (${sql.join(
+      rows.map(
+        (row) =>
+          sql`(${sql.join(
+            row.map((value) => sql`${value}`),
+            sql`, `,
+          )})`,
+      ),
+      sql`, `,
+    )})`;
+
+  const readLiveRow = async (scope: string, key: string) => {
+    const [found] = await readLive.execute({ scope, key });
+    if (!found) return undefined;
+    const { now, ...row } = found;
+    return { row: row as LiveRow, now };
+  };
+
+  /** A claim row this store just wrote, read back by its own token; undefined when it has already changed hands. */
+  const readBack = async (request: Pick<ClaimRequest, 'scope' | 'key' | 'token'>) => {
+    const [row] = await readOwned.execute({ scope: request.scope, key: request.key, token: request.token });
+    return row as LiveRow | undefined;
+  };
+
+  /** Rule 1: the inserted row, or undefined when the key exists (the caller then reads it). */
+  const insertClaimRow = async (request: ClaimRequest): Promise<LiveRow | undefined> => {
+    assertFits(request);
+    try {
+      await insertClaim.execute(claimParameters(request));
+    } catch (error) {
+      if (isDuplicateKey(error)) return undefined;
+      throw error;
+    }
+    return readBack(request);
+  };
+
+  /**
+   * Atomic mode's statements on the transaction `tx`, and the named lock its claim took. The
+   * lock is MySQL's `GET_LOCK`, held by the connection (not the transaction), so the
+   * transaction releases it before it commits or rolls back: its pool connection must not
+   * carry it to the next user.
+   */
+  const within = (tx: AnyMysqlDatabase) => {
+    let lock: string | undefined;
+    const statements: TransactionStatements = {
+      async insertClaim(request) {
+        assertFits(request);
+        // At most 64 characters (MySQL): a digest of the table, scope and key.
+        const name = `idem:${createHash('sha256')
+          .update(JSON.stringify([getTableName(keys), request.scope, request.key]))
+          .digest('base64url')}`;
+        const [answer] = executedRows(await tx.execute(sql`SELECT GET_LOCK(${name}, 0) AS got`));
+        const got = Number(answer?.got);
+        if (got !== 1) {
+          if (got === 0) return CLAIM_IN_PROGRESS;
+          throw new Error(`[idem] MySQL GET_LOCK answered ${String(answer?.got)} for atomic mode's claim`);
+        }
+        lock = name;
+        try {
+          await claimInsert(tx, claimValues(request, '')).execute();
+        } catch (error) {
+          // A duplicate key rolls back this statement only, not the transaction.
+          if (isDuplicateKey(error)) return undefined;
+          throw error;
+        }
+        const [row] = await ownedRow(tx, ownerValues(request));
+        return row as LiveRow | undefined;
+      },
+      async lockOwned(owner) {
+        const v = ownerValues(owner);
+        const [row] = await tx
+          .select()
+          .from(keys)
+          .where(and(thisKey(v), eq(keys.token, v.token), sql`${keys.state} = 'processing'`))
+          .for('update');
+        return row as LiveRow | undefined;
+      },
+      async complete({ outcome, ...owner }) {
+        return affectedRows(await completeUpdate(tx, ownerValues(owner), outcomeValues(outcome))) === 1;
+      },
+      async savepoint(run) {
+        try {
+          return { ok: true, value: await tx.transaction(async (savepoint) => run(savepoint)) };
+        } catch (error) {
+          return { ok: false, error };
+        }
+      },
+    };
+    const releaseLock = async () => {
+      if (lock === undefined) return;
+      const name = lock;
+      lock = undefined;
+      await tx.execute(sql`SELECT RELEASE_LOCK(${name})`);
+    };
+    return { statements, releaseLock };
+  };
+
+  return {
+    atomicHandlers: 'asynchronous',
+    transaction: (work) =>
+      db.transaction(async (tx) => {
+        const { statements, releaseLock } = within(tx as unknown as AnyMysqlDatabase);
+        // Released before the COMMIT: a duplicate arriving in between waits for the commit
+        // (milliseconds, not the handler) and then finds the key.
+        try {
+          return await work(statements);
+        } finally {
+          await releaseLock();
+        }
+      }),
+    insertClaim: insertClaimRow,
+    // Read first: a replay is this one SELECT. A new key adds the INSERT and the read of the
+    // row it wrote (no RETURNING); the loop in the store settles an insert that lost a race.
+    async claimOrRead(request) {
+      const live = await readLiveRow(request.scope, request.key);
+      if (live) return { live };
+      const inserted = await insertClaimRow(request);
+      return inserted && { inserted };
+    },
+    readLive: readLiveRow,
+    async reclaimReleased(request, releasedToken) {
+      assertFits(request);
+      if (affectedRows(await reclaimReleased.execute(claimParameters(request, releasedToken))) !== 1) return undefined;
+      return readBack(request);
+    },
+    async takeOverStale(request, staleToken) {
+      assertFits(request);
+      if (affectedRows(await takeOverStale.execute(claimParameters(request, staleToken))) !== 1) return undefined;
+      return readBack(request);
+    },
+    async reuseExpired(request, seen) {
+      assertFits(request);
+      const v = claimValues(request, seen.token);
+      return db.transaction(async (tx) => {
+        const [locked] = await tx
+          .select({ ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) })
+          .from(keys)
+          .where(thisKey(v))
+          .for('update');
+        if (!locked || !isStillExpiredGeneration(locked as LiveRow, seen, locked.now)) return undefined;
+        const copied = affectedRows(
+          await tx.insert(history).select(
+            tx
+              .select(historyCopy(getTableColumns(keys), clock))
+              .from(keys)
+              .where(thisKey(v)),
+          ),
+        );
+        const turned = affectedRows(
+          await tx
+            .update(keys)
+            .set({ ...freshClaim(clock, v), generation: sql`${keys.generation} + 1` })
+            .where(and(thisKey(v), eq(keys.token, v.previousToken))),
+        );
+        if (copied !== 1 || turned !== 1)
+          throw new Error('[idem] the locked row vanished during the reuse of an expired key');
+        const [archived] = await tx
+          .select()
+          .from(history)
+          .where(and(eq(history.scope, v.scope), eq(history.key, v.key), eq(history.generation, seen.generation)));
+        const [record] = await ownedRow(tx, ownerValues(request));
+        if (!archived || !record) throw new Error('[idem] the reuse of an expired key did not read back what it wrote');
+        return { record: record as LiveRow, archived: archived as HistoryRow };
+      });
+    },
+    async complete({ scope, key, token, outcome }) {
+      return affectedRows(await complete.execute({ scope, key, token, ...outcomeParameters(outcome) })) === 1;
+    },
+    async release({ scope, key, token }) {
+      return affectedRows(await release.execute({ scope, key, token })) === 1;
+    },
+    async getLive(scope, key) {
+      const [row] = await getLive.execute({ scope, key });
+      return row as LiveRow | undefined;
+    },
+    async history(scope, key) {
+      return (await historyOf.execute({ scope, key })) as HistoryRow[];
+    },
+    // Sweep and purge read their candidates, then write them by primary key with the condition
+    // repeated: row locks only (no range or gap locks that would hold up new claims), nothing
+    // waits on a row a concurrent sweeper took first, and no `LIMIT` on a write, which
+    // statement-based replication refuses to trust.
+    async sweep(limit) {
+      const candidates = await mysqlSweepCandidates(db, tables, limit);
+      if (candidates.length === 0) return 0;
+      return affectedRows(
+        await db
+          .update(keys)
+          .set(archiving(clock))
+          .where(
+            and(
+              primaryKeyIn(
+                [sql`${keys.scope}`, sql`${keys.key}`],
+                candidates.map((row) => [row.scope, row.key]),
+              ),
+              inArray(keys.state, LIVE_STATES),
+              expiredAt(clock, keys),
+            ),
+          ),
+      );
+    },
+    async purgeLive(olderThanMs, limit) {
+      const candidates = await archivedLive.execute({ olderThanMs, limit });
+      if (candidates.length === 0) return 0;
+      return affectedRows(
+        await db.delete(keys).where(
+          and(
+            primaryKeyIn(
+              [sql`${keys.scope}`, sql`${keys.key}`],
+              candidates.map((row) => [row.scope, row.key]),
+            ),
+            sql`${keys.state} = 'archived'`,
+            sql`${keys.archivedAt} < ${clock.before(sql`${olderThanMs}`)}`,
+          ),
+        ),
+      );
+    },
+    async purgeHistory(olderThanMs, limit) {
+      const candidates = await archivedHistory.execute({ olderThanMs, limit });
+      if (candidates.length === 0) return 0;
+      return affectedRows(
+        await db.delete(history).where(
+          and(
+            primaryKeyIn(
+              [sql`${history.scope}`, sql`${history.key}`, sql`${history.generation}`],
+              candidates.map((row) => [row.scope, row.key, row.generation]),
+            ),
+            sql`${history.archivedAt} < ${clock.before(sql`${olderThanMs}`)}`,
+          ),
+        ),
+      );
+    },
+    async ping() {
+      await db.execute(sql`SELECT 1`);
+    },
+  };
+}
