@@ -11,7 +11,7 @@ import {
   type IdempotencyRecord,
   type IdempotencyStore,
   type StoredOutcome,
-} from '@idem/core';
+} from '@idem/core/store';
 import { detectDialect, type Dialect, type DrizzleDatabase } from './dialect.js';
 import { chain, isThenable, type Eventually } from './eventually.js';
 import { definePgTables } from './pg-schema.js';
@@ -44,10 +44,10 @@ export interface DrizzleStoreOptions {
 
 /**
  * An {@link IdempotencyStore} backed by drizzle, with the dialect and table names it uses, and
- * atomic mode: the handler gets the drizzle transaction (PostgreSQL: it may await; SQLite: it
- * must be synchronous).
+ * atomic mode: the handler gets the drizzle transaction, typed as `TTx` (PostgreSQL: it may
+ * await; SQLite: it must be synchronous).
  */
-export interface DrizzleStore extends Omit<IdempotencyStore, keyof AtomicMode>, AtomicMode {
+export interface DrizzleStore<TTx = unknown> extends Omit<IdempotencyStore<TTx>, keyof AtomicMode>, AtomicMode<TTx> {
   readonly dialect: Dialect;
   readonly tables: TableNames;
 }
@@ -66,18 +66,24 @@ class Rollback<R> {
 type Handler<T> = (tx: unknown, record: IdempotencyRecord) => T | Promise<T>;
 type ToOutcome<T> = (result: AtomicResult<T>) => StoredOutcome;
 
+/** The transaction `db.transaction(…)` hands its callback: what atomic mode's `claim.tx` is. */
+export type DrizzleTransaction<TDb extends DrizzleDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
+
 /**
  * Creates the store over a drizzle instance: `drizzle-orm/node-postgres` or
  * `drizzle-orm/pglite` (PostgreSQL) or `drizzle-orm/better-sqlite3` (SQLite). Run
  * {@link migrate} once before first use.
  */
-export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {}, busyRetryMs = DEFAULT_BUSY_RETRY_MS }: DrizzleStoreOptions = {}): DrizzleStore {
+export function createDrizzleStore<TDb extends DrizzleDatabase>(
+  db: TDb,
+  { tables: tableNames = {}, busyRetryMs = DEFAULT_BUSY_RETRY_MS }: DrizzleStoreOptions = {},
+): DrizzleStore<DrizzleTransaction<TDb>> {
   const tables: TableNames = { ...DEFAULT_TABLE_NAMES, ...tableNames };
   const detected = detectDialect(db);
   const statements =
     detected.dialect === 'postgres' ? pgStatements(detected.db, definePgTables(tables)) : sqliteStatements(detected.db, defineSqliteTables(tables), busyRetryMs);
   // Every method answers a promise through this wrapper, also those that answer at once inside.
-  return withoutQueryParameters(storeOver(statements, detected.dialect, tables));
+  return withoutQueryParameters(storeOver(statements, detected.dialect, tables)) as DrizzleStore<DrizzleTransaction<TDb>>;
 }
 
 function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): DrizzleStore {
