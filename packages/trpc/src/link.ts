@@ -10,6 +10,7 @@ import type { AnyRouter } from '@trpc/server';
 import type { Operation, OperationResultEnvelope, TRPCClientError, TRPCLink } from '@trpc/client';
 import {
   createRetentionResolver,
+  DEFAULT_KEY_FIELD,
   formatIdempotencyKey,
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
@@ -23,7 +24,6 @@ import {
   type RetryReason,
 } from '@idem/core/client';
 import type { IdempotencyErrorCode } from '@idem/core';
-import { DEFAULT_KEY_FIELD } from './options.js';
 
 /** Where the link puts the key of a mutation call. */
 export interface IdempotencyLinkKeyOptions {

@@ -12,18 +12,8 @@ import { createHTTPHandler, type CreateHTTPContextOptions } from '@trpc/server/a
 import { createTRPCClient, httpBatchLink, httpLink, TRPCClientError, type TRPCLink } from '@trpc/client';
 import { z } from 'zod';
 import { createPolicyDocument, MemoryStore, type EndpointPolicyDescription } from '@idem/core';
-import {
-  idempotency,
-  idempotencyContext,
-  idempotencyErrorFormatter,
-  idempotencyHeaders,
-  idempotencyLink,
-  RetentionWindowExceededError,
-  RetriesExhaustedError,
-  sharedPrincipal,
-  type IdempotencyLinkOptions,
-  type RetryNotice,
-} from '../src/index.ts';
+import { idempotency, idempotencyContext, idempotencyErrorFormatter, sharedPrincipal } from '../src/index.ts';
+import { idempotencyHeaders, idempotencyLink, RetentionWindowExceededError, RetriesExhaustedError, type IdempotencyLinkOptions, type RetryNotice } from '../src/link.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 const QUOTED_UUID = new RegExp(`^"${UUID.source.slice(1, -1)}"$`);
@@ -43,7 +33,7 @@ function createShop({ retention = '24h' }: { retention?: string } = {}) {
   const t = initTRPC.context<ReturnType<typeof createContext>>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
   const common = { store, principal: sharedPrincipal, retention: retention as `${number}h` };
   const idempotent = idempotency(common);
-  const byInput = idempotency({ ...common, key: { from: 'input' } });
+  const byInput = idempotency({ ...common, key: { header: false } });
   const optional = idempotency({ ...common, required: false });
   const amount = z.object({ amount: z.number().int().positive() });
 
