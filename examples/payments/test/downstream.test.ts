@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
-import type { IdempotencyStore } from '@idem/core';
+import type { PaymentsStore } from '../src/trpc.ts';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
 import { ConfigError, readConfig } from '../src/config.ts';
@@ -18,8 +18,8 @@ const PAYMENT = { amount: 4200, currency: 'EUR' };
 function storeLosingOutcomes(db: DrizzleDatabase) {
   const store = createDrizzleStore(db);
   const state = { failing: true, refused: 0 };
-  const wrapped: IdempotencyStore = Object.assign(Object.create(store) as IdempotencyStore, {
-    complete: async (args: Parameters<IdempotencyStore['complete']>[0]) => {
+  const wrapped: PaymentsStore = Object.assign(Object.create(store) as PaymentsStore, {
+    complete: async (args: Parameters<PaymentsStore['complete']>[0]) => {
       if (state.failing) {
         state.refused++;
         throw new Error('connection terminated unexpectedly');
