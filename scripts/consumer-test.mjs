@@ -352,14 +352,14 @@ async function main() {
   const next = await nextApp(tarballs);
   let installed = false;
   await step('npm install of the tarballs into a fresh Node app (drizzle-orm 0.44)', async () => {
-    await run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: nodeApp });
+    await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: nodeApp });
     installed = true;
   });
 
   if (installed) {
     const port = { trpc: await freePort(), yoga: await freePort() };
     let trpcKey;
-    await step("(a) README quick starts and client snippet compile with the user's tsc (NodeNext, strict)", async () => {
+    await step("(a) README quick starts and client snippet compile with the user's tsc (NodeNext, strict; and with exactOptionalPropertyTypes, noPropertyAccessFromIndexSignature, noUncheckedIndexedAccess)", async () => {
       const trpc = patch(readmeBlock(readme, '## Quick start: tRPC'), '.listen(3000)', '.listen(Number(process.env.PORT))', 'tRPC quick start');
       const yoga = patch(readmeBlock(readme, '## Quick start: GraphQL Yoga'), '.listen(4000)', '.listen(Number(process.env.PORT))', 'Yoga quick start');
       let client = patch(readmeBlock(readme, '## Clients that know the shelf life'), "'http://localhost:3000'", '`http://127.0.0.1:${process.env.PORT}`', 'client snippet');
@@ -369,6 +369,15 @@ async function main() {
       writeFileSync(join(nodeApp, 'src/yoga.ts'), yoga);
       writeFileSync(join(nodeApp, 'src/client.ts'), client);
       await run('npx', ['--no-install', 'tsc', '-p', '.'], { cwd: nodeApp });
+      // A stricter user: idem's declarations must not add errors under the flags strict leaves off.
+      writeFileSync(
+        join(nodeApp, 'tsconfig.strict.json'),
+        JSON.stringify({
+          extends: './tsconfig.json',
+          compilerOptions: { noEmit: true, exactOptionalPropertyTypes: true, noPropertyAccessFromIndexSignature: true, noUncheckedIndexedAccess: true, noImplicitOverride: true },
+        }),
+      );
+      await run('npx', ['--no-install', 'tsc', '-p', 'tsconfig.strict.json'], { cwd: nodeApp });
     });
 
     await step('(a) the compiled tRPC quick start runs on plain Node and replays over HTTP; the README client calls it', async () => {
@@ -429,7 +438,7 @@ async function main() {
 
   let nextInstalled = false;
   await step(`npm install of the tarballs into a Next.js ${NEXT_VERSION} App Router app (drizzle-orm ${version('drizzle-orm')})`, async () => {
-    await run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: next });
+    await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: next });
     nextInstalled = true;
   });
   if (nextInstalled) {
