@@ -2,7 +2,8 @@
  * @idem/envelop — idempotent GraphQL mutations for Envelop and GraphQL Yoga (SPEC K, S, F, E, X3).
  * The `fetch` for GraphQL clients is on its own entry, `@idem/envelop/client`.
  */
-export { useIdempotency, type IdempotencyPlugin, type IdempotencyResultExtension } from './plugin.js';
+export { useIdempotency, type IdempotencyPlugin } from './plugin.js';
+export type { IdempotencyResultExtension } from './field-unit-result.js';
 export { useYogaIdempotency, type YogaIdempotencyHooks } from './yoga.js';
 export type { IdempotencyOptions, GraphQLKeyOptions, FingerprintInput, RequestHeaders } from './options.js';
 export { idempotentDirective, idempotentDirectiveTypeDefs } from './directive.js';

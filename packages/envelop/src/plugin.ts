@@ -3,7 +3,6 @@ import {
   getOperationAST,
   getVariableValues,
   GraphQLError,
-  isNonNullType,
   type ASTNode,
   type ExecutionArgs,
   type ExecutionResult,
@@ -19,23 +18,13 @@ import { IdempotentDirectivePlacementRule } from './directive-placement-rule.js'
 import { IDEMPOTENT_DIRECTIVE_NAME } from './directive.js';
 import { idempotencyGraphQLError } from './error-mapping.js';
 import { planKeys } from './key-plan.js';
+import { FieldUnitResult, type FieldOutcome, type IdempotencyResultExtension } from './field-unit-result.js';
 import { documentForField, effectiveSelection, fragmentsOf, normalizedOperation } from './normalized-document.js';
 import type { FingerprintInput, IdempotencyOptions } from './options.js';
 import { headersOf, idempotencyKeyHeader, requestOf } from './request-headers.js';
 import { collectRootFields, type RootField } from './root-fields.js';
 import { asGraphQLError, fromStoredResult, graphqlErrorCodec, storedResultSerializer, underResponseKey, type StoredExecutionResult } from './stored-result.js';
 import { runUnderClaim, wrapRootResolvers } from './unit-claim.js';
-
-/**
- * `extensions.idempotency` of a response that contains replayed outcomes (E2).
- * Operation unit: `{ replayed: true }`. Field unit: `replayedFields` lists the response keys
- * (aliases or field names) whose stored outcome was replayed; `replayed` is true only when every
- * root field was replayed, i.e. nothing executed for this response.
- */
-export interface IdempotencyResultExtension {
-  replayed: boolean;
-  replayedFields?: string[];
-}
 
 /**
  * The Envelop plugin, with the engine it runs on (`engine.drain()` on shutdown waits for outcome
@@ -165,68 +154,33 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
 
   /**
    * The field unit: root fields run one after another, each as an execution of its own, so that
-   * each keyed field's result is stored (or replayed) on its own. A refusal of one field is that
-   * field's error; when no root field ran, the refusals are the response (400/409/422/503).
+   * each keyed field's result is stored (or replayed) on its own.
    */
   async function runFields(args: ExecutionArgs, execute: ExecuteFn, mutation: Mutation, keys: ReadonlyMap<string, string | undefined>, scopeOf: (operation: string) => string) {
     const { operation, fragments, variables, rootFields, rootTypeName } = mutation;
-    const errors: Array<GraphQLError | { refusal: IdempotencyError; field: RootField }> = [];
-    const extensions: Record<string, unknown> = {};
-    const replayedFields: string[] = [];
-    let data: Record<string, unknown> | null = {};
-    let ran = 0;
+    const response = new FieldUnitResult(rootFields);
     for (const field of rootFields) {
       const { responseKey, fieldName, nodes, definition } = field;
       const fieldArgs: ExecutionArgs = { ...args, document: documentForField(args.document, operation, nodes) };
       const key = keys.get(responseKey);
-      let slice: ExecutionResult;
-      let refused = false;
+      let outcome: FieldOutcome;
       try {
         if (key === undefined || !definition) {
-          slice = await executeOnce(execute, fieldArgs);
+          outcome = { ran: await executeOnce(execute, fieldArgs) };
         } else {
-          const argumentValues = getArgumentValues(definition, nodes[0]!, variables);
-          const input: FingerprintInput = { unit: 'field', field: fieldName, arguments: withoutKeyArgument(kit, argumentValues), ...effectiveSelection(nodes, fragments, variables) };
+          const argumentValues = withoutKeyArgument(kit, getArgumentValues(definition, nodes[0]!, variables));
+          const input: FingerprintInput = { unit: 'field', field: fieldName, arguments: argumentValues, ...effectiveSelection(nodes, fragments, variables) };
           const unit = await runUnit(scopeOf(`${rootTypeName}.${fieldName}`), key, input, fieldArgs, execute, 1, responseKey);
-          if (unit.replayed) replayedFields.push(responseKey);
-          slice = unit.result;
+          outcome = { ran: unit.result, replayed: unit.replayed };
         }
-        ran++;
       } catch (error) {
-        if (error instanceof UnstartedExecution) {
-          slice = { data: error.result.data ?? null, ...(error.result.errors ? { errors: error.result.errors } : {}) };
-        } else if (isIdempotencyError(error)) {
-          errors.push({ refusal: error, field });
-          slice = { data: { [responseKey]: null } };
-          refused = true;
-        } else {
-          throw error;
-        }
+        if (error instanceof UnstartedExecution) outcome = { notStarted: error.result };
+        else if (isIdempotencyError(error)) outcome = { refused: error };
+        else throw error;
       }
-      if (slice.errors) errors.push(...slice.errors);
-      if (slice.extensions) Object.assign(extensions, slice.extensions);
-      // A null in a non-null root field nulls the whole `data` and stops the operation, as graphql-js does.
-      if (!slice.data || (refused && definition && isNonNullType(definition.type))) {
-        data = null;
-        break;
-      }
-      data[responseKey] = slice.data[responseKey] ?? null;
+      if (!response.add(field, outcome)) break;
     }
-
-    const result: ExecutionResult = {};
-    if (errors.length > 0) {
-      const http = ran === 0;
-      result.errors = errors.map((entry) =>
-        entry instanceof GraphQLError ? entry : refusalError(entry.refusal, args.contextValue, { nodes: entry.field.nodes, path: [entry.field.responseKey], http }),
-      );
-    }
-    result.data = data;
-    if (replayedFields.length > 0) {
-      const keyed = rootFields.filter((field) => field.definition).length;
-      extensions['idempotency'] = { replayed: replayedFields.length === keyed, replayedFields } satisfies IdempotencyResultExtension;
-    }
-    if (Object.keys(extensions).length > 0) result.extensions = extensions;
-    return result;
+    return response.result((error, field, http) => refusalError(error, args.contextValue, { nodes: field.nodes, path: [field.responseKey], http }));
   }
 
   /**

@@ -1,7 +1,8 @@
 import { getOperationAST, parse, type ExecutionResult } from 'graphql';
 import { isAsyncIterable } from '@envelop/core';
 import type { IdempotencyOptions } from './options.js';
-import { createIdempotencyPlugin, type IdempotencyPlugin, type IdempotencyResultExtension } from './plugin.js';
+import type { IdempotencyResultExtension } from './field-unit-result.js';
+import { createIdempotencyPlugin, type IdempotencyPlugin } from './plugin.js';
 import { requestOf } from './request-headers.js';
 import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
 
