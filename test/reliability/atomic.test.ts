@@ -10,8 +10,9 @@
  * - The connection cut under the open transaction, the `commit` cut before it reaches
  *   PostgreSQL, the `commit` delivered but its answer lost (TCP proxy, in-process app): 503 or
  *   the real answer, then the retry executes or replays; one ledger row per key either way.
- * - A non-atomic server killed mid-handler leaves a committed claim; the atomic server takes it
- *   over after the lease (`atomicComplete`): one ledger row.
+ * - A non-atomic server killed mid-handler leaves a committed claim; the atomic server (running
+ *   already, so that its start-up does not race the lease) answers 409 inside the lease the
+ *   store recorded and takes the claim over after it (`atomicComplete`): one ledger row.
  *
  * `claimed` is emitted after the commit in atomic mode, so the tests see the open claim in
  * PostgreSQL instead: a backend holding `RowExclusiveLock` on the schema's `idem_keys` while the
@@ -30,10 +31,12 @@ import { POSTGRES_SCHEMA, postgresAddress, type SharedDatabase } from './support
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
 import { graphqlPayments, trpcPayments, type PaymentEndpoint } from './support/payments.ts';
 import { pollUntil, sleep, type Answer } from './support/http.ts';
+import { untilLeaseEnds } from '../support/waiting.ts';
 
 /** Long: had the killed process committed its claim, every retry would get 409 for this long. */
 const LONG_LEASE = '20s';
-const SHORT_LEASE = '2s';
+/** The killed non-atomic owner's lease: the first retry lands inside it, the takeover after it. */
+const TAKEOVER_LEASE = '4s';
 const INPUT = { amount: 700, currency: 'EUR' };
 /** Drizzle's `commit` as node-postgres sends it: a simple Query message ('Q', length 11, the text, NUL). */
 const COMMIT_ON_THE_WIRE = 'Q\0\0\0\x0bcommit\0';
@@ -94,7 +97,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
 
   let survivor: ExampleServer | undefined;
 
-  it('E1/E6 atomic: a SIGKILL while the handler runs inside the transaction leaves nothing — no record, no ledger row — and the restarted server executes the retry at once (no 409, no takeover: generation 1, takeovers 0), then replays', { timeout: 40_000 }, async () => {
+  it('E1/E6 atomic: a SIGKILL while the handler runs inside the transaction leaves nothing — no record, no ledger row — and the restarted server executes the retry at once (no 409, no takeover: generation 1, takeovers 0), then replays', { timeout: 120_000 }, async () => {
     const cases = casesFor('crash');
     const doomed = await fleet.start({ databaseUrl: database.url, atomic: true, lease: LONG_LEASE, channelDelayMs: 4000, name: 'payments atomic (to be killed)' });
     const startedAt = Date.now();
@@ -140,7 +143,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
     survivor = restarted;
   });
 
-  it('E2 atomic: a SIGKILL right after the answer leaves everything — the restarted server replays byte for byte, the ledger unchanged', { timeout: 30_000 }, async () => {
+  it('E2 atomic: a SIGKILL right after the answer leaves everything — the restarted server replays byte for byte, the ledger unchanged', { timeout: 90_000 }, async () => {
     const cases = casesFor('committed');
     const server = survivor ?? (await fleet.start({ databaseUrl: database.url, atomic: true, lease: LONG_LEASE, name: 'payments atomic' }));
     const firsts = await Promise.all(cases.map((c) => call(server, c)));
@@ -159,9 +162,12 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
     await restarted.kill('SIGKILL');
   });
 
-  it('E6 across modes: a non-atomic server killed mid-handler leaves a committed claim; the atomic server answers 409 while its lease lasts, then takes it over (atomicComplete, staleTakeover, takeovers 1) and charges once', { timeout: 40_000 }, async () => {
+  it('E6 across modes: a non-atomic server killed mid-handler leaves a committed claim; the atomic server answers 409 while the lease the store recorded lasts, then takes it over (atomicComplete, staleTakeover, takeovers 1) and charges once', { timeout: 120_000 }, async () => {
     const cases = casesFor('takeover');
-    const doomed = await fleet.start({ databaseUrl: database.url, lease: SHORT_LEASE, channelDelayMs: 5000, name: 'payments non-atomic (to be killed)' });
+    const [doomed, atomic] = await Promise.all([
+      fleet.start({ databaseUrl: database.url, lease: TAKEOVER_LEASE, channelDelayMs: 5000, name: 'payments non-atomic (to be killed)' }),
+      fleet.start({ databaseUrl: database.url, atomic: true, lease: TAKEOVER_LEASE, channelDelayMs: 50, name: 'payments atomic (takes over)' }),
+    ]);
     const inFlight = cases.map((c) => settle(call(doomed, c)));
     for (const c of cases) await doomed.waitForEvent((event) => event.type === 'claimed' && event.key === c.key);
     await doomed.kill('SIGKILL');
@@ -171,21 +177,18 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       expect(await ledgerOf(c.account)).toEqual([]);
     }
 
-    const atomic = await fleet.start({ databaseUrl: database.url, atomic: true, lease: SHORT_LEASE, channelDelayMs: 50, name: 'payments atomic (takes over)' });
-    const results = await Promise.all(
-      cases.map(async (c) => {
-        let conflicts = 0;
-        for (let attempt = 0; attempt < 40; attempt++) {
-          const answer = await call(atomic, c);
-          if (answer.status !== 409) return { conflicts, answer };
-          conflicts++;
-          await sleep(250);
-        }
-        throw new Error('[reliability] still 409 after 40 attempts');
-      }),
-    );
+    // Inside the dead owner's lease: 409, nothing executed.
+    const conflicts = await Promise.all(cases.map((c) => call(atomic, c)));
     for (const [i, c] of cases.entries()) {
-      const { answer } = results[i]!;
+      expect([conflicts[i]!.status, problemCode(c, conflicts[i]!)], conflicts[i]!.text).toEqual([409, 'idempotency_request_in_progress']);
+      expect(conflicts[i]!.retryAfter).toMatch(/^[1-9]\d*$/);
+      expect(await ledgerOf(c.account)).toEqual([]);
+    }
+    // Past it, by the lease the store recorded: the atomic server takes the claim over.
+    for (const c of cases) await untilLeaseEnds(database.store, scopeOf(c), c.key);
+    const answers = await Promise.all(cases.map((c) => call(atomic, c)));
+    for (const [i, c] of cases.entries()) {
+      const answer = answers[i]!;
       expect(answer.status, answer.text).toBe(200);
       expect(answer.replayed).toBe(false);
       expect(await atomic.waitForEvent((event) => event.type === 'staleTakeover' && event.key === c.key)).toMatchObject({ generation: 1, takeovers: 1 });
@@ -194,7 +197,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       expectReplayOf(c, answer, await call(atomic, c));
       expect(await ledgerOf(c.account)).toHaveLength(1);
     }
-    console.info(`[reliability] atomic takeover of a non-atomic claim ${JSON.stringify(cases.map((c, i) => ({ endpoint: c.endpoint.name, conflicts: results[i]!.conflicts, takeovers: 1, ledger: 1 })))}`);
+    console.info(`[reliability] atomic takeover of a non-atomic claim ${JSON.stringify(cases.map((c, i) => ({ endpoint: c.endpoint.name, insideLease: conflicts[i]!.status, afterLease: answers[i]!.status, takeovers: 1, ledger: 1 })))}`);
     await atomic.kill('SIGKILL');
   });
 
@@ -252,7 +255,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       return { retry: answer.replayed ? 'replayed' : 'executed', ledger: ledger.length };
     };
 
-    it('E5/E7 atomic: the connection destroyed while the handler runs inside the transaction → the client gets an error (nothing committed: no record, no ledger row), the retry executes once', { timeout: 30_000 }, async () => {
+    it('E5/E7 atomic: the connection destroyed while the handler runs inside the transaction → the client gets an error (nothing committed: no record, no ledger row), the retry executes once', { timeout: 60_000 }, async () => {
       const report = [];
       for (const c of casesFor('cut')) {
         const pending = create(c);
@@ -271,7 +274,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       console.info(`[reliability] atomic fault: connection cut mid-handler ${JSON.stringify(report)}; uncaught exceptions so far: ${uncaught.length}`);
     });
 
-    it('E5/E7 atomic: the commit cut before it reaches PostgreSQL → 503, nothing committed, the retry executes once', { timeout: 30_000 }, async () => {
+    it('E5/E7 atomic: the commit cut before it reaches PostgreSQL → 503, nothing committed, the retry executes once', { timeout: 60_000 }, async () => {
       const report = [];
       for (const c of casesFor('end-dropped')) {
         proxy.dropWhenClientSends(COMMIT_ON_THE_WIRE);
@@ -287,7 +290,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       console.info(`[reliability] atomic fault: commit dropped ${JSON.stringify(report)} (dropped ${proxy.stats.dropped})`);
     });
 
-    it('E5/E7 atomic: the commit delivered but its answer lost → 503 although everything committed, the retry replays; one ledger row', { timeout: 30_000 }, async () => {
+    it('E5/E7 atomic: the commit delivered but its answer lost → 503 although everything committed, the retry replays; one ledger row', { timeout: 60_000 }, async () => {
       const report = [];
       for (const c of casesFor('end-lost')) {
         proxy.cutAfterClientSends(COMMIT_ON_THE_WIRE);

@@ -1,9 +1,10 @@
 /**
  * Scenario 3, a crash mid-handler (E6): the payments server is SIGKILLed while the channel
  * call of two requests (tRPC header key, GraphQL argument key) is still sleeping, before it
- * charged. A new process on the same database answers retries 409 with Retry-After while the
+ * charged. Another process on the same database answers retries 409 with Retry-After while the
  * dead owner's lease lasts, then takes the claim over (new fencing token, `staleTakeover`
- * event, timeline `takeovers: 1`) and executes once: one ledger charge per key.
+ * event, timeline `takeovers: 1`) and executes once: one ledger charge per key. That process is
+ * started before the kill: how long a start takes on a loaded machine must not race the lease.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,7 +13,7 @@ import { SHARED_DATABASES, type SharedDatabase } from './support/databases.ts';
 import { graphqlPayments, ledger, trpcPayments, type PaymentEndpoint } from './support/payments.ts';
 import { sleep, type Answer } from './support/http.ts';
 
-/** Long enough for a restart on a loaded CI machine (2 cores, other suites running): 1.5–4 s measured. */
+/** The dead owner's lease: the retries between the kill and its end get 409. */
 const LEASE = '8s';
 const RETRY_INTERVAL_MS = 250;
 /** Store and test share the machine's clock; this absorbs the millisecond rounding of timestamps. */
@@ -39,7 +40,7 @@ async function retryUntilNotConflict(call: () => Promise<Answer>): Promise<Retri
   throw new Error('[reliability] still 409 after 15 s');
 }
 
-describe.each(SHARED_DATABASES)('E6 on $label: SIGKILL mid-handler, restart, retry', ({ label, available, open }) => {
+describe.each(SHARED_DATABASES)('E6 on $label: SIGKILL mid-handler, retry at another process', ({ label, available, open }) => {
   const fleet = new ExampleFleet();
   let database: SharedDatabase;
 
@@ -53,7 +54,7 @@ describe.each(SHARED_DATABASES)('E6 on $label: SIGKILL mid-handler, restart, ret
   });
 
   it.skipIf(!available)(
-    `E6: after a SIGKILL mid-handler and a restart, retries get 409 + Retry-After until the ${LEASE} lease passes, then one takeover executes (staleTakeover, takeovers 1) and the ledger holds one charge per key`,
+    `E6: after a SIGKILL mid-handler, retries at another process get 409 + Retry-After until the ${LEASE} lease the store recorded passes, then one takeover executes (staleTakeover, takeovers 1) and the ledger holds one charge per key`,
     async () => {
       const account = 'acct_crash';
       const input = { amount: 700, currency: 'EUR' };
@@ -63,7 +64,10 @@ describe.each(SHARED_DATABASES)('E6 on $label: SIGKILL mid-handler, restart, ret
       ];
       const call = (server: ExampleServer, { endpoint, keyIn, key }: (typeof cases)[number]) => endpoint.create(server.url, input, { key, keyIn, account });
 
-      const doomed = await fleet.start({ databaseUrl: database.url, lease: LEASE, channelDelayMs: 5000, name: 'payments (to be killed)' });
+      const [doomed, successor] = await Promise.all([
+        fleet.start({ databaseUrl: database.url, lease: LEASE, channelDelayMs: 5000, name: 'payments (to be killed)' }),
+        fleet.start({ databaseUrl: database.url, lease: LEASE, channelDelayMs: 100, name: 'payments (successor)' }),
+      ]);
       const inFlight = cases.map((c) => call(doomed, c).then(
         (answer) => `answered ${answer.status}`,
         (error: unknown) => `failed: ${error instanceof Error ? (error.cause instanceof Error ? error.cause.message : error.message) : String(error)}`,
@@ -77,12 +81,9 @@ describe.each(SHARED_DATABASES)('E6 on $label: SIGKILL mid-handler, restart, ret
       const claims = await Promise.all(cases.map(({ endpoint, keyIn, key }) => database.store.get(endpoint.scope(account, keyIn), key)));
       for (const claim of claims) expect(claim).toMatchObject({ state: 'processing', generation: 1, takeovers: 0 });
 
-      const restarted = await fleet.start({ databaseUrl: database.url, lease: LEASE, channelDelayMs: 100, name: 'payments (restarted)' });
-      const restartedAt = Date.now();
       const leaseUntil = claims.map((claim) => claim!.leaseUntil.getTime());
-      expect(restartedAt, `the restart took longer than the ${LEASE} lease`).toBeLessThan(Math.min(...leaseUntil) - 500);
 
-      const retried = await Promise.all(cases.map((c) => retryUntilNotConflict(() => call(restarted, c))));
+      const retried = await Promise.all(cases.map((c) => retryUntilNotConflict(() => call(successor, c))));
 
       const report = cases.map(({ endpoint }, i) => ({
         database: label,
@@ -90,7 +91,7 @@ describe.each(SHARED_DATABASES)('E6 on $label: SIGKILL mid-handler, restart, ret
         conflicts: retried[i]!.conflicts.length,
         retryAfter: [...new Set(retried[i]!.conflicts.map((conflict) => conflict.retryAfter))],
         firstSuccessAfterLeaseMs: retried[i]!.finalAt - leaseUntil[i]!,
-        restartMs: restartedAt - killedAt,
+        firstRetryAfterKillMs: (retried[i]!.conflicts[0]?.at ?? retried[i]!.finalAt) - killedAt,
       }));
       console.info(`[reliability] crash ${JSON.stringify(report)}`);
 
@@ -106,13 +107,13 @@ describe.each(SHARED_DATABASES)('E6 on $label: SIGKILL mid-handler, restart, ret
         expect(final.replayed).toBe(false);
         expect(finalAt).toBeGreaterThanOrEqual(leaseUntil[i]! - CLOCK_SLACK_MS);
 
-        const takeover = await restarted.waitForEvent((event) => event.type === 'staleTakeover' && event.key === key);
+        const takeover = await successor.waitForEvent((event) => event.type === 'staleTakeover' && event.key === key);
         expect(takeover).toMatchObject({ scope: endpoint.scope(account, keyIn), generation: 1, takeovers: 1 });
         expect(await database.store.timeline(endpoint.scope(account, keyIn), key)).toEqual([
           expect.objectContaining({ generation: 1, state: 'completed', status: 200, outcomeKind: 'success', takeovers: 1 }),
         ]);
 
-        const replay = await call(restarted, cases[i]!);
+        const replay = await call(successor, cases[i]!);
         expect(replay.status).toBe(200);
         expect(replay.replayed).toBe(true);
         expect(endpoint.payment(replay)).toEqual(endpoint.payment(final));
@@ -122,8 +123,8 @@ describe.each(SHARED_DATABASES)('E6 on $label: SIGKILL mid-handler, restart, ret
       // The killed process never reached the channel's insert: one charge per key, the takeover's.
       // (The two takeovers ran concurrently: compare without their order.)
       const byId = (a: { id: string }, b: { id: string }) => a.id.localeCompare(b.id);
-      expect((await ledger(restarted.url)).sort(byId)).toEqual(payments.map(({ id }) => ({ id, amount: 700, currency: 'EUR' })).sort(byId));
+      expect((await ledger(successor.url)).sort(byId)).toEqual(payments.map(({ id }) => ({ id, amount: 700, currency: 'EUR' })).sort(byId));
     },
-    60_000,
+    120_000,
   );
 });

@@ -16,6 +16,7 @@ import { POSTGRES_SCHEMA, postgresAddress, type SharedDatabase } from './support
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
 import { createCountingApp, IN_PROCESS, ORDER_ENDPOINTS, type CountingApp } from './support/counting-app.ts';
 import { sleep } from './support/http.ts';
+import { untilLeaseEnds } from '../support/waiting.ts';
 
 const LEASE_MS = 3000;
 /** The named prepared statement that stores an outcome (packages/drizzle/src/pg-store.ts). */
@@ -159,20 +160,22 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       expect(app.executions).toBe(before);
     });
 
-    it('E7 then E6: the outcome write keeps failing past the lease → the engine gives up, the next retry takes the claim over (staleTakeover, takeovers 1) and the handler runs a second time', async () => {
+    it('E7 then E6: the outcome write keeps failing past the lease → a retry inside the lease gets 409, the engine gives up, the next retry after the lease takes the claim over (staleTakeover, takeovers 1) and the handler runs a second time', async () => {
       const key = `fault-c3-${randomUUID()}`;
       proxy.dropWhenClientSends(COMPLETE_STATEMENT);
       const before = app.executions;
 
       const first = await create(key);
       expect(first.status).toBe(200);
+      // While the engine still retries the write, the lease runs: the claim is not handed over (E7).
+      await app.waitForEvent((event) => event.type === 'storeError' && event.key === key && event.operation === 'complete' && event.willRetry);
+      const inside = await create(key);
+      expect([inside.status, endpoint.problemCode(inside)]).toEqual([409, 'idempotency_request_in_progress']);
       const gaveUp = await app.waitForEvent((event) => event.type === 'storeError' && event.key === key && !event.willRetry, LEASE_MS + 2000);
       const claimed = await record(key);
-      expect(claimed).toMatchObject({ state: 'processing' });
+      expect(claimed).toMatchObject({ state: 'processing', takeovers: 0 });
       const leaseLeft = claimed!.leaseUntil.getTime() - Date.now();
-      // Still inside the lease: the claim is not handed over (E7).
-      if (leaseLeft > 300) expect((await create(key)).status).toBe(409);
-      await sleep(Math.max(0, claimed!.leaseUntil.getTime() - Date.now()) + 100);
+      await untilLeaseEnds(database.store, endpoint.scope(account), key);
       proxy.clearDropRules();
 
       const takenOver = await create(key);
@@ -194,7 +197,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       app.gate.close();
       const stale = create(key);
       await app.gate.whenWaiting(1);
-      await sleep(LEASE_MS + 150);
+      await untilLeaseEnds(database.store, endpoint.scope(account), key);
       const fresh = create(key);
       await app.gate.whenWaiting(2);
       await app.waitForEvent(eventOf('staleTakeover', key));

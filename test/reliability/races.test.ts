@@ -2,7 +2,8 @@
  * Scenario 1, races across processes (E1, E2, E3): four payments servers (OS processes) on one
  * store, 50 concurrent requests each with one key and one payload. The channel takes 300 ms,
  * so the requests overlap the first execution: exactly one of 200 executes, every other one
- * is a 409 with Retry-After or a replay, and the shared ledger holds one charge.
+ * is a 409 with Retry-After or a replay, and the shared ledger holds one charge. Once the race
+ * is over, every process replays what the executing request was told.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -81,7 +82,7 @@ describe.each(SHARED_DATABASES)('E1 across $label: 4 processes × 50 concurrent 
   ];
 
   it.skipIf(!available).each(cases)(
-    'E1/E2/E3 ($title): one execution and one ledger charge out of 200 requests, 0 answers ≥ 500, the rest 409 + Retry-After or replays',
+    'E1/E2/E3 ($title): one execution and one ledger charge out of 200 requests, 0 answers ≥ 500, the rest 409 + Retry-After or replays; afterwards every process replays the executed payment',
     async ({ endpoint, keyIn }) => {
       const key = `race-${randomUUID()}`;
       const before = await ledger(servers[0]!.url);
@@ -107,9 +108,12 @@ describe.each(SHARED_DATABASES)('E1 across $label: 4 processes × 50 concurrent 
       // The race only means something if requests overlapped the one execution, on other processes too.
       expect(tally.perServer.filter((server) => server.executed === 0 && server.conflicts > 0).length, 'other processes that answered 409').toBeGreaterThan(0);
 
-      // Every replay carries the executed payment, on whichever process served it (E2).
+      // Every replay carries the payment the executing request was told, on whichever process
+      // served it (E2): those of the race, if any, and one from each process once it is over.
       const executed = endpoint.payment(tally.executed[0]!)!;
-      for (const replay of tally.replayed) expect(endpoint.payment(replay)).toEqual(executed);
+      const afterwards = await Promise.all(servers.map((server) => endpoint.create(server.url, { amount: 4200, currency: 'EUR' }, { key, keyIn, account: 'acct_race' })));
+      expect(afterwards.map((answer) => [answer.status, answer.replayed])).toEqual(Array(SERVERS).fill([200, true]));
+      for (const replay of [...tally.replayed, ...afterwards]) expect(endpoint.payment(replay)).toEqual(executed);
 
       const after = await ledger(servers[0]!.url);
       expect(after.slice(before.length)).toEqual([{ id: executed.id, amount: 4200, currency: 'EUR' }]);

@@ -1,8 +1,10 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createHTTPHandler } from '@trpc/server/adapters/standalone';
-import { renderPolicyHtml, requestUrlOf, resolveDocumentationUrl, type IdempotencyEvent, type IdempotencyStore } from '@idem/core';
+import cors from 'cors';
+import { idempotencyCors, renderPolicyHtml, requestUrlOf, resolveDocumentationUrl, type IdempotencyEvent, type IdempotencyStore } from '@idem/core';
 import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
 import { accountOf, BadCredentialsError } from './account.ts';
+import { ADMIN_TIMELINE_PATH, serveTimeline } from './admin.ts';
 import { PaymentChannel } from './channel.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { createPaymentsRouter, createContext, type PaymentsStore } from './trpc.ts';
@@ -22,6 +24,14 @@ export interface PaymentsAppOptions {
   store?: PaymentsStore;
   /** The largest request body accepted on `/trpc` and `/graphql`, in bytes; larger ones get 413. Defaults to 64 KiB. */
   maxBodyBytes?: number;
+  /**
+   * Origins whose pages may call the API from a browser (CORS on `/trpc`, `/graphql`, the policy
+   * and `/healthz`): `Idempotency-Key` allowed in preflight, `Idempotent-Replayed` and
+   * `Retry-After` exposed. Defaults to none: no CORS headers, same-origin pages only.
+   */
+  corsOrigins?: readonly string[];
+  /** The token that opens `/admin/timeline`. Defaults to none: the admin pages do not exist (404). */
+  adminToken?: string;
 }
 
 export interface PaymentsApp {
@@ -47,24 +57,44 @@ export function createPaymentsApp({
   atomic = false,
   store = createDrizzleStore(db),
   maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
+  corsOrigins = [],
+  adminToken,
 }: PaymentsAppOptions): PaymentsApp {
   const channel = new PaymentChannel(db, { delayMs: channelDelayMs });
   const shared = { store, channel, retentionMs, leaseMs, atomic, ...(onEvent ? { onEvent } : {}) };
   const { router, engine: trpcEngine } = createPaymentsRouter(shared);
   // A body over the limit is refused with 413 while it streams in, never buffered whole.
   const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/', maxBodySize: maxBodyBytes });
-  const { yoga, engine: graphqlEngine } = createPaymentsYoga({ ...shared, maxBodyBytes });
+  // One CORS configuration: Yoga applies it on /graphql (its `cors` option), the `cors` package
+  // (as with tRPC's standalone adapter) everywhere else.
+  const corsConfiguration = corsOrigins.length > 0 ? idempotencyCors({ origin: corsOrigins, allowedHeaders: ['trpc-accept'] }) : undefined;
+  const applyCors = corsConfiguration ? cors(corsConfiguration) : undefined;
+  const { yoga, engine: graphqlEngine } = createPaymentsYoga({ ...shared, maxBodyBytes, cors: corsConfiguration ?? false });
   // Published at its absolute URL, as problem bodies link to it (their `type` is this URL with a fragment per problem).
   const policyFor = (req: IncomingMessage) => paymentsPolicy({ retentionMs, leaseMs, documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)) });
 
   const route = (req: IncomingMessage, res: ServerResponse): void | Promise<void> => {
-    let path: string;
+    let url: URL;
     try {
-      path = new URL(req.url ?? '/', 'http://localhost').pathname;
+      url = new URL(req.url ?? '/', 'http://localhost');
     } catch {
       // A request target such as `http://[` (curl --request-target): answered, not thrown.
       return sendProblem(res, 400, 'Bad Request', 'The request target is not a valid URL.');
     }
+    const path = url.pathname;
+    // A preflight is answered here (204); other requests go on with the CORS headers set.
+    if (!applyCors || path === '/graphql' || path.startsWith('/admin/')) return routeRequest(req, res, url);
+    return new Promise<void>((resolve, reject) => {
+      applyCors(req, res, (error?: unknown) => {
+        if (error) return reject(error);
+        Promise.resolve(routeRequest(req, res, url)).then(resolve, reject);
+      });
+      if (res.writableEnded) resolve();
+    });
+  };
+
+  const routeRequest = (req: IncomingMessage, res: ServerResponse, url: URL): void | Promise<void> => {
+    const path = url.pathname;
     if (path.startsWith('/trpc/') || path === '/graphql') {
       try {
         accountOf(req.headers.authorization);
@@ -78,6 +108,7 @@ export function createPaymentsApp({
     if (path === '/graphql') return yoga(req, res);
     if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD')) return sendPolicy(req, res, policyFor(req));
     if (path === '/healthz' && req.method === 'GET') return health(store, res);
+    if (adminToken !== undefined && path === ADMIN_TIMELINE_PATH && req.method === 'GET') return serveTimeline(req, res, { store, token: adminToken, url });
     sendProblem(res, 404, 'Not Found', `No route for ${req.method} ${path}`);
   };
 

@@ -1,4 +1,4 @@
-import { toMilliseconds } from '@idem/core';
+import { idempotencyCors, toMilliseconds } from '@idem/core';
 import { DatabaseUrlError, parseDatabaseUrl as parseStoreDatabaseUrl, type DatabaseLocation } from '@idem/drizzle/connect';
 import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +14,14 @@ export interface ExampleConfig {
   atomic: boolean;
   /** The largest request body on /trpc and /graphql, in bytes; larger ones get 413. */
   maxBodyBytes: number;
+  /** Origins allowed to call the API from a browser (CORS); empty: none but the API's own. */
+  corsOrigins: string[];
+  /** The port of the checkout page's own server (another origin than the API); undefined: not served. */
+  checkoutPort: number | undefined;
+  /** The API URL the checkout page calls; undefined: `http://localhost:<PORT>`. */
+  checkoutApiUrl: string | undefined;
+  /** The token that opens `/admin/…` (a key's timeline); undefined: the admin pages do not exist (404). */
+  adminToken: string | undefined;
 }
 
 /** A payment is a few dozen bytes: a body near this is not one. */
@@ -28,7 +36,8 @@ export const DEFAULT_SQLITE_PATH = fileURLToPath(new URL('../.data/payments.db',
  * Reads the example's configuration from the environment:
  * `PORT` (3000), `DATABASE_URL` (a SQLite file under examples/payments/.data/),
  * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only),
- * `MAX_BODY_BYTES` (65536).
+ * `MAX_BODY_BYTES` (65536), `CORS_ORIGIN` (none), `CHECKOUT_PORT` (off), `CHECKOUT_API_URL`,
+ * `ADMIN_TOKEN` (off).
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig {
   const database = resolveFrom(parseDatabaseUrl(env.DATABASE_URL), env.INIT_CWD);
@@ -44,7 +53,32 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
     channelDelayMs: integer('CHANNEL_DELAY_MS', env.CHANNEL_DELAY_MS, 0, { min: 0, max: 600_000 }),
     atomic,
     maxBodyBytes: integer('MAX_BODY_BYTES', env.MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, { min: 1, max: 100 * 1024 * 1024 }),
+    corsOrigins: origins('CORS_ORIGIN', env.CORS_ORIGIN),
+    checkoutPort: env.CHECKOUT_PORT === undefined || env.CHECKOUT_PORT.trim() === '' ? undefined : integer('CHECKOUT_PORT', env.CHECKOUT_PORT, 0, { min: 0, max: 65535 }),
+    checkoutApiUrl: apiUrl('CHECKOUT_API_URL', env.CHECKOUT_API_URL),
+    adminToken: env.ADMIN_TOKEN === undefined || env.ADMIN_TOKEN.trim() === '' ? undefined : env.ADMIN_TOKEN.trim(),
   };
+}
+
+/** A comma-separated list of origins (`http://localhost:3001,https://shop.example.com`), checked as idempotencyCors checks them. */
+function origins(name: string, value: string | undefined): string[] {
+  const list = (value ?? '').split(',').map((each) => each.trim()).filter(Boolean);
+  if (list.length === 0) return [];
+  try {
+    idempotencyCors({ origin: list });
+  } catch (error) {
+    throw new ConfigError(`${name} must be a comma-separated list of origins such as http://localhost:3001: ${(error as Error).message.replace('[idem] idempotencyCors: ', '')}`);
+  }
+  return list;
+}
+
+function apiUrl(name: string, value: string | undefined): string | undefined {
+  if (value === undefined || value.trim() === '') return undefined;
+  try {
+    const url = new URL(value.trim());
+    if (url.protocol === 'http:' || url.protocol === 'https:') return url.href.replace(/\/$/, '');
+  } catch {}
+  throw new ConfigError(`${name} must be an http(s) URL such as http://localhost:3000, got "${value}"`);
 }
 
 /**

@@ -1,5 +1,5 @@
 import { GraphQLError } from 'graphql';
-import { createSchema, createYoga } from 'graphql-yoga';
+import { createSchema, createYoga, type CORSOptions } from 'graphql-yoga';
 import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth';
 import { maxTokensPlugin } from '@escape.tech/graphql-armor-max-tokens';
 import { HandlerNotStartedError } from '@idem/core';
@@ -55,6 +55,8 @@ export const GRAPHQL_LIMITS = { maxTokens: 1000, maxDepth: 6 };
 export interface PaymentsGraphQLOptions extends PaymentsRouterOptions {
   /** The largest request body accepted, in bytes: Yoga answers 413 past it. Defaults to 64 KiB. */
   maxBodyBytes?: number;
+  /** Yoga's `cors`: `idempotencyCors({ origin })` from @idem/core, or `false` for none. Defaults to `false` (Yoga's own default allows every origin). */
+  cors?: CORSOptions;
 }
 
 interface GraphQLContext {
@@ -62,7 +64,7 @@ interface GraphQLContext {
 }
 
 /** GraphQL Yoga at `/graphql`: `createPayment` (idempotent) and `ledger`. */
-export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEvent, atomic = false, maxBodyBytes = DEFAULT_MAX_BODY_BYTES }: PaymentsGraphQLOptions) {
+export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEvent, atomic = false, maxBodyBytes = DEFAULT_MAX_BODY_BYTES, cors = false }: PaymentsGraphQLOptions) {
   const idempotency = useYogaIdempotency({
     store,
     principal: (context: GraphQLContext) => accountOf(context.request.headers.get('authorization')),
@@ -75,6 +77,7 @@ export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEve
   const yoga = createYoga<GraphQLContext>({
     graphqlEndpoint: '/graphql',
     maxRequestBodySize: maxBodyBytes,
+    cors,
     logging: false,
     maskedErrors: false,
     schema: createSchema<GraphQLContext>({

@@ -2,10 +2,12 @@
  * `npm start`: the payments example. Reads its configuration from the environment (see
  * config.ts), applies migrations, and serves tRPC at /trpc and GraphQL at /graphql.
  */
+import type { Server } from 'node:http';
 import { migrate } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
 import type { IdempotencyEvent } from '@idem/core';
 import { createPaymentsApp } from './app.ts';
+import { createCheckoutServer } from './checkout/server.ts';
 import { ConfigError, readConfig } from './config.ts';
 
 function logEvent(event: IdempotencyEvent): void {
@@ -24,24 +26,40 @@ async function main(): Promise<void> {
     await database.close().catch(() => {});
     throw new Error(`migrating ${database.description} failed: ${oneLine(error)}`);
   }
-  const app = createPaymentsApp({ db: database.db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, atomic: config.atomic, maxBodyBytes: config.maxBodyBytes, onEvent: logEvent });
+  // The checkout page, on its own port (another origin), calls the API: when CORS_ORIGIN is not
+  // set, the API allows the page's origin.
+  let apiPort = config.port;
+  const checkout = config.checkoutPort === undefined ? undefined : await createCheckoutServer({ apiUrl: () => config.checkoutApiUrl ?? `http://localhost:${apiPort}` });
+  const checkoutPort = checkout ? await listen(checkout, config.checkoutPort!) : undefined;
+  const corsOrigins = config.corsOrigins.length > 0 || checkoutPort === undefined ? config.corsOrigins : [`http://localhost:${checkoutPort}`, `http://127.0.0.1:${checkoutPort}`];
+  const app = createPaymentsApp({ db: database.db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, atomic: config.atomic, maxBodyBytes: config.maxBodyBytes, corsOrigins, adminToken: config.adminToken, onEvent: logEvent });
   await app.channel.migrate();
-  await new Promise<void>((resolve, reject) => {
-    app.server.once('error', reject);
-    app.server.listen(config.port, resolve);
-  });
-  const address = app.server.address();
-  const port = typeof address === 'object' && address ? address.port : config.port;
+  const port = await listen(app.server, config.port);
+  apiPort = port;
   console.log(`[payments] listening on http://localhost:${port} (tRPC /trpc, GraphQL /graphql, policy /idempotency) — store ${database.description}`);
+  if (checkoutPort !== undefined) console.log(`[payments] checkout page on http://localhost:${checkoutPort} (calls ${config.checkoutApiUrl ?? `http://localhost:${port}`})`);
+  if (corsOrigins.length > 0) console.log(`[payments] CORS: browsers on ${corsOrigins.join(', ')} may call the API`);
+  if (config.adminToken !== undefined) console.log(`[payments] admin: http://localhost:${port}/admin/timeline?scope=<account>/payments.create&key=<key> (ADMIN_TOKEN)`);
 
   const shutdown = async () => {
     app.server.close();
+    checkout?.close();
     await app.drain();
     await database.close();
     process.exit(0);
   };
   process.once('SIGINT', () => void shutdown());
   process.once('SIGTERM', () => void shutdown());
+}
+
+function listen(server: Server, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, () => {
+      const address = server.address();
+      resolve(typeof address === 'object' && address ? address.port : port);
+    });
+  });
 }
 
 /**

@@ -8,11 +8,13 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { TRPCClientError } from '@trpc/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { DrizzleDatabase } from '@idem/drizzle';
+import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
+import type { PaymentsStore } from '../src/trpc.ts';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteConnection, openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
-import { get, graphql, ledger, migrateExample, mutate, newKey, sleep, startExample, trpcClient, type LedgerEntry, type Reply, type RunningExample } from './http.ts';
+import { get, graphql, ledger, migrateExample, mutate, newKey, startExample, trpcClient, type LedgerEntry, type Reply, type RunningExample } from './http.ts';
+import { pollUntil, untilExpired } from '../../../test/support/waiting.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const IDEM_BIN = 'packages/drizzle/dist/bin.js';
@@ -73,7 +75,8 @@ interface Run {
 
 function idem(args: string[], databaseUrl: string): Promise<Run> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [IDEM_BIN, ...args], { cwd: ROOT, env: { ...process.env, DATABASE_URL: databaseUrl }, timeout: 20_000 }, (error, stdout, stderr) => {
+    // A bound for a hung CLI, not a speed check: on a loaded machine one start (node + tsx) takes 10 s or more.
+    execFile(process.execPath, [IDEM_BIN, ...args], { cwd: ROOT, env: { ...process.env, DATABASE_URL: databaseUrl }, timeout: 60_000 }, (error, stdout, stderr) => {
       resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout, stderr });
     });
   });
@@ -87,6 +90,26 @@ const CREATE_WITH_HEADER_KEY = `mutation Pay($input: PaymentInput!) { createPaym
 const CREATE_WITH_ARGUMENT_KEY = `mutation Pay($input: PaymentInput!, $key: String) { createPayment(input: $input, idempotencyKey: $key) { ${PAYMENT_FIELDS} } }`;
 const createWithDirective = (key: string) => `mutation Pay($input: PaymentInput!) { createPayment(input: $input) @idempotent(key: ${JSON.stringify(key)}) { ${PAYMENT_FIELDS} } }`;
 
+/**
+ * The real store, whose outcome writes wait while `hold()` is in force: the first call stays
+ * processing for as long as the test needs, however slowly the machine runs the others.
+ */
+function holdingOutcomes(store: PaymentsStore) {
+  let gate = Promise.resolve();
+  let open = () => {};
+  const held: PaymentsStore = Object.assign(Object.create(store) as PaymentsStore, {
+    complete: async (args: Parameters<PaymentsStore['complete']>[0]) => {
+      await gate;
+      return store.complete(args);
+    },
+  });
+  return {
+    store: held,
+    hold: () => void (gate = new Promise<void>((resolve) => (open = resolve))),
+    release: () => open(),
+  };
+}
+
 /** The tRPC output of a successful call. */
 function payment(reply: Reply): { id: string; amount: number; currency: string; createdAt: string } {
   expect(reply.status, reply.text).toBe(200);
@@ -96,8 +119,9 @@ function payment(reply: Reply): { id: string; amount: number; currency: string; 
 describe.each(databases)('the payments example over HTTP on $name', ({ open }) => {
   let database: Database;
   let server: RunningExample;
-  /** The same app with a slow channel, on the same database (E3). */
-  let slow: RunningExample;
+  /** The same app on the same database, whose outcome writes the test can hold (E3). */
+  let held: RunningExample;
+  let outcomes: ReturnType<typeof holdingOutcomes>;
   /** The same app with a one-second retention, on the same database (R2). */
   let short: RunningExample;
   let url: string;
@@ -113,12 +137,14 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
     database = await open();
     await migrateExample(database.db);
     server = await startExample(database.db, ENV);
-    slow = await startExample(database.db, { ...ENV, CHANNEL_DELAY_MS: '400' });
+    outcomes = holdingOutcomes(createDrizzleStore(database.db));
+    held = await startExample(database.db, ENV, { store: outcomes.store });
     short = await startExample(database.db, { ...ENV, IDEM_TTL: '1s' });
     url = server.url;
   });
   afterAll(async () => {
-    await Promise.all([server?.close(), slow?.close(), short?.close()]);
+    outcomes?.release();
+    await Promise.all([server?.close(), held?.close(), short?.close()]);
     await database?.close();
   });
 
@@ -238,22 +264,27 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       expect(added[0]).toMatchObject({ amount: 13, currency: 'EUR' });
     });
 
-    it('E3: concurrent requests with one key while the channel is slow: one 200, the others 409 with Retry-After and nothing stored; one ledger entry, and the next retry replays', async () => {
+    it('E3: concurrent requests with one key while the first is still processing: one 200, the others 409 with Retry-After and nothing stored; one ledger entry, and the next retry replays', async () => {
       const before = await ledger(url);
       const key = newKey();
-      const replies = await Promise.all(Array.from({ length: 5 }, () => mutate(slow.url, 'payments.create', PAYMENT, withKey(key))));
+      outcomes.hold();
+      const pending = Array.from({ length: 5 }, () => mutate(held.url, 'payments.create', PAYMENT, withKey(key)));
+      // Four answered 409 while the fifth's outcome write is held; then it may complete.
+      await pollUntil(() => (held.events.filter((event) => event.type === 'conflict' && event.key === key).length >= 4 ? true : undefined));
+      outcomes.release();
+      const replies = await Promise.all(pending);
       const succeeded = replies.filter((reply) => reply.status === 200);
       const conflicts = replies.filter((reply) => reply.status === 409);
       expect(succeeded).toHaveLength(1);
       expect(conflicts).toHaveLength(4);
       for (const conflict of conflicts) {
         expect(Number(conflict.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-        expect(conflict.body.error.data).toMatchObject({ code: 'CONFLICT', httpStatus: 409, idempotency: { code: 'idempotency_request_in_progress', type: `${slow.url}/idempotency#idempotency_request_in_progress` } });
+        expect(conflict.body.error.data).toMatchObject({ code: 'CONFLICT', httpStatus: 409, idempotency: { code: 'idempotency_request_in_progress', type: `${held.url}/idempotency#idempotency_request_in_progress` } });
       }
       const created = payment(succeeded[0]!);
       expect(await newEntries(before)).toEqual([{ id: created.id, amount: 4200, currency: 'EUR' }]);
 
-      const retry = await mutate(slow.url, 'payments.create', PAYMENT, withKey(key));
+      const retry = await mutate(held.url, 'payments.create', PAYMENT, withKey(key));
       expect(retry.headers.get('idempotent-replayed')).toBe('true');
       expect(retry.text).toBe(succeeded[0]!.text);
       expect((await newEntries(before)).length).toBe(1);
@@ -413,11 +444,9 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       const key = newKey();
       const account = bearer('retention');
       const first = payment(await mutate(short.url, 'payments.create', PAYMENT, withKey(key, account)));
-      // Retention counts from completion (R1), which came before this answer.
-      const completed = Date.now();
       const inside = await mutate(short.url, 'payments.create', PAYMENT, withKey(key, account));
       expect(inside.headers.get('idempotent-replayed')).toBe('true');
-      await sleep(completed + 1200 - Date.now());
+      await untilExpired(short.app.store, 'retention/payments.create', key);
 
       const after = await mutate(short.url, 'payments.create', PAYMENT, withKey(key, account));
       expect(after.headers.get('idempotent-replayed')).toBeNull();
@@ -431,17 +460,20 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       expect(reused.previous.expiresAt.getTime() - reused.previous.completedAt!.getTime()).toBe(1000);
     });
 
-    it('A1/R4: `idem explain` prints both generations of a reused key and `idem policy` the retention and lease the server ran with, from the example\'s database', async (context) => {
+    it('A1/R4: `idem explain` prints both generations of a reused key and `idem policy` the retention and lease the server ran with, from the example\'s database', { timeout: 120_000 }, async (context) => {
       if (database.url === undefined) context.skip('PGlite runs in this process only: no DATABASE_URL for the CLI');
       const key = newKey();
       const account = bearer('audit');
-      const started = Date.now();
       payment(await mutate(short.url, 'payments.create', PAYMENT, withKey(key, account)));
-      await sleep(started + 1200 - Date.now());
+      await untilExpired(short.app.store, 'audit/payments.create', key);
       payment(await mutate(short.url, 'payments.create', PAYMENT, withKey(key, account)));
       payment(await mutate(url, 'payments.create', PAYMENT, withKey(key, bearer('audit-long'))));
 
-      const explain = await idem(['explain', key, '--scope', 'audit/payments.create'], database.url!);
+      const [explain, json, policy] = await Promise.all([
+        idem(['explain', key, '--scope', 'audit/payments.create'], database.url!),
+        idem(['explain', key, '--json'], database.url!),
+        idem(['policy'], database.url!),
+      ]);
       expect(explain.code, explain.stderr).toBe(0);
       expect(explain.stdout).toContain(`scope audit/payments.create, key "${key}": 2 generations`);
       expect(explain.stdout).toMatch(/^1 +\S+ +\S+ +200 success +yes, at /m);
@@ -449,7 +481,6 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       expect(explain.stdout).toMatch(/^2 +\S+ +\S+ +200 success /m);
       expect(explain.stdout).toMatch(/executed again as generation 2/);
 
-      const json = await idem(['explain', key, '--json'], database.url!);
       expect(json.code, json.stderr).toBe(0);
       const timeline = JSON.parse(json.stdout) as { scopes: Array<{ scope: string; generations: Array<{ generation: number; status: number; reusedAt: string | null }> }> };
       expect(timeline.scopes.map((scope) => [scope.scope, scope.generations.map((generation) => [generation.generation, generation.status, generation.reusedAt !== null])])).toEqual([
@@ -457,7 +488,6 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
         ['audit/payments.create', [[1, 200, true], [2, 200, false]]],
       ]);
 
-      const policy = await idem(['policy'], database.url!);
       expect(policy.code, policy.stderr).toBe(0);
       expect(policy.stdout).toMatch(/^audit\/payments\.create +1s +45s /m);
       expect(policy.stdout).toMatch(/^audit-long\/payments\.create +30m +45s /m);

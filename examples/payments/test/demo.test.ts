@@ -12,7 +12,7 @@ const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
 describe('npm run demo', () => {
   it('R2/A1: replays the incident to completion: a 409, a replay with one ledger entry, a retry past the retention with two, the expiredKeyReused event and two generations in idem explain', async () => {
     const { code, stdout, stderr } = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      execFile(npm, ['run', 'demo'], { cwd: ROOT, env: { ...process.env, NO_COLOR: '1' }, timeout: 50_000 }, (error, out, err) => {
+      execFile(npm, ['run', 'demo'], { cwd: ROOT, env: { ...process.env, NO_COLOR: '1' }, timeout: 150_000 }, (error, out, err) => {
         resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout: out, stderr: err });
       });
     });
@@ -39,5 +39,5 @@ describe('npm run demo', () => {
     expect(stdout).toMatch(/RetentionWindowExceededError \(idempotency_retention_exceeded\): \[idem\] Stopped retrying .*Reconcile instead/);
     expect(stdout).toContain('ledger: 1 new charge for this payment — charged once');
     expect(stdout).toContain('Demo complete.');
-  }, 60_000);
+  }, 180_000);
 });

@@ -5,38 +5,65 @@
  * that selects them.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
-import type { PaymentsStore } from '../src/trpc.ts';
+import { sql } from 'drizzle-orm';
+import type { DrizzleDatabase } from '@idem/drizzle';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
 import { ConfigError, readConfig } from '../src/config.ts';
-import { ledger, migrateExample, mutate, newKey, sleep, startExample, type RunningExample } from './http.ts';
+import { ledger, migrateExample, mutate, newKey, startExample, type RunningExample } from './http.ts';
+import { untilExpired, untilLeaseEnds } from '../../../test/support/waiting.ts';
 
 const PAYMENT = { amount: 4200, currency: 'EUR' };
+const SCOPE = 'public/payments.create';
 
-/** The real store, whose outcome writes fail while `failing` is set, as during a database outage after the handler ran. */
-function storeLosingOutcomes(db: DrizzleDatabase) {
-  const store = createDrizzleStore(db);
-  const state = { failing: true, refused: 0 };
-  const wrapped: PaymentsStore = Object.assign(Object.create(store) as PaymentsStore, {
-    complete: async (args: Parameters<PaymentsStore['complete']>[0]) => {
-      if (state.failing) {
-        state.refused++;
-        throw new Error('connection terminated unexpectedly');
-      }
-      return store.complete(args);
-    },
-  });
-  return { store: wrapped, state };
+/**
+ * A real fault of the outcome write (E7), not a stub: the database itself refuses to mark a
+ * record completed, as a read-only failover or a full disk would, while claims still go through.
+ */
+interface OutcomeFault {
+  refuse(): Promise<void>;
+  allow(): Promise<void>;
 }
 
-const databases = [
-  { name: 'SQLite', open: async () => openSqliteTarget() },
-  { name: 'PostgreSQL', open: async () => openPostgresTarget({ schemaPrefix: 'idem_downstream' }) },
+const databases: Array<{ name: string; open(): Promise<{ db: DrizzleDatabase; outcomes: OutcomeFault; close(): Promise<void> }> }> = [
+  {
+    name: 'SQLite',
+    async open() {
+      const target = await openSqliteTarget();
+      return {
+        db: target.db,
+        close: () => target.close(),
+        outcomes: {
+          refuse: async () =>
+            void target.client.exec(
+              "CREATE TRIGGER refuse_outcomes BEFORE UPDATE OF state ON idem_keys WHEN NEW.state = 'completed' BEGIN SELECT RAISE(ABORT, 'outcome writes refused'); END",
+            ),
+          allow: async () => void target.client.exec('DROP TRIGGER IF EXISTS refuse_outcomes'),
+        },
+      };
+    },
+  },
+  {
+    name: 'PostgreSQL',
+    async open() {
+      const target = await openPostgresTarget({ schemaPrefix: 'idem_downstream' });
+      return {
+        db: target.db,
+        close: () => target.close(),
+        outcomes: {
+          async refuse() {
+            await target.db.execute(sql.raw("CREATE FUNCTION refuse_outcomes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'outcome writes refused'; END $$"));
+            await target.db.execute(sql.raw("CREATE TRIGGER refuse_outcomes BEFORE UPDATE ON idem_keys FOR EACH ROW WHEN (NEW.state = 'completed') EXECUTE FUNCTION refuse_outcomes()"));
+          },
+          allow: async () => void (await target.db.execute(sql.raw('DROP FUNCTION IF EXISTS refuse_outcomes() CASCADE'))),
+        },
+      };
+    },
+  },
 ];
 
 describe.each(databases)('the payments example over $name: derived downstream keys', ({ open }) => {
-  let target: Awaited<ReturnType<typeof open>>;
+  let target: Awaited<ReturnType<(typeof databases)[number]['open']>>;
   beforeAll(async () => {
     target = await open();
     await migrateExample(target.db);
@@ -45,24 +72,25 @@ describe.each(databases)('the payments example over $name: derived downstream ke
     await target?.close();
   });
 
-  it('E6/E7: a re-execution after a lease takeover sends the same downstream key, so the channel charges once', async () => {
-    const { store, state } = storeLosingOutcomes(target.db);
-    const example = await startExample(target.db, { IDEM_LEASE: '1s', IDEM_TTL: '10m' }, { store });
+  it('E6/E7: the database refuses the outcome write; a re-execution after the lease takeover sends the same downstream key, so the channel charges once', async () => {
+    const example = await startExample(target.db, { IDEM_LEASE: '2s', IDEM_TTL: '10m' });
+    await target.outcomes.refuse();
     try {
       const key = newKey();
       const before = (await ledger(example.url)).length;
-      const startedAt = Date.now();
       const first = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key });
       expect(first.status).toBe(200); // E7: the client learns the real outcome though it was not stored
       const charge = first.body.result.data;
-      expect(state.refused).toBeGreaterThanOrEqual(1);
+      expect(example.events.filter((event) => event.type === 'storeError' && event.key === key && event.operation === 'complete').length).toBeGreaterThanOrEqual(1);
+      expect(await example.app.store.get(SCOPE, key)).toMatchObject({ state: 'processing', outcome: null });
 
       const during = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key });
       expect(during.status).toBe(409); // not handed to a new executor before the lease ends
 
       await example.app.drain(); // the engine retries the outcome write until the lease ends, then gives up
-      state.failing = false;
-      await sleep(Math.max(0, startedAt + 1300 - Date.now())); // past the 1 s lease
+      expect(example.events.filter((event) => event.type === 'storeError' && event.key === key && !event.willRetry)).toHaveLength(1);
+      await target.outcomes.allow();
+      await untilLeaseEnds(example.app.store, SCOPE, key);
       const takeover = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key });
       expect(takeover.status).toBe(200);
       expect(takeover.headers.get('idempotent-replayed')).toBeNull(); // the handler ran again…
@@ -75,6 +103,7 @@ describe.each(databases)('the payments example over $name: derived downstream ke
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       expect(replay.body.result.data).toEqual(charge);
     } finally {
+      await target.outcomes.allow();
       await example.close();
     }
   });
@@ -85,7 +114,7 @@ describe.each(databases)('the payments example over $name: derived downstream ke
       const key = newKey();
       const before = (await ledger(example.url)).length;
       const first = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key });
-      await sleep(1300);
+      await untilExpired(example.app.store, SCOPE, key);
       const second = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key });
       expect(second.body.result.data.id).not.toBe(first.body.result.data.id);
       expect((await ledger(example.url)).length - before).toBe(2);

@@ -29,12 +29,12 @@ export async function migrateExample(db: DrizzleDatabase): Promise<void> {
 
 /**
  * The example as `main.ts` builds it, configured from `env` the way `npm start` reads it
- * (IDEM_TTL, IDEM_LEASE, CHANNEL_DELAY_MS), over `db`, on a free port of 127.0.0.1.
+ * (IDEM_TTL, IDEM_LEASE, CHANNEL_DELAY_MS, CORS_ORIGIN, ADMIN_TOKEN), over `db`, on a free port of 127.0.0.1.
  */
 export async function startExample(db: DrizzleDatabase, env: Record<string, string> = {}, overrides: Pick<PaymentsAppOptions, 'store' | 'atomic'> = {}): Promise<RunningExample> {
   const config = readConfig(env);
   const events: IdempotencyEvent[] = [];
-  const app = createPaymentsApp({ db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, onEvent: (event) => events.push(event), ...overrides });
+  const app = createPaymentsApp({ db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, corsOrigins: config.corsOrigins, adminToken: config.adminToken, onEvent: (event) => events.push(event), ...overrides });
   await new Promise<void>((resolve) => app.server.listen(0, '127.0.0.1', resolve));
   const { port } = app.server.address() as AddressInfo;
   return {

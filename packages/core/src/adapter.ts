@@ -16,22 +16,7 @@ import { resolveDocumentationUrl } from './documentation-url.js';
 import { createEngine, formatScope, type EngineOptions, type ExecuteRequest, type ExecuteResult, type IdempotencyEngine } from './engine.js';
 import { AmbiguousKeyError, MissingKeyError, type IdempotencyError, type ProblemDetails } from './errors.js';
 import { computeFingerprint, type FingerprintOption } from './fingerprint.js';
-import { DEFAULT_KEY_FIELD, parseIdempotencyKey, readArgumentKey } from './key.js';
-
-/** Where a server reads keys from (K1, K4). The clients take the same names. */
-export interface KeyOptions {
-  /**
-   * K1: read the `Idempotency-Key` request header. One header covers one operation: a batched
-   * request with several mutations under one header key is refused (400). Defaults to `true`.
-   */
-  header?: boolean;
-  /**
-   * K4: the field that carries a key per call — a tRPC input field, a GraphQL argument — or
-   * `false` for none. It is left out of the fingerprint (F1). A header key and a field key that
-   * differ are refused (400 `idempotency_key_ambiguous`). Defaults to `'idempotencyKey'`.
-   */
-  field?: string | false;
-}
+import { DEFAULT_KEY_FIELD, parseIdempotencyKey, readArgumentKey, type KeyOptions } from './key.js';
 
 /**
  * K2: which operations refuse to run without a key (400 `idempotency_key_missing`, nothing
@@ -183,6 +168,6 @@ export function attachClaim(context: object, claim: ClaimContext<unknown> | unde
 
 export { claimForPart, IDEMPOTENCY_CLAIM, type ClaimCarrier } from './claim.js';
 export { resolveDocumentationUrl, requestUrlOf } from './documentation-url.js';
-export { DEFAULT_KEY_FIELD, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './key.js';
+export { DEFAULT_KEY_FIELD, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type KeyOptions } from './key.js';
 export { OutcomeNotStoredError } from './outcome.js';
 export type { ErrorCodec, OutcomeSerializer, StoredErrorDescription } from './outcome.js';

@@ -9,7 +9,7 @@
  * ```
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createEngine } from './engine.js';
 import { FingerprintMismatchError, RequestInProgressError } from './errors.js';
 import type { ClaimRequest, ClaimResult, IdempotencyStore } from './store.js';
@@ -22,19 +22,27 @@ export interface StoreConformanceOptions {
   /** Closes connections after the suite. */
   teardown?: () => Promise<void>;
   /**
-   * Short durations the suite waits out for lease and retention expiry, in ms.
-   * Defaults to 300 (lease/retention) with 150 ms of slack for clock granularity.
+   * The short lease and retention the suite waits out, in ms. It waits until the store's own
+   * clock (the `now` of its answers) has passed the instants the store recorded. Defaults to 300.
    */
   shortMs?: number;
+  /**
+   * The store takes its time from this process's `Date`, as an in-process database does
+   * (PGlite): the test that timestamps follow the store's clock and not the application's
+   * cannot tell the two apart, and is skipped. Defaults to `false`.
+   */
+  sharesProcessClock?: boolean;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-export function runStoreConformance({ name, createStore, teardown, shortMs = 300 }: StoreConformanceOptions): void {
+/** How far the application's `Date` is moved back while the R1 test claims: a year. */
+const APPLICATION_CLOCK_SHIFT_MS = 365 * 24 * 3_600_000;
+
+export function runStoreConformance({ name, createStore, teardown, shortMs = 300, sharesProcessClock = false }: StoreConformanceOptions): void {
   describe(`store conformance: ${name}`, () => {
     let store: IdempotencyStore;
     const scope = `conformance/${randomUUID()}`;
-    const wait = () => sleep(shortMs + 150);
 
     beforeAll(async () => {
       store = await createStore();
@@ -65,10 +73,52 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
     };
     const success = (body: string) => ({ kind: 'success' as const, status: 200, body });
 
-    it('E1: claims a new key as generation 1, processing, with lease and retention from the store clock (R1)', async () => {
+    /** The store's clock, read through the contract: an `existing` answer carries the store's `now`. */
+    const clockKey = randomUUID();
+    const storeNow = async (): Promise<Date> => {
+      const result = await store.claim(request({ key: clockKey, leaseMs: 3_600_000, retentionMs: 3_600_000 }));
+      return result.outcome === 'existing' ? result.now : result.record.createdAt;
+    };
+    /** Waits until the store's clock is past `instant` (a lease or retention end it recorded). */
+    const storePassed = async (instant: Date) => {
+      for (let round = 0; round < 100; round++) {
+        const left = instant.getTime() - (await storeNow()).getTime();
+        if (left < 0) return;
+        await sleep(left + 1);
+      }
+      throw new Error(`[idem] conformance: the store's clock did not pass ${instant.toISOString()}`);
+    };
+    /** Waits until (scope, key) is claimed and its handler is running. */
+    const untilProcessing = async (key: string) => {
+      for (let round = 0; (await store.get(scope, key))?.state !== 'processing'; round++) {
+        if (round === 1000) throw new Error('[idem] conformance: the first request never claimed its key');
+        await sleep(5);
+      }
+    };
+
+    it('E1: claims a new key as generation 1, processing, with the lease and retention it was given', async () => {
       const req = request({ leaseMs: 5_000, retentionMs: 3_600_000 });
       const { record } = claimed(await store.claim(req));
       expect(record).toMatchObject({ scope, key: req.key, generation: 1, state: 'processing', token: req.token, fingerprint: 'fp-1', takeovers: 0, outcome: null, completedAt: null, archivedAt: null });
+      expect(record.leaseUntil.getTime() - record.createdAt.getTime()).toBeCloseTo(5_000, -2);
+      expect(record.expiresAt.getTime() - record.createdAt.getTime()).toBeCloseTo(3_600_000, -2);
+    });
+
+    it.skipIf(sharesProcessClock)("R1: a claim is stamped by the store's clock, not by the application's Date (moved back a year while it claims)", async () => {
+      const req = request({ leaseMs: 5_000, retentionMs: 3_600_000 });
+      const before = await storeNow();
+      vi.setSystemTime(Date.now() - APPLICATION_CLOCK_SHIFT_MS);
+      let result: ClaimResult;
+      try {
+        result = await store.claim(req);
+      } finally {
+        vi.useRealTimers();
+      }
+      const after = await storeNow();
+      const { record } = claimed(result);
+      // Stamped with the application's time, the claim would lie a year before `before`.
+      expect(record.createdAt.getTime()).toBeGreaterThanOrEqual(before.getTime());
+      expect(record.createdAt.getTime()).toBeLessThanOrEqual(after.getTime());
       expect(record.leaseUntil.getTime() - record.createdAt.getTime()).toBeCloseTo(5_000, -2);
       expect(record.expiresAt.getTime() - record.createdAt.getTime()).toBeCloseTo(3_600_000, -2);
     });
@@ -138,8 +188,8 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
 
     it('E6: after the lease passes a matching request takes over with a new token; the stale owner is fenced out', async () => {
       const first = request({ leaseMs: shortMs });
-      claimed(await store.claim(first));
-      await wait();
+      const { record } = claimed(await store.claim(first));
+      await storePassed(record.leaseUntil);
       const second = request({ key: first.key });
       const takeover = claimed(await store.claim(second));
       expect(takeover.takeover?.previousToken).toBe(first.token);
@@ -151,24 +201,24 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
 
     it('E6/F3: a stale claim is not taken over by a request with another fingerprint', async () => {
       const first = request({ leaseMs: shortMs });
-      claimed(await store.claim(first));
-      await wait();
+      const { record } = claimed(await store.claim(first));
+      await storePassed(record.leaseUntil);
       const other = existing(await store.claim(request({ key: first.key, fingerprint: 'fp-other' })));
       expect(other.record.token).toBe(first.token);
     });
 
     it('F2: a null fingerprint matches any for takeover', async () => {
       const first = request({ leaseMs: shortMs, fingerprint: null });
-      claimed(await store.claim(first));
-      await wait();
+      const { record } = claimed(await store.claim(first));
+      await storePassed(record.leaseUntil);
       claimed(await store.claim(request({ key: first.key, fingerprint: 'anything' })));
     });
 
     it('R2: past retention a reuse archives the earlier generation and claims generation 2', async () => {
       const first = request({ retentionMs: shortMs, leaseMs: shortMs });
-      claimed(await store.claim(first));
+      const { record } = claimed(await store.claim(first));
       await store.complete({ scope, key: first.key, token: first.token, outcome: success('{"charge":1}') });
-      await wait();
+      await storePassed(record.expiresAt);
       const reuse = claimed(await store.claim(request({ key: first.key, fingerprint: 'fp-different' })));
       expect(reuse.record).toMatchObject({ generation: 2, state: 'processing', fingerprint: 'fp-different' });
       expect(reuse.expired).toMatchObject({ generation: 1, state: 'archived', fingerprint: 'fp-1' });
@@ -184,9 +234,9 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
 
     it('R2: exactly one of concurrent reuses of an expired key claims the next generation', async () => {
       const first = request({ retentionMs: shortMs, leaseMs: shortMs });
-      claimed(await store.claim(first));
+      const { record } = claimed(await store.claim(first));
       await store.complete({ scope, key: first.key, token: first.token, outcome: success('1') });
-      await wait();
+      await storePassed(record.expiresAt);
       const results = await Promise.all(Array.from({ length: 10 }, () => store.claim(request({ key: first.key }))));
       expect(results.filter((r) => r.outcome === 'claimed')).toHaveLength(1);
       expect((await store.timeline(scope, first.key)).map((entry) => entry.generation)).toEqual([1, 2]);
@@ -194,9 +244,9 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
 
     it('R2: with expiredReuse reject, an expired key answers existing/expired and nothing changes', async () => {
       const first = request({ retentionMs: shortMs, leaseMs: shortMs });
-      claimed(await store.claim(first));
+      const { record } = claimed(await store.claim(first));
       await store.complete({ scope, key: first.key, token: first.token, outcome: success('1') });
-      await wait();
+      await storePassed(record.expiresAt);
       const answer = existing(await store.claim(request({ key: first.key, expiredReuse: 'reject' })));
       expect(answer.expired).toBe(true);
       expect(answer.record.generation).toBe(1);
@@ -206,17 +256,18 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
     it('R3: sweep archives expired records in batches, dropping bodies and keeping status and fingerprint', async () => {
       // Drain whatever earlier tests left expired, so counts below are ours.
       while ((await store.sweep({ batchSize: 1000 })).archived > 0);
-      const keys = await Promise.all(
+      const records = await Promise.all(
         Array.from({ length: 3 }, async () => {
           const req = request({ retentionMs: shortMs, leaseMs: shortMs });
-          claimed(await store.claim(req));
+          const { record } = claimed(await store.claim(req));
           await store.complete({ scope, key: req.key, token: req.token, outcome: success('{"secret":true}') });
-          return req.key;
+          return record;
         }),
       );
+      const keys = records.map((record) => record.key);
       const live = request();
       claimed(await store.claim(live));
-      await wait();
+      await storePassed(new Date(Math.max(...records.map((record) => record.expiresAt.getTime()))));
       const first = await store.sweep({ batchSize: 2 });
       const second = await store.sweep({ batchSize: 2 });
       expect(first.archived).toBe(2);
@@ -235,13 +286,15 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
 
     it('R3: purge deletes only archived records older than the horizon', async () => {
       const req = request({ retentionMs: shortMs, leaseMs: shortMs });
-      claimed(await store.claim(req));
+      const { record } = claimed(await store.claim(req));
       await store.complete({ scope, key: req.key, token: req.token, outcome: success('1') });
-      await wait();
+      await storePassed(record.expiresAt);
       claimed(await store.claim(request({ key: req.key })));
       expect((await store.purge({ olderThanMs: 3_600_000 })).deleted).toBe(0);
-      expect(await store.timeline(scope, req.key)).toHaveLength(2);
-      await sleep(50);
+      const generations = await store.timeline(scope, req.key);
+      expect(generations).toHaveLength(2);
+      expect(generations[0]?.archivedAt).toBeInstanceOf(Date);
+      await storePassed(new Date(generations[0]!.archivedAt!.getTime() + 1));
       const { deleted } = await store.purge({ olderThanMs: 1 });
       expect(deleted).toBeGreaterThanOrEqual(1);
       const timeline = await store.timeline(scope, req.key);
@@ -271,7 +324,7 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
         let release!: () => void;
         const gate = new Promise<void>((resolve) => (release = resolve));
         const running = engine().execute({ scope, key, fingerprint: 'a' }, () => gate.then(() => 'done'));
-        await sleep(20);
+        await untilProcessing(key);
         await expect(engine().execute({ scope, key, fingerprint: 'a' }, () => 'x')).rejects.toBeInstanceOf(RequestInProgressError);
         await expect(engine().execute({ scope, key, fingerprint: 'b' }, () => 'x')).rejects.toBeInstanceOf(FingerprintMismatchError);
         release();
@@ -283,8 +336,8 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
     describe('retention and lease (issue 14, item 3)', () => {
       it('R1: a processing claim inside its lease is not expired by a shorter retention: a retry answers existing, not a reuse', async () => {
         const first = request({ retentionMs: shortMs, leaseMs: 30_000 });
-        claimed(await store.claim(first));
-        await wait();
+        const { record } = claimed(await store.claim(first));
+        await storePassed(record.expiresAt);
         for (const expiredReuse of ['execute', 'reject'] as const) {
           const retry = existing(await store.claim(request({ key: first.key, expiredReuse })));
           expect(retry.expired).toBe(false);
@@ -295,23 +348,23 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
 
       it('R1/R3: sweep leaves a processing claim inside its lease alone, however short its retention', async () => {
         const first = request({ retentionMs: shortMs, leaseMs: 30_000 });
-        claimed(await store.claim(first));
-        await wait();
+        const { record } = claimed(await store.claim(first));
+        await storePassed(record.expiresAt);
         while ((await store.sweep({ batchSize: 1000 })).archived > 0);
         expect(await store.get(scope, first.key)).toMatchObject({ state: 'processing', token: first.token, archivedAt: null });
       });
 
       it('R1: retention counts from completion: an outcome stored after the claim\'s retention would have ended is replayed, and expires one retention after completion', async () => {
         const first = request({ retentionMs: shortMs, leaseMs: 30_000 });
-        claimed(await store.claim(first));
-        await wait();
+        const { record } = claimed(await store.claim(first));
+        await storePassed(record.expiresAt);
         expect(await store.complete({ scope, key: first.key, token: first.token, outcome: success('{"charge":1}') })).toBe(true);
         const stored = await store.get(scope, first.key);
         expect(stored!.expiresAt.getTime() - stored!.completedAt!.getTime()).toBe(shortMs);
         const retry = existing(await store.claim(request({ key: first.key })));
         expect(retry.expired).toBe(false);
         expect(retry.record).toMatchObject({ state: 'completed', outcome: success('{"charge":1}') });
-        await wait();
+        await storePassed(stored!.expiresAt);
         const reuse = claimed(await store.claim(request({ key: first.key })));
         expect(reuse.record.generation).toBe(2);
         expect(reuse.expired).toMatchObject({ generation: 1, outcome: { status: 200 } });
@@ -325,7 +378,8 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
         const gate = new Promise<void>((resolve) => (release = resolve));
         let retries = 0;
         const running = shortRetention.execute({ scope, key, fingerprint: 'a' }, () => gate.then(() => 'charged once'));
-        await wait();
+        await untilProcessing(key);
+        await storePassed((await store.get(scope, key))!.expiresAt);
         const retry = () => shortRetention.execute({ scope, key, fingerprint: 'a' }, () => `charged again (${++retries})`);
         await expect(retry()).rejects.toBeInstanceOf(RequestInProgressError);
         release();

@@ -50,3 +50,14 @@ export { toMilliseconds, formatDuration, type Duration } from './duration.js';
 // The published policy (R4).
 export { createPolicyDocument, renderPolicyHtml, type EndpointPolicyDescription, type PolicyDocument } from './policy.js';
 export { resolveDocumentationUrl, requestUrlOf } from './documentation-url.js';
+
+// CORS for browser clients on another origin: the headers idem reads and sets.
+export {
+  idempotencyCors,
+  idempotencyCorsHeaders,
+  IDEMPOTENCY_CORS_ALLOWED_HEADERS,
+  IDEMPOTENCY_CORS_EXPOSED_HEADERS,
+  type CorsRequestLike,
+  type IdempotencyCorsConfiguration,
+  type IdempotencyCorsOptions,
+} from './cors.js';

@@ -10,6 +10,25 @@ export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
 /** K4: the field that carries a key per call (a tRPC input field, a GraphQL argument), on servers and clients alike. */
 export const DEFAULT_KEY_FIELD = 'idempotencyKey';
 
+/**
+ * Where keys travel (K1, K4), in the same words on servers and clients: a server reads them
+ * from there (`idempotency()`, `useIdempotency`), a client sends them there (`idempotencyLink`)
+ * or knows that a call carrying one there has its own key (the GraphQL clients).
+ */
+export interface KeyOptions {
+  /**
+   * K1: the `Idempotency-Key` request header. One header covers one operation: a batched
+   * request with several mutations under one header key is refused (400). Defaults to `true`.
+   */
+  header?: boolean;
+  /**
+   * K4: the field that carries a key per call — a tRPC input field, a GraphQL argument — or
+   * `false` for none. Servers leave it out of the fingerprint (F1); a header key and a field key
+   * that differ are refused (400 `idempotency_key_ambiguous`). Defaults to `'idempotencyKey'`.
+   */
+  field?: string | false;
+}
+
 /** E2: the response header that marks a replayed outcome (Stripe's name). */
 export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
 

@@ -11,37 +11,16 @@ import {
   RequestInProgressError,
   StoreUnavailableError,
   type IdempotencyEvent,
-  type IdempotencyStore,
 } from '@idem/core';
+import { createDrizzleStore, migrate } from '@idem/drizzle';
+import { openSqliteTarget } from '../../drizzle/test/sqlite-target.ts';
+import { unreachableStores } from '../../drizzle/test/unreachable-stores.ts';
 
 /** A memory store on a clock the test moves. */
 function clockedStore() {
   let now = Date.parse('2026-11-30T10:00:00.000Z');
   const store = new MemoryStore({ now: () => now });
   return { store, advance: (ms: number) => (now += ms) };
-}
-
-/** Delegates to a memory store; chosen methods fail as an unreachable database would. */
-function flakyStore(inner: IdempotencyStore, failing: Partial<Record<'claim' | 'complete' | 'release', number>>): IdempotencyStore {
-  const remaining = { ...failing };
-  const guard = <A extends unknown[], R>(name: 'claim' | 'complete' | 'release', fn: (...args: A) => Promise<R>) =>
-    async (...args: A): Promise<R> => {
-      if ((remaining[name] ?? 0) > 0) {
-        remaining[name]! -= 1;
-        throw new Error(`connect ECONNREFUSED 127.0.0.1:5432 (${name})`);
-      }
-      return fn(...args);
-    };
-  return {
-    claim: guard('claim', (r) => inner.claim(r)),
-    complete: guard('complete', (a) => inner.complete(a)),
-    release: guard('release', (a) => inner.release(a)),
-    get: (s, k) => inner.get(s, k),
-    timeline: (s, k) => inner.timeline(s, k),
-    sweep: (o) => inner.sweep(o),
-    purge: (o) => inner.purge(o),
-    ping: () => inner.ping(),
-  };
 }
 
 const scope = formatScope('payments.create', 'acct_1');
@@ -137,31 +116,66 @@ describe('engine', () => {
     expect(await engine.execute({ scope, key: 'k', fingerprint: null }, () => 'two')).toMatchObject({ value: 'one', replayed: true });
   });
 
-  it('E5: fails closed with a typed 503 when the store is unreachable; the handler never runs', async () => {
-    const { events, onEvent } = recorder();
-    const engine = createEngine({ store: flakyStore(new MemoryStore(), { claim: 1 }), onEvent, unavailableRetryAfter: 5 });
-    const handler = vi.fn(() => 'charged');
-    const error = await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(StoreUnavailableError);
-    expect(error).toMatchObject({ status: 503, retryAfter: 5, code: 'idempotency_store_unavailable' });
-    expect(handler).not.toHaveBeenCalled();
-    expect(events).toEqual([expect.objectContaining({ type: 'storeError', operation: 'claim', willRetry: false })]);
-    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ value: 'charged' });
+  describe.each(unreachableStores)('E5 on a real store that cannot reach its database ($name)', ({ open }) => {
+    it('fails closed with a typed 503 and Retry-After; the handler never runs', async () => {
+      const unreachable = await open();
+      try {
+        const { events, onEvent } = recorder();
+        const engine = createEngine({ store: unreachable.store, onEvent, unavailableRetryAfter: 5 });
+        const handler = vi.fn(() => 'charged');
+        const error = await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler).catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(StoreUnavailableError);
+        expect(error).toMatchObject({ status: 503, retryAfter: 5, code: 'idempotency_store_unavailable' });
+        expect(handler).not.toHaveBeenCalled();
+        expect(events).toEqual([expect.objectContaining({ type: 'storeError', operation: 'claim', willRetry: false })]);
+      } finally {
+        await unreachable.close();
+      }
+    });
   });
 
-  it('E7: when storing the outcome fails, the client gets the real outcome and the write is retried', async () => {
-    const inner = new MemoryStore();
-    const { types, onEvent } = recorder();
-    const engine = createEngine({ store: flakyStore(inner, { complete: 2 }), onEvent });
-    const handler = vi.fn(() => ({ charged: true }));
-    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ ok: true, value: { charged: true }, replayed: false });
-    expect((await inner.get(scope, 'k'))?.state).toBe('processing');
-    await expect(engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).rejects.toBeInstanceOf(RequestInProgressError);
-    await engine.drain();
-    expect((await inner.get(scope, 'k'))?.state).toBe('completed');
-    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ value: { charged: true }, replayed: true });
-    expect(handler).toHaveBeenCalledTimes(1);
-    expect(types().filter((t) => t === 'storeError')).toHaveLength(2);
+  it('E5/E4: nothing is stored while SQLite is unreachable: over a new connection the same key executes', async () => {
+    const unreachable = await unreachableStores[0]!.open();
+    try {
+      const handler = vi.fn(() => 'charged');
+      await expect(createEngine({ store: unreachable.store }).execute({ scope, key: 'k', fingerprint: 'f' }, handler)).rejects.toBeInstanceOf(StoreUnavailableError);
+      const reconnected = unreachable.reconnect!();
+      expect(await reconnected.get(scope, 'k')).toBeNull();
+      expect(await createEngine({ store: reconnected }).execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ value: 'charged', replayed: false });
+      expect(handler).toHaveBeenCalledTimes(1);
+    } finally {
+      await unreachable.close();
+    }
+  });
+
+  it('E7: when the database refuses to store the outcome, the client gets the real outcome, and the write is retried until it lands', async () => {
+    const target = await openSqliteTarget();
+    try {
+      await migrate(target.db);
+      const store = createDrizzleStore(target.db);
+      // A real refusal by the database (as a full disk would answer), lifted after two failed writes.
+      target.client.exec("CREATE TRIGGER refuse_outcomes BEFORE UPDATE OF state ON idem_keys WHEN NEW.state = 'completed' BEGIN SELECT RAISE(ABORT, 'disk full'); END");
+      const { types, onEvent } = recorder();
+      let refused = 0;
+      const engine = createEngine({
+        store,
+        onEvent: (event) => {
+          onEvent(event);
+          if (event.type === 'storeError' && ++refused === 2) target.client.exec('DROP TRIGGER refuse_outcomes');
+        },
+      });
+      const handler = vi.fn(() => ({ charged: true }));
+      expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ ok: true, value: { charged: true }, replayed: false });
+      expect((await store.get(scope, 'k'))?.state).toBe('processing');
+      await expect(engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).rejects.toBeInstanceOf(RequestInProgressError);
+      await engine.drain();
+      expect((await store.get(scope, 'k'))?.state).toBe('completed');
+      expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ value: { charged: true }, replayed: true });
+      expect(handler).toHaveBeenCalledTimes(1);
+      expect(types().filter((t) => t === 'storeError')).toHaveLength(2);
+    } finally {
+      await target.close();
+    }
   });
 
   it('E4: releases the claim when the handler reports it did not start, so the same key can run later', async () => {

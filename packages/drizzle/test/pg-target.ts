@@ -8,6 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
+import type { Logger } from 'drizzle-orm';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 
 export const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/test';
@@ -22,6 +23,8 @@ export interface PostgresTarget {
   url?: string;
   /** The fresh schema the connections' `search_path` points at. */
   schema: string;
+  /** Another drizzle instance over the same connections, with `logger` (to count statements). */
+  withLogger(logger: Logger): PgDatabase<PgQueryResultHKT, any, any>;
   /** Ends the connections and drops the schema. */
   close(): Promise<void>;
 }
@@ -93,6 +96,7 @@ async function openServer(url: string, schema: string, max: number): Promise<Pos
   return {
     kind: 'server',
     db: drizzleNodePostgres(pool),
+    withLogger: (logger) => drizzleNodePostgres(pool, { logger }),
     pool,
     url: schemaUrl,
     schema,
@@ -117,6 +121,7 @@ async function openPglite(schema: string): Promise<PostgresTarget> {
   return {
     kind: 'pglite',
     db: drizzle(client),
+    withLogger: (logger) => drizzle(client, { logger }),
     schema,
     async close() {
       await client.close();

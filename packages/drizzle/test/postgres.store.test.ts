@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { sql } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, definePgTables, migrate } from '../src/index.ts';
 import { pgSweepCandidates } from '../src/pg-store.ts';
 import { isServerReachable, openPostgresTarget, postgresRequired, type PostgresTarget } from './pg-target.ts';
-import { describeStoreBehaviour } from './store-behaviour.ts';
+import { APPLICATION_CLOCK_SHIFT_MS, claimed, describeStoreBehaviour, expectEveryMethodToReject } from './store-behaviour.ts';
 
 const where = (await isServerReachable()) || postgresRequired() ? 'PostgreSQL server, own schema' : 'PostgreSQL on PGlite (no server reachable)';
 
@@ -68,36 +68,45 @@ describe(`drizzle store on ${where}`, () => {
     }
   });
 
-  it('R1: lease and retention are counted from the database clock to the millisecond', async () => {
+  it("R1: created_at, lease_until and expires_at follow the database's now() to the millisecond, not the application's Date (moved back a year)", async (context) => {
     const target = await openPostgresTarget();
     try {
+      if (target.kind === 'pglite') context.skip("PGlite runs inside this process: its now() is the application's Date");
       await migrate(target.db);
       const store = createDrizzleStore(target.db);
       const key = randomUUID();
-      const result = await store.claim({ scope: 's', key, fingerprint: null, token: 't', leaseMs: 1234, retentionMs: 86_400_000, expiredReuse: 'execute' });
-      if (result.outcome !== 'claimed') throw new Error('not claimed');
-      const [row] = await rowsOf<{ lease: string; retention: string; skew: string }>(
+      const epochMs = (column: SQL) => sql`(extract(epoch FROM ${column}) * 1000)::bigint`;
+      const databaseNow = async () => Number((await rowsOf<{ now: string }>(target, sql`SELECT ${epochMs(sql`date_trunc('milliseconds', clock_timestamp())`)} AS now`))[0]!.now);
+      const before = await databaseNow();
+      vi.setSystemTime(Date.now() - APPLICATION_CLOCK_SHIFT_MS);
+      let result;
+      try {
+        result = await store.claim({ scope: 's', key, fingerprint: null, token: 't', leaseMs: 1234, retentionMs: 86_400_000, expiredReuse: 'execute' });
+      } finally {
+        vi.useRealTimers();
+      }
+      const after = await databaseNow();
+      const { record } = claimed(result);
+      const [row] = await rowsOf<{ created: string; lease: string; retention: string }>(
         target,
-        sql`SELECT (lease_until - created_at)::text AS lease, (expires_at - created_at)::text AS retention,
-                   abs(extract(epoch FROM created_at - now())) AS skew FROM idem_keys WHERE key = ${key}`,
+        sql`SELECT ${epochMs(sql`created_at`)} AS created, (lease_until - created_at)::text AS lease, (expires_at - created_at)::text AS retention FROM idem_keys WHERE key = ${key}`,
       );
       expect(row).toMatchObject({ lease: '00:00:01.234', retention: '1 day' });
-      expect(Number(row?.skew)).toBeLessThan(5);
-      expect(result.record.leaseUntil.getTime() - result.record.createdAt.getTime()).toBe(1234);
+      expect(Number(row!.created)).toBe(record.createdAt.getTime());
+      // Stamped with the application's time, the row would lie a year before `before`.
+      expect(record.createdAt.getTime()).toBeGreaterThanOrEqual(before);
+      expect(record.createdAt.getTime()).toBeLessThanOrEqual(after);
+      expect(record.leaseUntil.getTime() - record.createdAt.getTime()).toBe(1234);
+      expect(record.expiresAt.getTime() - record.createdAt.getTime()).toBe(86_400_000);
     } finally {
       await target.close();
     }
   });
 
-  it('E5: every method rejects when the server cannot be reached', async () => {
+  it('E5: every method, atomic mode included, rejects when the server cannot be reached (a closed port)', async () => {
     const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/unreachable', connectionTimeoutMillis: 500 });
-    const store = createDrizzleStore(drizzle(pool));
     try {
-      await expect(store.claim({ scope: 's', key: 'k', fingerprint: null, token: 't', leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' })).rejects.toThrow();
-      await expect(store.release({ scope: 's', key: 'k', token: 't' })).rejects.toThrow();
-      await expect(store.timeline('s', 'k')).rejects.toThrow();
-      await expect(store.purge({ olderThanMs: 0 })).rejects.toThrow();
-      await expect(store.ping()).rejects.toThrow();
+      await expectEveryMethodToReject(createDrizzleStore(drizzle(pool)));
     } finally {
       await pool.end();
     }
@@ -108,8 +117,7 @@ describe(`drizzle store on ${where}`, () => {
     try {
       await migrate(target.db);
       let statements = 0;
-      const db = target.pool ? drizzle(target.pool, { logger: { logQuery: () => void statements++ } }) : target.db;
-      const store = createDrizzleStore(db);
+      const store = createDrizzleStore(target.withLogger({ logQuery: () => void statements++ }));
       const request = { scope: 's', key: randomUUID(), fingerprint: 'f', token: 't1', leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' } as const;
 
       const fresh = await store.claim(request);
@@ -120,7 +128,7 @@ describe(`drizzle store on ${where}`, () => {
 
       statements = 0;
       const replay = await store.claim({ ...request, token: 't2' });
-      if (target.pool) expect(statements).toBe(1);
+      expect(statements).toBe(1);
       expect(replay).toMatchObject({ outcome: 'existing', expired: false, record: { state: 'completed', token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } } });
       expect(replay.record).toEqual(await store.get('s', request.key));
       if (replay.outcome !== 'existing') throw new Error('expected a replay');

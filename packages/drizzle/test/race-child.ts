@@ -1,8 +1,10 @@
 /**
  * One contender of the cross-process race (race.test.ts). Run as
  * `node --import tsx race-child.ts '<json RaceChildConfig>'`: opens its own connection(s),
- * prints `ready`, waits for a start time on stdin, fires its claims at once, and prints one
- * JSON line of what it saw.
+ * prints `ready`, and on `go` (stdin) fires a burst of claims and prints `started`; on `finish`
+ * it sends the rest, then prints one JSON line of what it saw. The parent says `finish` once
+ * every contender has started, so each one is still claiming while all the others are, however
+ * the machine schedules them.
  */
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
@@ -26,11 +28,9 @@ export interface RaceChildReport {
   owners: string[];
   generations: number[];
   errors: string[];
-  /** Epoch ms when this process sent its first claim and when its last answer came back. */
-  window: [number, number];
 }
 
-/** How long each process keeps claiming after the start time. */
+/** Over how long each process sends its claims after `finish`. */
 const SPREAD_MS = 100;
 
 const config = JSON.parse(process.argv[2] ?? '{}') as RaceChildConfig;
@@ -51,14 +51,22 @@ if (config.target.dialect === 'sqlite') {
 await store.ping();
 
 const lines = createInterface({ input: process.stdin });
+const received: string[] = [];
+let arrived: (() => void) | undefined;
+lines.on('line', (line) => {
+  received.push(line);
+  arrived?.();
+});
+/** Resolves once the parent has written `word` on its own line. */
+const told = (word: string) =>
+  new Promise<void>((resolve) => {
+    const check = () => (received.includes(word) ? resolve() : void (arrived = check));
+    check();
+  });
 process.stdout.write('ready\n');
-const startAt = await new Promise<number>((resolve) => lines.once('line', (line) => resolve(Number(line))));
-lines.close();
-// Sleep most of the way, then spin: timers fire late by a few ms, more than a SQLite batch takes.
-await new Promise((resolve) => setTimeout(resolve, Math.max(0, startAt - Date.now() - 20)));
-while (Date.now() < startAt);
+await told('go');
 
-const report: RaceChildReport = { claimed: 0, existing: 0, owners: [], generations: [], errors: [], window: [Date.now(), 0] };
+const report: RaceChildReport = { claimed: 0, existing: 0, owners: [], generations: [], errors: [] };
 const claim = async () => {
   try {
     const result = await store.claim({
@@ -77,14 +85,15 @@ const claim = async () => {
     report.errors.push(String(error));
   }
 };
-// A burst of claims from every process at the start time, the rest spread over SPREAD_MS, so
-// that each process is still claiming while the others are even when the scheduler (or
-// SQLite's single writer) lets one process run ahead.
+// A burst of claims from every process on `go`, the rest after `finish`, spread over SPREAD_MS:
+// however far the scheduler (or SQLite's single writer) lets one process run ahead, it is still
+// claiming once all the others have started.
 const burst = Math.ceil(config.claims / 4);
+const first = Array.from({ length: burst }, claim);
+process.stdout.write('started\n');
+await told('finish');
+lines.close();
 const step = SPREAD_MS / (config.claims - burst + 1);
-await Promise.all(
-  Array.from({ length: config.claims }, (_, i) => (i < burst ? claim() : new Promise((resolve) => setTimeout(resolve, (i - burst + 1) * step)).then(claim))),
-);
-report.window[1] = Date.now();
+await Promise.all([...first, ...Array.from({ length: config.claims - burst }, (_, i) => new Promise((resolve) => setTimeout(resolve, (i + 1) * step)).then(claim))]);
 await close();
 process.stdout.write(`${JSON.stringify(report)}\n`);

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { drizzle } from 'drizzle-orm/better-sqlite3';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, defineSqliteTables, migrate } from '../src/index.ts';
 import { sqliteSweepCandidates } from '../src/sqlite-store.ts';
 import { openSqliteTarget } from './sqlite-target.ts';
-import { describeStoreBehaviour } from './store-behaviour.ts';
+import { APPLICATION_CLOCK_SHIFT_MS, claimed, describeStoreBehaviour, expectEveryMethodToReject } from './store-behaviour.ts';
 
 describeStoreBehaviour('SQLite file in WAL mode', async () => {
   const target = await openSqliteTarget();
@@ -35,39 +35,49 @@ describe('drizzle store on SQLite', () => {
     }
   });
 
-  it('R1: timestamps are SQLite clock milliseconds stored as integers, bodies as text', async () => {
+  it("R1: timestamps are SQLite clock milliseconds stored as integers, following julianday('now') and not the application's Date (moved back a year); bodies as text", async () => {
     const target = await openSqliteTarget();
     try {
       await migrate(target.db);
       const store = createDrizzleStore(target.db);
       const key = randomUUID();
-      await store.claim({ scope: 's', key, fingerprint: null, token: 't', leaseMs: 1000, retentionMs: 5000, expiredReuse: 'execute' });
-      await store.complete({ scope: 's', key, token: 't', outcome: { kind: 'success', status: 200, body: '{"b":1,"a":2}' } });
+      const databaseNow = () => (target.client.prepare(`SELECT CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER) AS now`).get() as { now: number }).now;
+      const before = databaseNow();
+      vi.setSystemTime(Date.now() - APPLICATION_CLOCK_SHIFT_MS);
+      let result;
+      try {
+        result = await store.claim({ scope: 's', key, fingerprint: null, token: 't', leaseMs: 1000, retentionMs: 5000, expiredReuse: 'execute' });
+        await store.complete({ scope: 's', key, token: 't', outcome: { kind: 'success', status: 200, body: '{"b":1,"a":2}' } });
+      } finally {
+        vi.useRealTimers();
+      }
+      const after = databaseNow();
+      const { record } = claimed(result);
       const row = target.client
         .prepare(
-          `SELECT typeof(created_at) AS created, typeof(body) AS body, lease_until - created_at AS lease, expires_at - completed_at AS retention, typeof(expires_at) AS expires,
-                  abs(created_at - CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)) AS skew
+          `SELECT typeof(created_at) AS created, typeof(body) AS body, created_at AS createdAt, completed_at AS completedAt,
+                  lease_until - created_at AS lease, expires_at - completed_at AS retention, typeof(expires_at) AS expires
            FROM idem_keys WHERE key = ?`,
         )
-        .get(key);
-      expect(row).toMatchObject({ created: 'integer', expires: 'integer', body: 'text', lease: 1000, retention: 5000 });
-      expect((row as { skew: number }).skew).toBeLessThan(5000);
+        .get(key) as { createdAt: number; completedAt: number };
+      expect(row).toMatchObject({ created: 'integer', expires: 'integer', body: 'text', createdAt: record.createdAt.getTime(), lease: 1000, retention: 5000 });
+      // Stamped with the application's time, the row would lie a year before `before`.
+      for (const stamp of [row.createdAt, row.completedAt]) {
+        expect(stamp).toBeGreaterThanOrEqual(before);
+        expect(stamp).toBeLessThanOrEqual(after);
+      }
     } finally {
       await target.close();
     }
   });
 
-  it('E5: every method rejects (never throws synchronously, never swallows) once the database is closed', async () => {
+  it('E5: every method, atomic mode included, rejects (never throws synchronously, never resolves) once the database is closed', async () => {
     const target = await openSqliteTarget();
     await migrate(target.db);
     const store = createDrizzleStore(target.db);
     target.client.close();
     try {
-      await expect(store.claim({ scope: 's', key: 'k', fingerprint: null, token: 't', leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' })).rejects.toThrow();
-      await expect(store.complete({ scope: 's', key: 'k', token: 't', outcome: { kind: 'success', status: 200, body: '' } })).rejects.toThrow();
-      await expect(store.get('s', 'k')).rejects.toThrow();
-      await expect(store.sweep()).rejects.toThrow();
-      await expect(store.ping()).rejects.toThrow();
+      await expectEveryMethodToReject(store);
     } finally {
       await target.close();
     }

@@ -30,6 +30,49 @@ export function claimed(result: ClaimResult) {
   return result;
 }
 
+/** How far the application's `Date` is moved back in the database-clock tests: a year. */
+export const APPLICATION_CLOCK_SHIFT_MS = 365 * 24 * 3_600_000;
+
+const unused = { scope: 'unreachable', key: 'k', token: 't' };
+const outcome = { kind: 'success', status: 200, body: '1' } as const;
+
+/** One call of each method of a drizzle store, on a key nobody uses. */
+const EVERY_CALL: Record<string, (store: DrizzleStore) => Promise<unknown>> = {
+  claim: (store) => store.claim({ ...unused, fingerprint: null, leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' }),
+  atomicClaim: (store) => store.atomicClaim({ ...unused, fingerprint: null, leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' }, () => 1, () => outcome),
+  atomicComplete: (store) => store.atomicComplete(unused, () => 1, () => outcome),
+  complete: (store) => store.complete({ ...unused, outcome }),
+  release: (store) => store.release(unused),
+  get: (store) => store.get(unused.scope, unused.key),
+  timeline: (store) => store.timeline(unused.scope, unused.key),
+  sweep: (store) => store.sweep(),
+  purge: (store) => store.purge({ olderThanMs: 0 }),
+  ping: (store) => store.ping(),
+};
+
+/**
+ * E5: calls every method of `store`, whose database cannot be reached, and expects each to
+ * answer a rejected promise: none throws synchronously, none resolves. The list of calls must
+ * name every method the store has, so that a new method cannot be left out.
+ */
+export async function expectEveryMethodToReject(store: DrizzleStore): Promise<void> {
+  const methods = Object.keys(store).filter((name) => typeof (store as unknown as Record<string, unknown>)[name] === 'function');
+  expect(Object.keys(EVERY_CALL).sort(), 'a call for every method of the store').toEqual(methods.sort());
+  const answers: Record<string, string> = {};
+  for (const [name, call] of Object.entries(EVERY_CALL)) {
+    try {
+      const answer = call(store);
+      answers[name] = await answer.then(
+        (value) => `resolved ${JSON.stringify(value)}`,
+        (error: unknown) => (error instanceof Error ? 'rejected' : `rejected with a non-error ${String(error)}`),
+      );
+    } catch (error) {
+      answers[name] = `threw synchronously: ${String(error)}`;
+    }
+  }
+  expect(answers).toEqual(Object.fromEntries(Object.keys(EVERY_CALL).map((name) => [name, 'rejected'])));
+}
+
 export function describeStoreBehaviour(name: string, open: () => Promise<StoreHarness>): void {
   describe(`drizzle store behaviour: ${name}`, () => {
     let harness: StoreHarness;

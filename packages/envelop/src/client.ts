@@ -8,6 +8,7 @@
  */
 import {
   createRetentionResolver,
+  DEFAULT_KEY_FIELD,
   formatIdempotencyKey,
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
@@ -16,6 +17,7 @@ import {
   parseRetryAfter,
   retryWithinRetention,
   type AttemptResult,
+  type KeyOptions,
   type ClientRetryOptions,
   type RetentionSourceOptions,
   type RetryReason,
@@ -42,11 +44,12 @@ export interface IdempotentFetchOptions extends ClientRetryOptions, RetentionSou
   /** The `fetch` that sends the requests and reads `policyUrl`. Defaults to `globalThis.fetch`. */
   fetch?: Fetch;
   /**
-   * The server's key argument (its `argument` option): an operation whose root fields carry
-   * their own keys (this argument or `@idempotent(key:)`) is sent as it is, without a header key
-   * and without retries. `false` when the server reads no argument. Defaults to `'idempotencyKey'`.
+   * The server's key field, in its words (`key.field`, here the key argument): an operation whose
+   * root fields carry their own keys (this argument or `@idempotent(key:)`) is sent as it is,
+   * without a header key and without retries. `{ field: false }` when the server reads no
+   * argument. Defaults to `{ field: 'idempotencyKey' }`.
    */
-  argument?: string | false;
+  key?: Pick<KeyOptions, 'field'>;
 }
 
 /**
@@ -72,7 +75,7 @@ export interface IdempotentFetchOptions extends ClientRetryOptions, RetentionSou
  * @throws TypeError `[idem] …` at once when neither or both of `retention` and `policyUrl` are given.
  */
 export function createIdempotentFetch(options: IdempotentFetchOptions): Fetch {
-  const { fetch: baseFetch = (input, init) => globalThis.fetch(input, init), retention, policyUrl, argument = 'idempotencyKey', ...retryOptions } = options;
+  const { fetch: baseFetch = (input, init) => globalThis.fetch(input, init), retention, policyUrl, key: { field: argument = DEFAULT_KEY_FIELD } = {}, ...retryOptions } = options;
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch: baseFetch }, 'createIdempotentFetch');
   const now = retryOptions.now ?? Date.now;
 

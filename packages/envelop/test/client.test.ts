@@ -8,9 +8,10 @@ import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createSchema, createYoga } from 'graphql-yoga';
 import { GraphQLError } from 'graphql';
-import { createPolicyDocument, MemoryStore, sharedPrincipal, type Duration } from '@idem/core';
+import { createPolicyDocument, MemoryStore, sharedPrincipal, type Duration, type IdempotencyEvent } from '@idem/core';
 import { useYogaIdempotency } from '@idem/envelop';
 import { createIdempotentFetch, describeOperation, RetentionWindowExceededError, type IdempotentFetchOptions, type RetryNotice } from '@idem/envelop/client';
+import { untilEvent, untilExpired } from '../../../test/support/waiting.ts';
 
 const QUOTED_UUID = /^"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"$/;
 
@@ -54,7 +55,9 @@ function createShop(retention: Duration) {
       },
     },
   });
-  const plugin = useYogaIdempotency({ store: new MemoryStore(), principal: sharedPrincipal, retention });
+  const store = new MemoryStore();
+  const events: IdempotencyEvent[] = [];
+  const plugin = useYogaIdempotency({ store, principal: sharedPrincipal, retention, onEvent: (event) => void events.push(event) });
   const yoga = createYoga({ schema, logging: false, plugins: [plugin] });
   const { retentionMs, leaseMs } = plugin.engine.policy;
   const policy = createPolicyDocument({
@@ -80,6 +83,8 @@ function createShop(retention: Duration) {
   });
   return {
     server,
+    store,
+    events,
     calls,
     hold() {
       hold = { started: deferred(), gate: deferred() };
@@ -286,11 +291,11 @@ describe('createIdempotentFetch against a real GraphQL Yoga server', () => {
     expect(shop.calls.slowPayment).toBe(1);
     expect(shop.calls.policy).toBe(1);
 
-    // What the helper refused to do: past the retention, the same key runs again.
+    // What the helper refused to do: past the retention the server recorded, the same key runs again.
     held.release();
-    // Retention counts from completion (R1), which follows the release.
-    const released = Date.now();
-    await new Promise((resolve) => setTimeout(resolve, released + 2500 - Date.now()));
+    const claimed = await untilEvent(shop.events, (event) => event.type === 'claimed' && event.key === exceeded.key);
+    const record = await untilExpired(shop.store, claimed.scope, exceeded.key);
+    expect(record.expiresAt.getTime() - record.completedAt!.getTime()).toBe(2000);
     const late = await fetch(shop.graphql, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': sent[0]!.key! }, body: JSON.stringify(SLOW) });
     expect(late.status).toBe(200);
     expect(late.headers.get('idempotent-replayed')).toBeNull();

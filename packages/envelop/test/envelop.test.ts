@@ -7,10 +7,11 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { envelop, useEngine, useMaskedErrors, useSchema, type Plugin } from '@envelop/core';
 import { execute, GraphQLError, parse, specifiedRules, subscribe, validate, type ExecutionResult } from 'graphql';
-import { MemoryStore, type IdempotencyStore } from '@idem/core';
+import { MemoryStore } from '@idem/core';
 import { useIdempotency, useYogaIdempotency, type IdempotencyOptions } from '../src/index.ts';
 import { createShop, type Shop } from './fixtures/shop.ts';
 import { storeTargets, type OpenStore } from './fixtures/stores.ts';
+import { unreachableStores } from '../../drizzle/test/unreachable-stores.ts';
 
 // The shop schema is built with graphql-yoga's `createSchema`, which Node loads with graphql's
 // index.js: give our code that same graphql instance (see yoga.test.ts).
@@ -126,14 +127,18 @@ describe.each(storeTargets)('@idem/envelop in plain Envelop over $name', (target
   });
 });
 
-describe('@idem/envelop configuration and store faults', () => {
-  it('E5: answers 503 with Retry-After and does not run the resolver', async () => {
+describe.each(unreachableStores)('@idem/envelop on a store that cannot reach its database ($name)', ({ open }) => {
+  let unreachable: Awaited<ReturnType<typeof open>>;
+  beforeAll(async () => {
+    unreachable = await open();
+  });
+  afterAll(async () => {
+    await unreachable?.close();
+  });
+
+  it('E5: plain Envelop answers a GraphQLError with extensions.http 503 and Retry-After, and does not run the resolver', async () => {
     const shop = createShop();
-    const healthy = new MemoryStore();
-    const down: IdempotencyStore = Object.assign(Object.create(healthy) as MemoryStore, {
-      claim: () => Promise.reject(new Error('connection refused')),
-    });
-    const run = createRunner(shop, useIdempotency<NodeContext>({ store: down, principal: (context) => context.user, unavailableRetryAfter: 3 }));
+    const run = createRunner(shop, useIdempotency<NodeContext>({ store: unreachable.store, principal: (context) => context.user, unavailableRetryAfter: 3 }));
     const result = await run(CREATE_ORDER, nodeContext(randomUUID()));
 
     expect(result.errors?.[0]?.extensions).toMatchObject({
@@ -142,7 +147,9 @@ describe('@idem/envelop configuration and store faults', () => {
     });
     expect(shop.calls.createOrder).toBeUndefined();
   });
+});
 
+describe('@idem/envelop configuration', () => {
   it('R1: retention reaches the engine as it is given, 24 hours by default', () => {
     const store = new MemoryStore();
     const principal = () => 'alice';

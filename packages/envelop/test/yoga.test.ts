@@ -12,6 +12,7 @@ import { deriveKey, formatScope } from '@idem/core';
 import { createShop, type Shop } from './fixtures/shop.ts';
 import { graphqlClient, type GraphQLRequestBody } from './fixtures/http.ts';
 import { storeTargets, type OpenStore } from './fixtures/stores.ts';
+import { unreachableStores } from '../../drizzle/test/unreachable-stores.ts';
 
 const CREATE_ORDER = /* GraphQL */ `
   mutation CreateOrder($input: OrderInput!) {
@@ -473,5 +474,24 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       expect(shop.calls.createOrder).toBe(1);
     });
+  });
+});
+
+describe.each(unreachableStores)('@idem/envelop with GraphQL Yoga on a store that cannot reach its database ($name)', ({ open }) => {
+  it('E5/X3: answers HTTP 503 with a Retry-After header and IDEMPOTENCY_STORE_UNAVAILABLE, and does not run the resolver', async () => {
+    const unreachable = await open();
+    try {
+      const shop = createShop();
+      const yoga = createYoga({ schema: shop.schema, logging: false, plugins: [useYogaIdempotency({ store: unreachable.store, principal: () => 'alice', unavailableRetryAfter: 3 })] });
+      const post = graphqlClient((url, init) => yoga.fetch(url, init));
+      const refused = await post(order(), keyHeader(randomUUID()));
+
+      expect(refused.status).toBe(503);
+      expect(refused.headers.get('retry-after')).toBe('3');
+      expect(refused.body.errors?.[0]?.extensions).toMatchObject({ code: 'IDEMPOTENCY_STORE_UNAVAILABLE' });
+      expect(shop.calls.createOrder).toBeUndefined();
+    } finally {
+      await unreachable.close();
+    }
   });
 });

@@ -36,7 +36,8 @@ export function markReplayedError(error: unknown): unknown {
 
 /**
  * Whether a tRPC error is a stored outcome the middleware replayed (E2) in a batch of several
- * calls, where `Idempotent-Replayed` covers the whole response and cannot tell the calls apart;
+ * calls, where `Idempotent-Replayed` covers the whole response and cannot tell the calls apart,
+ * or in a streamed response (`httpBatchStreamLink`), whose headers left before the call ran;
  * `idempotencyErrorFormatter` puts it in `error.data.idempotentReplayed`. (A lone call's replay
  * has the header and a body byte-identical to the first answer.)
  */
@@ -72,7 +73,7 @@ export type IdempotencyErrorShape<TShape extends TRPCErrorShape = TRPCDefaultErr
 /**
  * X2: an `errorFormatter` that adds `data.idempotency = { code, type, title, detail, status, retryAfter? }`
  * to idempotency errors, `data.idempotentReplayed: true` to stored errors the middleware replayed
- * in a batch of several calls (E2: the per-call counterpart of `Idempotent-Replayed`), and leaves
+ * in a batch of several calls or in a stream (E2: the per-call counterpart of `Idempotent-Replayed`), and leaves
  * every other error's shape as it is.
  *
  * ```ts

@@ -105,8 +105,9 @@ const replayedCalls = new WeakMap<IdempotencyTransport, number>();
 /**
  * E2: `Idempotent-Replayed: true` says the whole response is a replay, so in a batch it is set
  * only once every call of the request was answered with a replay; a call that executed (or did
- * not go through this middleware) keeps it off. Answers whether the request is this one call:
- * otherwise a replayed error is marked in its own `error.data.idempotentReplayed` (see
+ * not go through this middleware) keeps it off. Answers whether the header speaks for this one
+ * call: otherwise (a batch, or a streamed response, whose headers left before the call ran) a
+ * replayed error is marked in its own `error.data.idempotentReplayed` (see
  * `idempotencyErrorFormatter`), while a lone call's body stays byte-identical to the first answer.
  */
 function markReplayedCall(transport: IdempotencyTransport | undefined): boolean {
@@ -115,7 +116,15 @@ function markReplayedCall(transport: IdempotencyTransport | undefined): boolean 
   const replayed = (replayedCalls.get(transport) ?? 0) + 1;
   replayedCalls.set(transport, replayed);
   if (replayed >= calls) transport.setResponseHeader(IDEMPOTENT_REPLAYED_HEADER, 'true');
-  return calls <= 1;
+  return calls <= 1 && !isStreamed(transport);
+}
+
+/**
+ * `httpBatchStreamLink` asks for a JSON Lines stream (`trpc-accept: application/jsonl`): tRPC
+ * sends its status and headers before the procedures run, so no header reaches the client.
+ */
+function isStreamed(transport: IdempotencyTransport): boolean {
+  return transport.info?.accept === 'application/jsonl';
 }
 
 /** E3/E5: `Retry-After` on 409 and 503. In a batch, the longest wait wins. */

@@ -90,10 +90,13 @@ describe('@idem/trpc atomic mode over HTTP on PostgreSQL', () => {
 
   it('F3: the usual rules hold in atomic mode: another payload with the same key is 422 and runs nothing', async () => {
     const key = newKey();
-    await mutate(server.url, 'pay', { paymentId: 'pay_trpc_2', amount: 1 }, { 'idempotency-key': key });
+    const before = await countPgPayments(target.db);
+    const runs = app.calls.pay;
+    expect((await mutate(server.url, 'pay', { paymentId: 'pay_trpc_2', amount: 1 }, { 'idempotency-key': key })).status).toBe(200);
     const other = await mutate(server.url, 'pay', { paymentId: 'pay_trpc_3', amount: 1 }, { 'idempotency-key': key });
     expect(other.status).toBe(422);
-    expect(await countPgPayments(target.db)).toBe(2);
+    expect(app.calls.pay).toBe(runs + 1);
+    expect(await countPgPayments(target.db)).toBe(before + 1);
   });
 });
 

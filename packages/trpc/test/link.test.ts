@@ -11,9 +11,10 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import { createHTTPHandler, type CreateHTTPContextOptions } from '@trpc/server/adapters/standalone';
 import { createTRPCClient, httpBatchLink, httpLink, TRPCClientError, type TRPCLink } from '@trpc/client';
 import { z } from 'zod';
-import { createPolicyDocument, MemoryStore, type EndpointPolicyDescription } from '@idem/core';
+import { createPolicyDocument, formatScope, MemoryStore, type EndpointPolicyDescription } from '@idem/core';
 import { idempotency, idempotencyContext, idempotencyErrorFormatter, sharedPrincipal } from '../src/index.ts';
 import { idempotencyHeaders, idempotencyLink, RetentionWindowExceededError, RetriesExhaustedError, type IdempotencyLinkOptions, type RetryNotice } from '../src/link.ts';
+import { untilExpired } from '../../../test/support/waiting.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 const QUOTED_UUID = new RegExp(`^"${UUID.source.slice(1, -1)}"$`);
@@ -91,6 +92,7 @@ function createShop({ retention = '24h' }: { retention?: string } = {}) {
   return {
     server,
     router,
+    store,
     calls,
     /** Holds `slowCharge` resolvers until `release()`; `started` resolves when one runs. */
     hold() {
@@ -327,11 +329,10 @@ describe('idempotencyLink over a real tRPC server', () => {
       expect(sent.map((s) => s.status)).toEqual([undefined, 409]);
       expect(shop.calls.slowCharge).toBe(1);
 
-      // What the link refused to do: past the retention, the same key runs again.
+      // What the link refused to do: past the retention the server recorded, the same key runs again.
       held.release();
-      // Retention counts from completion (R1), which follows the release.
-      const released = Date.now();
-      await new Promise((resolve) => setTimeout(resolve, released + 2500 - Date.now()));
+      const record = await untilExpired(shop.store, formatScope('slowCharge', sharedPrincipal()), exceeded.key);
+      expect(record.expiresAt.getTime() - record.completedAt!.getTime()).toBe(2000);
       const late = await fetch(`${shop.url}/trpc/slowCharge`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': sent[0]!.key! }, body: '{"amount":42}' });
       expect(late.status).toBe(200);
       expect(late.headers.get('idempotent-replayed')).toBeNull();
@@ -342,8 +343,8 @@ describe('idempotencyLink over a real tRPC server', () => {
       const shop = await start();
       const { trpc } = clientOf(shop.url);
       await Promise.all([trpc.charge.mutate({ amount: 1 }), trpc.charge.mutate({ amount: 2 })]);
-      await trpc.chargeByInput.mutate({ amount: 3 }).catch(() => {});
-      expect(shop.calls.policy).toBe(1);
+      await expect(trpc.optionalCharge.mutate({ amount: 3 })).resolves.toEqual({ charge: 'ch_opt_1', amount: 3 });
+      expect(shop.calls).toMatchObject({ charge: 2, optionalCharge: 1, policy: 1 });
     });
 
     it('uses a configured retention without reading any policy', async () => {
@@ -413,10 +414,10 @@ describe('idempotencyLink over a real tRPC server', () => {
     expect(shop.calls.optionalCharge).toBe(1);
   });
 
-  describe("input-field keys (key: { from: 'input' })", () => {
+  describe("input-field keys (key: { header: false })", () => {
     it('K4: each call of a batch carries its own key in the input, kept across a retry', async () => {
       const shop = await start();
-      const { trpc, sent, faults } = clientOf(shop.url, { key: { from: 'input' }, batch: true });
+      const { trpc, sent, faults } = clientOf(shop.url, { key: { header: false }, batch: true });
       faults.push(loseResponse);
 
       const results = await Promise.all([trpc.chargeByInput.mutate({ amount: 1 }), trpc.chargeByInput.mutate({ amount: 2 })]);
@@ -436,7 +437,7 @@ describe('idempotencyLink over a real tRPC server', () => {
 
     it("keeps a key the caller put in the input, and leaves the caller's input object as it was", async () => {
       const shop = await start();
-      const { trpc, sent } = clientOf(shop.url, { key: { from: 'input' } });
+      const { trpc, sent } = clientOf(shop.url, { key: { header: false } });
       const input = { amount: 3, idempotencyKey: 'order-3-attempt' };
       await trpc.chargeByInput.mutate(input);
       expect(sent[0]!.body).toEqual({ amount: 3, idempotencyKey: 'order-3-attempt' });
@@ -448,7 +449,7 @@ describe('idempotencyLink over a real tRPC server', () => {
 
     it('refuses an input that is not an object, before sending anything', async () => {
       const shop = await start();
-      const { trpc, sent } = clientOf(shop.url, { key: { from: 'input' } });
+      const { trpc, sent } = clientOf(shop.url, { key: { header: false } });
       const error = await rejection(trpc.echoByInput.mutate('not an object'));
       expect(error.message).toMatch(/^\[idem\] idempotencyLink puts the key in the input field `idempotencyKey`, so the input of echoByInput must be an object; got string/);
       expect(sent).toHaveLength(0);

@@ -1,12 +1,14 @@
 /**
- * What does not depend on the store: fail-closed on an unreachable store, pass-through of
- * queries and subscriptions, configuration errors, and composing the error formatter.
+ * What does not depend on a working store: fail-closed on real stores that cannot reach their
+ * database (a closed SQLite connection, a closed PostgreSQL port), pass-through of queries and
+ * subscriptions, configuration errors, and composing the error formatter.
  */
 import { request } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { initTRPC } from '@trpc/server';
 import { z } from 'zod';
-import { MemoryStore, deriveKey, formatScope, type IdempotencyStore } from '@idem/core';
+import { MemoryStore, deriveKey, formatScope } from '@idem/core';
+import { unreachableStores } from '../../drizzle/test/unreachable-stores.ts';
 import { idempotency, idempotencyClaim, idempotencyErrorData, idempotencyErrorFormatter, sharedPrincipal, type IdempotencyContext } from '../src/index.ts';
 import { mutate, newKey, startStandalone, type RunningServer } from './http.ts';
 
@@ -23,31 +25,30 @@ async function serve(...args: Parameters<typeof startStandalone>): Promise<strin
   return server.url;
 }
 
-/** A store whose backend is down: every call rejects. */
-function unreachableStore(): IdempotencyStore {
-  const down = () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432'));
-  return Object.assign(Object.create(new MemoryStore()) as IdempotencyStore, { claim: down, complete: down, release: down, get: down });
-}
-
 describe('@idem/trpc middleware', () => {
-  it('E5: an unreachable store answers 503 SERVICE_UNAVAILABLE with Retry-After, and the resolver does not run', async () => {
-    let runs = 0;
-    const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
-    const router = t.router({
-      pay: t.procedure
-        .input(z.object({ amount: z.number() }))
-        .use(idempotency({ store: unreachableStore(), principal: (ctx: Context) => ctx.user }))
-        .mutation(() => ++runs),
-    });
-    const response = await mutate(await serve(router), 'pay', { amount: 1 }, { 'idempotency-key': newKey() });
-    expect(response.status).toBe(503);
-    expect(response.headers.get('retry-after')).toBe('2');
-    expect(response.body.error.data).toMatchObject({
-      code: 'SERVICE_UNAVAILABLE',
-      httpStatus: 503,
-      idempotency: { code: 'idempotency_store_unavailable', status: 503, retryAfter: 2 },
-    });
-    expect(runs).toBe(0);
+  it.each(unreachableStores)('E5: a store that cannot reach its database ($name) answers 503 SERVICE_UNAVAILABLE with Retry-After, and the resolver does not run', async ({ open }) => {
+    const unreachable = await open();
+    try {
+      let runs = 0;
+      const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
+      const router = t.router({
+        pay: t.procedure
+          .input(z.object({ amount: z.number() }))
+          .use(idempotency({ store: unreachable.store, principal: (ctx: Context) => ctx.user }))
+          .mutation(() => ++runs),
+      });
+      const response = await mutate(await serve(router), 'pay', { amount: 1 }, { 'idempotency-key': newKey() });
+      expect(response.status).toBe(503);
+      expect(response.headers.get('retry-after')).toBe('2');
+      expect(response.body.error.data).toMatchObject({
+        code: 'SERVICE_UNAVAILABLE',
+        httpStatus: 503,
+        idempotency: { code: 'idempotency_store_unavailable', status: 503, retryAfter: 2 },
+      });
+      expect(runs).toBe(0);
+    } finally {
+      await unreachable.close();
+    }
   });
 
   it('E6: the resolver reads its claim from ctx and derives a downstream key that is stable for the key and differs per key', async () => {

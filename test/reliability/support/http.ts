@@ -100,19 +100,5 @@ export function postRaw(url: string, json: unknown, headers: OutgoingHttpHeaders
   });
 }
 
-/** Resolves after `ms`. */
-export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-/**
- * Calls `attempt` every `intervalMs` until it returns something other than undefined, at most
- * `maxAttempts` times and for at most `timeoutMs`: every wait in the suite is bounded.
- */
-export async function pollUntil<T>(attempt: () => Promise<T | undefined>, { intervalMs, timeoutMs, maxAttempts = 1000 }: { intervalMs: number; timeoutMs: number; maxAttempts?: number }): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (let round = 0; round < maxAttempts && Date.now() < deadline; round++) {
-    const result = await attempt();
-    if (result !== undefined) return result;
-    await sleep(intervalMs);
-  }
-  throw new Error(`[reliability] gave up after ${timeoutMs} ms / ${maxAttempts} attempts`);
-}
+// The suite's waits live with the other test packages' in test/support/waiting.ts.
+export { pollUntil, sleep } from '../../support/waiting.ts';

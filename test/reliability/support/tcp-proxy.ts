@@ -1,8 +1,8 @@
 /**
- * A TCP proxy between an app and PostgreSQL, driven by the test: it passes bytes through,
- * refuses new connections, destroys the open ones, or cuts a connection the moment the client
- * sends a given byte pattern (a PostgreSQL prepared statement's name, say). Listens on
- * 127.0.0.1 only.
+ * A TCP proxy between an app and PostgreSQL (or a client and an HTTP server), driven by the
+ * test: it passes bytes through, refuses new connections, destroys the open ones, cuts a
+ * connection the moment the client sends a given byte pattern (a PostgreSQL prepared
+ * statement's name, say), or drops the answer to it. Listens on 127.0.0.1 only.
  */
 import { createServer, connect, type Server, type Socket } from 'node:net';
 
@@ -17,6 +17,8 @@ export interface TcpProxyStats {
   dropped: number;
   /** Connections cut by a cut-after rule, once the matching bytes were forwarded. */
   cutAfter: number;
+  /** Answers dropped by a drop-response rule (their connection cut as the answer arrived). */
+  responsesDropped: number;
 }
 
 export interface TcpProxy {
@@ -41,6 +43,13 @@ export interface TcpProxy {
    * bytes are still forwarded for 100 ms (the rest of the message), nothing is sent back.
    */
   cutAfterClientSends(pattern: string): void;
+  /**
+   * Once a connection's client has sent `pattern`, forward it, then drop the target's next bytes
+   * on that connection (its answer) and cut both sides: the server received the request, ran it
+   * and answered; the client never sees the answer. Applies to the next `times` matches (every
+   * one by default). An HTTP client sees a connection closed before any response byte.
+   */
+  dropResponseAfterClientSends(pattern: string, options?: { times?: number }): void;
   clearDropRules(): void;
   close(): Promise<void>;
 }
@@ -54,11 +63,12 @@ interface Pair {
 }
 
 export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
-  const stats: TcpProxyStats = { accepted: 0, refused: 0, destroyed: 0, dropped: 0, cutAfter: 0 };
+  const stats: TcpProxyStats = { accepted: 0, refused: 0, destroyed: 0, dropped: 0, cutAfter: 0, responsesDropped: 0 };
   const open = new Set<Pair>();
   let refusing = false;
   let dropRules: Buffer[] = [];
   let cutAfterRules: Buffer[] = [];
+  let dropResponseRules: Array<{ pattern: Buffer; left: number }> = [];
 
   const server: Server = createServer((client) => {
     client.on('error', () => {});
@@ -82,7 +92,15 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     client.on('close', close);
     upstream.on('close', close);
     let cutting = false;
-    upstream.on('data', (chunk: Buffer) => void (cutting || client.write(chunk)));
+    let dropNextResponse = false;
+    upstream.on('data', (chunk: Buffer) => {
+      if (dropNextResponse) {
+        stats.responsesDropped++;
+        close();
+        return;
+      }
+      if (!cutting) client.write(chunk);
+    });
     let tail = Buffer.alloc(0);
     client.on('data', (chunk: Buffer) => {
       if (cutting) {
@@ -109,7 +127,17 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
         }, CUT_AFTER_MS);
         return;
       }
-      const longest = Math.max(0, ...[...dropRules, ...cutAfterRules].map((rule) => rule.length - 1));
+      const dropResponse = dropResponseRules.find((rule) => rule.left > 0 && window.includes(rule.pattern));
+      if (dropResponse) {
+        dropResponse.left--;
+        dropNextResponse = true;
+      }
+      const longest = Math.max(
+        0,
+        ...[...dropRules, ...cutAfterRules, ...dropResponseRules.map((rule) => rule.pattern)].map(
+          (rule) => rule.length - 1,
+        ),
+      );
       tail = window.subarray(Math.max(0, window.length - longest));
       upstream.write(chunk);
     });
@@ -147,9 +175,12 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     destroyOpenSockets,
     dropWhenClientSends: (pattern) => void (dropRules = [...dropRules, Buffer.from(pattern)]),
     cutAfterClientSends: (pattern) => void (cutAfterRules = [...cutAfterRules, Buffer.from(pattern)]),
+    dropResponseAfterClientSends: (pattern, { times = Infinity } = {}) =>
+      void (dropResponseRules = [...dropResponseRules, { pattern: Buffer.from(pattern), left: times }]),
     clearDropRules: () => {
       dropRules = [];
       cutAfterRules = [];
+      dropResponseRules = [];
     },
     async close() {
       destroyOpenSockets();
