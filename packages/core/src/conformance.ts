@@ -88,6 +88,8 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
       }
       throw new Error(`[idem] conformance: the store's clock did not pass ${instant.toISOString()}`);
     };
+    /** Waits until the retention of (scope, key) as stored has passed: retention counts from completion (R1). */
+    const storedRetentionPassed = async (key: string) => storePassed((await store.get(scope, key))!.expiresAt);
     /** Waits until (scope, key) is claimed and its handler is running. */
     const untilProcessing = async (key: string) => {
       for (let round = 0; (await store.get(scope, key))?.state !== 'processing'; round++) {
@@ -218,7 +220,7 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
       const first = request({ retentionMs: shortMs, leaseMs: shortMs });
       const { record } = claimed(await store.claim(first));
       await store.complete({ scope, key: first.key, token: first.token, outcome: success('{"charge":1}') });
-      await storePassed(record.expiresAt);
+      await storedRetentionPassed(record.key);
       const reuse = claimed(await store.claim(request({ key: first.key, fingerprint: 'fp-different' })));
       expect(reuse.record).toMatchObject({ generation: 2, state: 'processing', fingerprint: 'fp-different' });
       expect(reuse.expired).toMatchObject({ generation: 1, state: 'archived', fingerprint: 'fp-1' });
@@ -236,7 +238,7 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
       const first = request({ retentionMs: shortMs, leaseMs: shortMs });
       const { record } = claimed(await store.claim(first));
       await store.complete({ scope, key: first.key, token: first.token, outcome: success('1') });
-      await storePassed(record.expiresAt);
+      await storedRetentionPassed(record.key);
       const results = await Promise.all(Array.from({ length: 10 }, () => store.claim(request({ key: first.key }))));
       expect(results.filter((r) => r.outcome === 'claimed')).toHaveLength(1);
       expect((await store.timeline(scope, first.key)).map((entry) => entry.generation)).toEqual([1, 2]);
@@ -246,7 +248,7 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
       const first = request({ retentionMs: shortMs, leaseMs: shortMs });
       const { record } = claimed(await store.claim(first));
       await store.complete({ scope, key: first.key, token: first.token, outcome: success('1') });
-      await storePassed(record.expiresAt);
+      await storedRetentionPassed(record.key);
       const answer = existing(await store.claim(request({ key: first.key, expiredReuse: 'reject' })));
       expect(answer.expired).toBe(true);
       expect(answer.record.generation).toBe(1);
@@ -267,7 +269,7 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
       const keys = records.map((record) => record.key);
       const live = request();
       claimed(await store.claim(live));
-      await storePassed(new Date(Math.max(...records.map((record) => record.expiresAt.getTime()))));
+      for (const record of records) await storedRetentionPassed(record.key);
       const first = await store.sweep({ batchSize: 2 });
       const second = await store.sweep({ batchSize: 2 });
       expect(first.archived).toBe(2);
@@ -288,7 +290,7 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
       const req = request({ retentionMs: shortMs, leaseMs: shortMs });
       const { record } = claimed(await store.claim(req));
       await store.complete({ scope, key: req.key, token: req.token, outcome: success('1') });
-      await storePassed(record.expiresAt);
+      await storedRetentionPassed(record.key);
       claimed(await store.claim(request({ key: req.key })));
       expect((await store.purge({ olderThanMs: 3_600_000 })).deleted).toBe(0);
       const generations = await store.timeline(scope, req.key);

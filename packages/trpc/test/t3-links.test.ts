@@ -124,7 +124,7 @@ function clientOf(url: string, terminating: Terminating, options: Partial<Idempo
   };
   const link = idempotencyLink<T3Router>({
     retention: '24h',
-    key: { from: terminating === 'split' ? 'header' : 'input' },
+    key: { header: terminating === 'split' },
     initialDelayMs: 10,
     ...options,
   } as IdempotencyLinkOptions);
