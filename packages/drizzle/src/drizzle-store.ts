@@ -11,7 +11,7 @@ import {
   type IdempotencyRecord,
   type IdempotencyStore,
   type StoredOutcome,
-} from '@idem/core';
+} from '@idem/core/store';
 import { detectDialect, type Dialect, type DrizzleDatabase } from './dialect.js';
 import { chain, isThenable, type Eventually } from './eventually.js';
 import { defineMysqlTables } from './mysql-schema.js';
@@ -46,10 +46,10 @@ export interface DrizzleStoreOptions {
 
 /**
  * An {@link IdempotencyStore} backed by drizzle, with the dialect and table names it uses, and
- * atomic mode: the handler gets the drizzle transaction (PostgreSQL, MySQL: it may await; SQLite:
- * it must be synchronous).
+ * atomic mode: the handler gets the drizzle transaction, typed as `TTx` (PostgreSQL, MySQL: it
+ * may await; SQLite: it must be synchronous).
  */
-export interface DrizzleStore extends Omit<IdempotencyStore, keyof AtomicMode>, AtomicMode {
+export interface DrizzleStore<TTx = unknown> extends Omit<IdempotencyStore<TTx>, keyof AtomicMode>, AtomicMode<TTx> {
   readonly dialect: Dialect;
   readonly tables: TableNames;
 }
@@ -68,13 +68,19 @@ class Rollback<R> {
 type Handler<T> = (tx: unknown, record: IdempotencyRecord) => T | Promise<T>;
 type ToOutcome<T> = (result: AtomicResult<T>) => StoredOutcome;
 
+/** The transaction `db.transaction(…)` hands its callback: what atomic mode's `claim.tx` is. */
+export type DrizzleTransaction<TDb extends DrizzleDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
+
 /**
  * Creates the store over a drizzle instance: `drizzle-orm/node-postgres` or
  * `drizzle-orm/pglite` (PostgreSQL), `drizzle-orm/better-sqlite3` (SQLite) or
  * `drizzle-orm/mysql2` (MySQL 8.0+, MariaDB 10.6+). Run
  * {@link migrate} once before first use.
  */
-export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {}, busyRetryMs = DEFAULT_BUSY_RETRY_MS }: DrizzleStoreOptions = {}): DrizzleStore {
+export function createDrizzleStore<TDb extends DrizzleDatabase>(
+  db: TDb,
+  { tables: tableNames = {}, busyRetryMs = DEFAULT_BUSY_RETRY_MS }: DrizzleStoreOptions = {},
+): DrizzleStore<DrizzleTransaction<TDb>> {
   const tables: TableNames = { ...DEFAULT_TABLE_NAMES, ...tableNames };
   const detected = detectDialect(db);
   const statements =
@@ -84,7 +90,7 @@ export function createDrizzleStore(db: DrizzleDatabase, { tables: tableNames = {
         ? mysqlStatements(detected.db, defineMysqlTables(tables))
         : sqliteStatements(detected.db, defineSqliteTables(tables), busyRetryMs);
   // Every method answers a promise through this wrapper, also those that answer at once inside.
-  return withoutQueryParameters(storeOver(statements, detected.dialect, tables));
+  return withoutQueryParameters(storeOver(statements, detected.dialect, tables)) as DrizzleStore<DrizzleTransaction<TDb>>;
 }
 
 function storeOver(s: StoreStatements, dialect: Dialect, tables: TableNames): DrizzleStore {

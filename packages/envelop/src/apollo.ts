@@ -10,6 +10,8 @@ import { ApolloLink } from '@apollo/client/link';
 import { CombinedGraphQLErrors, ServerError, ServerParseError } from '@apollo/client/errors';
 import { Observable, type Subscription } from 'rxjs';
 import {
+  DEFAULT_KEY_FIELD,
+  type KeyOptions,
   createRetentionResolver,
   formatIdempotencyKey,
   IDEMPOTENCY_KEY_HEADER,
@@ -44,11 +46,12 @@ export interface IdempotencyLinkOptions extends ClientRetryOptions, RetentionSou
   /** The `fetch` that reads `policyUrl`. Defaults to `globalThis.fetch`. */
   fetch?: (input: string, init?: RequestInit) => Promise<Response>;
   /**
-   * The server's key argument (its `argument` option): a mutation whose root fields carry their
-   * own keys (this argument or `@idempotent(key:)`) passes through, without a header key and
-   * without retries. `false` when the server reads no argument. Defaults to `'idempotencyKey'`.
+   * The server's key field, in its words (`key.field`, here the key argument): an operation whose
+   * root fields carry their own keys (this argument or `@idempotent(key:)`) passes through,
+   * without a header key and without retries. `{ field: false }` when the server reads no
+   * argument. Defaults to `{ field: 'idempotencyKey' }`.
    */
-  argument?: string | false;
+  key?: Pick<KeyOptions, 'field'>;
 }
 
 /**
@@ -96,7 +99,7 @@ type Event = { kind: 'next'; result: Result } | { kind: 'error'; error: unknown 
  * @throws TypeError `[idem] …` at once when neither or both of `retention` and `policyUrl` are given.
  */
 export function idempotencyLink(options: IdempotencyLinkOptions): ApolloLink {
-  const { retention, policyUrl, fetch, argument = 'idempotencyKey', ...retryOptions } = options;
+  const { retention, policyUrl, fetch, key: { field: argument = DEFAULT_KEY_FIELD } = {}, ...retryOptions } = options;
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch }, 'idempotencyLink');
   const now = retryOptions.now ?? Date.now;
 
