@@ -5,7 +5,6 @@
  *
  * `@apollo/client` (4) and `rxjs` are peer dependencies of this entry only.
  */
-import type { DocumentNode, OperationDefinitionNode, SelectionNode } from 'graphql';
 import { ApolloLink } from '@apollo/client/link';
 import { CombinedGraphQLErrors, ServerError, ServerParseError } from '@apollo/client/errors';
 import { Observable, type Subscription } from 'rxjs';
@@ -24,7 +23,7 @@ import {
   type RetentionSourceOptions,
   type RetryReason,
 } from '@idem/core/client';
-import { keyedMutation, type OperationDescription, type RootField } from './client-operation.js';
+import { describeDocument, keyedMutation } from './client-operation.js';
 import { answerError, classifyAnswer, errorCode } from './client-sender.js';
 
 export {
@@ -256,26 +255,3 @@ function classifyError(error: unknown, now: () => number): { reason: RetryReason
   return { reason: 'network' };
 }
 
-/**
- * The type and root fields of the operation an Apollo operation runs, read from its parsed
- * document (as the `fetch` helper's scanner reads them from the request body).
- */
-function describeDocument(document: DocumentNode, operationName: string | undefined): OperationDescription | undefined {
-  const operations = document.definitions.filter((definition): definition is OperationDefinitionNode => definition.kind === 'OperationDefinition');
-  const chosen = operationName === undefined ? (operations.length === 1 ? operations[0] : undefined) : operations.find((operation) => operation.name?.value === operationName);
-  if (!chosen) return undefined;
-  const description: OperationDescription = { type: chosen.operation, rootFields: [], complete: true };
-  for (const selection of chosen.selectionSet.selections as readonly SelectionNode[]) {
-    if (selection.kind !== 'Field') {
-      description.complete = false;
-      continue;
-    }
-    const field: RootField = { name: selection.name.value, arguments: {}, directives: (selection.directives ?? []).map((directive) => directive.name.value) };
-    for (const argument of selection.arguments ?? []) {
-      if (argument.value.kind === 'Variable') field.arguments[argument.name.value] = { variable: argument.value.name.value };
-      else if (argument.value.kind === 'StringValue') field.arguments[argument.name.value] = { literal: argument.value.value };
-    }
-    description.rootFields.push(field);
-  }
-  return description;
-}
