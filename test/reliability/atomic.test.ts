@@ -230,9 +230,6 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       await app?.drain();
       await opened?.close();
       await proxy?.close();
-    });
-
-    afterAll(() => {
       // openDatabase listens on every pooled connection: a connection that dropped while an
       // atomic transaction held it (handler running, or its commit) is not an uncaught exception.
       expect(uncaught).toEqual([]);

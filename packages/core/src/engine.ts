@@ -367,7 +367,8 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
         try {
           // E4: a handler that did not start leaves nothing behind — here, by rolling back.
           if (!result.ok && result.error instanceof HandlerNotStartedError) throw result.error;
-          return (stored = this.#outcomeOf(endpoint, result));
+          stored = this.#outcomeOf(endpoint, result);
+          return stored;
         } catch (error) {
           own.add(error);
           throw error;

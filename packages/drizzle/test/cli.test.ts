@@ -285,7 +285,7 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
       /^idem: DATABASE_URL "mongodb:\/\/localhost\/db" is neither/,
       /^idem: unknown option --frobnicate/,
     ];
-    runs.forEach((run, index) => expectOneLineError(run, 2, reasons[index]!));
+    for (const [index, run] of runs.entries()) expectOneLineError(run, 2, reasons[index]!);
   });
 
   it('an unreachable database exits 1 with the reason and the URL, password redacted; a missing SQLite file is not created by a reader', async () => {

@@ -36,15 +36,18 @@ export function planKeys(rootFields: readonly RootField[], sources: KeySources):
   const fieldKeys = rootFields.map((field) => fieldKey(field, sources));
   if (fieldKeys.some((key) => key !== undefined)) {
     const keys = new Map<string, string | undefined>();
-    rootFields.forEach((field, index) => {
-      if (!field.definition) return keys.set(field.responseKey, undefined);
+    for (const [index, field] of rootFields.entries()) {
+      if (!field.definition) {
+        keys.set(field.responseKey, undefined);
+        continue;
+      }
       try {
         keys.set(field.responseKey, kit.chooseKey(field.fieldName, { header, field: fieldKeys[index] }));
       } catch (error) {
         if (error instanceof MissingKeyError) throw missingKey(field, sources);
         throw error;
       }
-    });
+    }
     return { unit: 'field', keys };
   }
   if (header !== undefined) return { unit: 'operation', key: header };

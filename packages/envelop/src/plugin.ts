@@ -83,7 +83,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
     const schema = args.schema as GraphQLSchema;
     const operation = getOperationAST(args.document, args.operationName);
     const rootType = schema.getMutationType();
-    if (!operation || operation.operation !== 'mutation' || !rootType) return execute(args);
+    if (operation?.operation !== 'mutation' || !rootType) return execute(args);
     const coerced = getVariableValues(schema, operation.variableDefinitions ?? [], (args.variableValues ?? {}) as Record<string, unknown>);
     // Unusable variables: graphql-js reports them and runs nothing; there is nothing to claim.
     if (coerced.errors) return execute(args);
