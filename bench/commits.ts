@@ -55,12 +55,12 @@ export async function runCommits({ quick }: { quick: boolean }): Promise<Commits
     const plainKey = randomUUID();
     const atomicKey = randomUUID();
     await engine.execute(request(plainKey), () => write(db, plainKey));
-    await engine.executeAtomic(request(atomicKey), (tx) => write(tx, atomicKey));
+    await engine.executeAtomic(request(atomicKey), ({ tx }) => write(tx, atomicKey));
     const variants: Array<{ mutation: CommitsRow['mutation']; mode: CommitsRow['mode']; run: () => Promise<unknown> }> = [
       { mutation: 'fresh', mode: 'execute', run: () => { const key = randomUUID(); return engine.execute(request(key), () => write(db, key)); } },
-      { mutation: 'fresh', mode: 'executeAtomic', run: () => { const key = randomUUID(); return engine.executeAtomic(request(key), (tx) => write(tx, key)); } },
+      { mutation: 'fresh', mode: 'executeAtomic', run: () => { const key = randomUUID(); return engine.executeAtomic(request(key), ({ tx }) => write(tx, key)); } },
       { mutation: 'replay', mode: 'execute', run: () => engine.execute(request(plainKey), () => write(db, plainKey)) },
-      { mutation: 'replay', mode: 'executeAtomic', run: () => engine.executeAtomic(request(atomicKey), (tx) => write(tx, atomicKey)) },
+      { mutation: 'replay', mode: 'executeAtomic', run: () => engine.executeAtomic(request(atomicKey), ({ tx }) => write(tx, atomicKey)) },
     ];
 
     const counters = async () => {

@@ -12,7 +12,7 @@
  * sides run the very same statements on the same tables and indexes.
  */
 import { randomUUID } from 'node:crypto';
-import { createEngine, sha256, type IdempotencyStore } from '@idem/core';
+import { createEngine, defaultFingerprint, type IdempotencyStore } from '@idem/core';
 import { createDrizzleStore } from '@idem/drizzle';
 import { drizzle as drizzleSqlite } from 'drizzle-orm/better-sqlite3';
 import { drizzle as drizzleLibsql } from 'drizzle-orm/libsql';
@@ -33,7 +33,7 @@ import {
 import { interleave, median, medianRatio, ratioSpread, timeBatch, type Variant } from './measure.ts';
 
 const SCOPE = 'acct_42/payments.create';
-const FINGERPRINT = sha256('{"amount":1200,"currency":"EUR"}');
+const FINGERPRINT = defaultFingerprint({ amount: 1200, currency: 'EUR' });
 const VALUE = { id: 'pay_4f1c2d', amount: 1200, currency: 'EUR', createdAt: '2026-01-01T00:00:00.000Z' };
 const BODY = JSON.stringify(VALUE);
 const LEASE_MS = 30_000;

@@ -4,7 +4,7 @@
  * RSS sample every `sampleEvery` operations after `warmup` operations. Answers the samples over IPC.
  */
 import { randomUUID } from 'node:crypto';
-import { createEngine, sha256 } from '@idem/core';
+import { createEngine, defaultFingerprint } from '@idem/core';
 import { createDrizzleStore } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
 
@@ -30,7 +30,7 @@ if (!collect) throw new Error('[bench] run with --expose-gc');
 
 const database = await openDatabase(config.url);
 const engine = createEngine({ store: createDrizzleStore(database.db) });
-const fingerprint = sha256('{"amount":1200,"currency":"EUR"}');
+const fingerprint = defaultFingerprint({ amount: 1200, currency: 'EUR' });
 let counter = 0;
 const execute = () =>
   engine.execute({ scope: `acct_${counter % 100}/payments.create`, key: randomUUID(), fingerprint }, () => ({ id: `pay_${++counter}`, amount: 1200, currency: 'EUR' }));

@@ -111,7 +111,7 @@ async function machineNotes(): Promise<MachineNotes> {
     // The HTTP part reports the failure where it needs Redis.
   }
   return {
-    date: new Date().toISOString().slice(0, 19) + 'Z',
+    date: `${new Date().toISOString().slice(0, 19)}Z`,
     cpus: cpus().length,
     cpuModel: cpus()[0]?.model.trim() ?? '?',
     memoryGiB: totalmem() / 1024 ** 3,

@@ -373,6 +373,7 @@ async function main() {
     await step("(a) README quick starts and client snippet compile with the user's tsc (NodeNext, strict; and with exactOptionalPropertyTypes, noPropertyAccessFromIndexSignature, noUncheckedIndexedAccess)", async () => {
       const trpc = patch(readmeBlock(readme, '## Quick start: tRPC'), '.listen(3000)', ".listen(Number(process.env['PORT']))", 'tRPC quick start');
       const yoga = patch(readmeBlock(readme, '## Quick start: GraphQL Yoga'), '.listen(4000)', ".listen(Number(process.env['PORT']))", 'Yoga quick start');
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: the replacement is TypeScript source with a template literal
       let client = patch(readmeBlock(readme, '## Clients that know the shelf life'), "'http://localhost:3000'", "`http://127.0.0.1:${process.env['PORT']}`", 'client snippet');
       // The snippet builds a client for the quick start's AppRouter; the test then calls it.
       client = `import type { AppRouter } from './trpc.js';\n${client}\nconsole.log(JSON.stringify(await trpc.createOrder.mutate({ amount: 7 })));\n`;

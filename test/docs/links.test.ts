@@ -80,7 +80,9 @@ function extractAnchors(text: string): Set<string> {
   const slugger = new GithubSlugger();
   const anchors = new Set<string>();
   const tokens = markdown.parse(text, {});
-  const collectIds = (html: string) => attributeValues(html, 'id|name').forEach((id) => anchors.add(id));
+  const collectIds = (html: string) => {
+    for (const id of attributeValues(html, 'id|name')) anchors.add(id);
+  };
   tokens.forEach((token, index) => {
     if (token.type === 'html_block') collectIds(token.content);
     if (token.type !== 'inline') return;

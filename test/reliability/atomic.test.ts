@@ -97,7 +97,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
 
   let survivor: ExampleServer | undefined;
 
-  it('E1/E6 atomic: a SIGKILL while the handler runs inside the transaction leaves nothing — no record, no ledger row — and the restarted server executes the retry at once (no 409, no takeover: generation 1, takeovers 0), then replays', { timeout: 120_000 }, async () => {
+  it('E1/E6 atomic: a SIGKILL while the handler runs inside the transaction leaves nothing — no record, no ledger row — and the restarted server executes the retry at once (no 409, no takeover: generation 1, takeovers 0), then replays', { timeout: 180_000 }, async () => {
     const cases = casesFor('crash');
     const doomed = await fleet.start({ databaseUrl: database.url, atomic: true, lease: LONG_LEASE, channelDelayMs: 4000, name: 'payments atomic (to be killed)' });
     const startedAt = Date.now();
@@ -143,7 +143,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
     survivor = restarted;
   });
 
-  it('E2 atomic: a SIGKILL right after the answer leaves everything — the restarted server replays byte for byte, the ledger unchanged', { timeout: 90_000 }, async () => {
+  it('E2 atomic: a SIGKILL right after the answer leaves everything — the restarted server replays byte for byte, the ledger unchanged', { timeout: 150_000 }, async () => {
     const cases = casesFor('committed');
     const server = survivor ?? (await fleet.start({ databaseUrl: database.url, atomic: true, lease: LONG_LEASE, name: 'payments atomic' }));
     const firsts = await Promise.all(cases.map((c) => call(server, c)));
@@ -162,7 +162,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
     await restarted.kill('SIGKILL');
   });
 
-  it('E6 across modes: a non-atomic server killed mid-handler leaves a committed claim; the atomic server answers 409 while the lease the store recorded lasts, then takes it over (atomicComplete, staleTakeover, takeovers 1) and charges once', { timeout: 120_000 }, async () => {
+  it('E6 across modes: a non-atomic server killed mid-handler leaves a committed claim; the atomic server answers 409 while the lease the store recorded lasts, then takes it over (atomicComplete, staleTakeover, takeovers 1) and charges once', { timeout: 150_000 }, async () => {
     const cases = casesFor('takeover');
     const [doomed, atomic] = await Promise.all([
       fleet.start({ databaseUrl: database.url, lease: TAKEOVER_LEASE, channelDelayMs: 5000, name: 'payments non-atomic (to be killed)' }),
@@ -230,9 +230,6 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('atomic mode on PostgreSQL: a crash 
       await app?.drain();
       await opened?.close();
       await proxy?.close();
-    });
-
-    afterAll(() => {
       // openDatabase listens on every pooled connection: a connection that dropped while an
       // atomic transaction held it (handler running, or its commit) is not an uncaught exception.
       expect(uncaught).toEqual([]);

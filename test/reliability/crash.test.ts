@@ -125,6 +125,6 @@ describe.each(SHARED_DATABASES)('E6 on $label: SIGKILL mid-handler, retry at ano
       const byId = (a: { id: string }, b: { id: string }) => a.id.localeCompare(b.id);
       expect((await ledger(successor.url)).sort(byId)).toEqual(payments.map(({ id }) => ({ id, amount: 700, currency: 'EUR' })).sort(byId));
     },
-    120_000,
+    180_000,
   );
 });

@@ -69,7 +69,7 @@ describe.each(SHARED_DATABASES)('E1 across $label: 4 processes × 50 concurrent 
     servers.push(...(await Promise.all(Array.from({ length: SERVERS }, (_, i) => fleet.start({ ...options, name: `payments#${i + 1}` })))));
     // Warm every process up (modules, JIT, database connections) so that the race is between requests, not cold starts.
     await Promise.all(servers.map((server) => ledger(server.url)));
-  }, 90_000);
+  }, 180_000);
 
   afterAll(async () => {
     await fleet.killAll();

@@ -6,7 +6,8 @@
  * Anything else is waited for as an observation (an event, a row) with a bound, and a fixed
  * sleep only where nothing races it.
  */
-import type { IdempotencyRecord, IdempotencyStore } from '@idem/core';
+import type { IdempotencyStore } from '@idem/core';
+import type { IdempotencyRecord } from '@idem/core/store';
 
 /** Resolves after `ms`. */
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

@@ -7,7 +7,7 @@ import { accountOf, BadCredentialsError } from './account.ts';
 import { ADMIN_TIMELINE_PATH, serveTimeline } from './admin.ts';
 import { PaymentChannel } from './channel.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
-import { createPaymentsRouter, createContext } from './trpc.ts';
+import { createPaymentsRouter, createContext, type PaymentsStore } from './trpc.ts';
 import { createPaymentsYoga } from './graphql.ts';
 import { paymentsPolicy } from './policy.ts';
 
@@ -21,7 +21,7 @@ export interface PaymentsAppOptions {
   /** Atomic mode (PostgreSQL only): the ledger row commits with the claim and the outcome. Defaults to false. */
   atomic?: boolean;
   /** The idem store. Defaults to `createDrizzleStore(db)`; tests wrap it to inject store faults. */
-  store?: IdempotencyStore;
+  store?: PaymentsStore;
   /** The largest request body accepted on `/trpc` and `/graphql`, in bytes; larger ones get 413. Defaults to 64 KiB. */
   maxBodyBytes?: number;
   /**
@@ -36,7 +36,7 @@ export interface PaymentsAppOptions {
 
 export interface PaymentsApp {
   server: Server;
-  store: IdempotencyStore;
+  store: PaymentsStore;
   channel: PaymentChannel;
   /** Waits for outcome writes being retried (E7). */
   drain(): Promise<void>;

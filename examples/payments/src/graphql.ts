@@ -2,8 +2,7 @@ import { GraphQLError } from 'graphql';
 import { createSchema, createYoga, type CORSOptions } from 'graphql-yoga';
 import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth';
 import { maxTokensPlugin } from '@escape.tech/graphql-armor-max-tokens';
-import { HandlerNotStartedError, idempotencyClaim } from '@idem/core';
-import type { DrizzleDatabase } from '@idem/drizzle';
+import { HandlerNotStartedError } from '@idem/core';
 import { useYogaIdempotency, idempotentDirectiveTypeDefs } from '@idem/envelop';
 import { accountOf } from './account.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
@@ -66,9 +65,9 @@ interface GraphQLContext {
 
 /** GraphQL Yoga at `/graphql`: `createPayment` (idempotent) and `ledger`. */
 export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEvent, atomic = false, maxBodyBytes = DEFAULT_MAX_BODY_BYTES, cors = false }: PaymentsGraphQLOptions) {
-  const idempotency = useYogaIdempotency<GraphQLContext>({
+  const idempotency = useYogaIdempotency({
     store,
-    principal: (context) => accountOf(context.request.headers.get('authorization')),
+    principal: (context: GraphQLContext) => accountOf(context.request.headers.get('authorization')),
     required: ['createPayment'],
     retention: retentionMs,
     lease: leaseMs,
@@ -91,10 +90,11 @@ export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEve
             // Refused before the channel is called: the claim is released, nothing stored (E4).
             if (!parsed.success) throw new HandlerNotStartedError(new GraphQLError(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '), { extensions: { code: 'BAD_USER_INPUT' } }));
             const input = parsed.data;
-            const claim = idempotencyClaim(context);
+            // The claim, with the store's transaction typed (atomic mode): `idempotencyClaim(context)` for the plugin's store.
+            const claim = idempotency.claim(context);
             return channel.charge(
               { account: accountOf(context.request.headers.get('authorization')), amount: input.amount, currency: input.currency, downstreamKey: claim?.deriveKey('channel') },
-              claim?.tx as DrizzleDatabase | undefined,
+              claim?.tx,
             );
           },
         },

@@ -2,8 +2,8 @@ import { initTRPC } from '@trpc/server';
 import type { CreateHTTPContextOptions } from '@trpc/server/adapters/standalone';
 import { z } from 'zod';
 import { idempotency, idempotencyClaim, idempotencyContext, idempotencyErrorFormatter } from '@idem/trpc';
-import type { DrizzleDatabase } from '@idem/drizzle';
 import type { IdempotencyStore, IdempotencyEventHandler } from '@idem/core';
+import type { DrizzleDatabase, DrizzleTransaction } from '@idem/drizzle';
 import { accountOf } from './account.ts';
 import type { PaymentChannel } from './channel.ts';
 
@@ -18,8 +18,11 @@ export const paymentInput = z.object({
   idempotencyKey: z.string().optional(),
 });
 
+/** The example's store: its atomic mode hands the resolvers a Drizzle transaction (`claim.tx`). */
+export type PaymentsStore = IdempotencyStore<DrizzleTransaction<DrizzleDatabase>>;
+
 export interface PaymentsRouterOptions {
-  store: IdempotencyStore;
+  store: PaymentsStore;
   channel: PaymentChannel;
   retentionMs: number;
   leaseMs: number;
@@ -35,7 +38,6 @@ export function createPaymentsRouter({ store, channel, retentionMs, leaseMs, onE
   const idempotent = idempotency({
     store,
     principal: (ctx: Context) => ctx.account,
-    key: { from: 'both', field: 'idempotencyKey' },
     retention: retentionMs,
     lease: leaseMs,
     atomic,
@@ -50,10 +52,7 @@ export function createPaymentsRouter({ store, channel, retentionMs, leaseMs, onE
           const claim = idempotencyClaim(ctx);
           // The channel deduplicates by a key derived from ours (a re-execution after a lease
           // takeover charges once); in atomic mode its ledger row is written in idem's transaction.
-          return channel.charge(
-            { account: ctx.account, amount: input.amount, currency: input.currency, downstreamKey: claim?.deriveKey('channel') },
-            claim?.tx as DrizzleDatabase | undefined,
-          );
+          return channel.charge({ account: ctx.account, amount: input.amount, currency: input.currency, downstreamKey: claim?.deriveKey('channel') }, claim?.tx);
         }),
       ledger: t.procedure.query(() => channel.ledger()),
     }),

@@ -10,7 +10,7 @@ import { TRPCClientError } from '@trpc/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
-import type { IdempotencyStore } from '@idem/core';
+import type { PaymentsStore } from '../src/trpc.ts';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteConnection, openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
 import { get, graphql, ledger, migrateExample, mutate, newKey, startExample, trpcClient, type LedgerEntry, type Reply, type RunningExample } from './http.ts';
@@ -94,11 +94,11 @@ const createWithDirective = (key: string) => `mutation Pay($input: PaymentInput!
  * The real store, whose outcome writes wait while `hold()` is in force: the first call stays
  * processing for as long as the test needs, however slowly the machine runs the others.
  */
-function holdingOutcomes(store: IdempotencyStore) {
+function holdingOutcomes(store: PaymentsStore) {
   let gate = Promise.resolve();
   let open = () => {};
-  const held: IdempotencyStore = Object.assign(Object.create(store) as IdempotencyStore, {
-    complete: async (args: Parameters<IdempotencyStore['complete']>[0]) => {
+  const held: PaymentsStore = Object.assign(Object.create(store) as PaymentsStore, {
+    complete: async (args: Parameters<PaymentsStore['complete']>[0]) => {
       await gate;
       return store.complete(args);
     },

@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest, type OutgoingHttpHeaders } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { IdempotencyStore } from '@idem/core';
+import type { PaymentsStore } from '../src/trpc.ts';
 import type { DrizzleDatabase } from '@idem/drizzle';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
@@ -163,7 +163,7 @@ describe.each(databases)('hardening of the payments example (issue 14) on $name'
 
   describe('item 14: problem types', () => {
     /** A store that is down: every claim fails (E5, 503). */
-    const downStore = (): IdempotencyStore => {
+    const downStore = (): PaymentsStore => {
       const store = server.app.store;
       return {
         claim: () => Promise.reject(new Error('store down')),

@@ -11,8 +11,8 @@
 import { formatDuration, toMilliseconds, type Duration } from './duration.js';
 
 // What a client needs of the key rules, so that this module alone serves browser clients.
-export { formatIdempotencyKey, parseIdempotencyKey, validateKey, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './key.js';
-export { type Duration } from './duration.js';
+export { formatIdempotencyKey, parseIdempotencyKey, validateKey, DEFAULT_KEY_FIELD, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type KeyOptions } from './key.js';
+export type { Duration } from './duration.js';
 
 /**
  * Why an attempt may be repeated with the same key:

@@ -222,7 +222,7 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
 
     it('R2: past retention a reuse archives the earlier generation and claims generation 2', async () => {
       const first = request({ retentionMs: shortMs, leaseMs: shortMs });
-      const { record } = claimed(await store.claim(first));
+      claimed(await store.claim(first));
       await store.complete({ scope, key: first.key, token: first.token, outcome: success('{"charge":1}') });
       await storePassed(await storedExpiry(first.key));
       const reuse = claimed(await store.claim(request({ key: first.key, fingerprint: 'fp-different' })));
@@ -240,7 +240,7 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
 
     it('R2: exactly one of concurrent reuses of an expired key claims the next generation', async () => {
       const first = request({ retentionMs: shortMs, leaseMs: shortMs });
-      const { record } = claimed(await store.claim(first));
+      claimed(await store.claim(first));
       await store.complete({ scope, key: first.key, token: first.token, outcome: success('1') });
       await storePassed(await storedExpiry(first.key));
       const results = await Promise.all(Array.from({ length: 10 }, () => store.claim(request({ key: first.key }))));
@@ -250,7 +250,7 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
 
     it('R2: with expiredReuse reject, an expired key answers existing/expired and nothing changes', async () => {
       const first = request({ retentionMs: shortMs, leaseMs: shortMs });
-      const { record } = claimed(await store.claim(first));
+      claimed(await store.claim(first));
       await store.complete({ scope, key: first.key, token: first.token, outcome: success('1') });
       await storePassed(await storedExpiry(first.key));
       const answer = existing(await store.claim(request({ key: first.key, expiredReuse: 'reject' })));
@@ -293,7 +293,7 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
 
     it('R3: purge deletes only archived records older than the horizon', async () => {
       const req = request({ retentionMs: shortMs, leaseMs: shortMs });
-      const { record } = claimed(await store.claim(req));
+      claimed(await store.claim(req));
       await store.complete({ scope, key: req.key, token: req.token, outcome: success('1') });
       await storePassed(await storedExpiry(req.key));
       claimed(await store.claim(request({ key: req.key })));

@@ -1,5 +1,6 @@
-import { createHash, randomUUID } from 'node:crypto';
-import { formatIdempotencyKey } from './key.js';
+import { randomUUID } from 'node:crypto';
+import { atomicModeFor } from './atomic-mode.js';
+import { deriveKey, type ClaimContext } from './claim.js';
 import { FingerprintMismatchError, KeyExpiredError, RequestInProgressError, StoreUnavailableError, DEFAULT_DOCUMENTATION_URL } from './errors.js';
 import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration } from './events.js';
 import { OutcomeNotStoredError, defaultErrorCodec, deserializeValue, serializeValue, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.js';
@@ -29,9 +30,9 @@ export interface EndpointPolicy {
   expiredReuse?: 'execute' | 'reject';
 }
 
-export interface EngineOptions extends EndpointPolicy {
-  /** Where records live. */
-  store: IdempotencyStore;
+export interface EngineOptions<TTx = unknown> extends EndpointPolicy {
+  /** Where records live. Its transaction type, if it has atomic mode, is what `claim.tx` holds. */
+  store: IdempotencyStore<TTx>;
   /** Serializer for stored success values: `JSON` (default) or anything with `stringify`/`parse`, such as `superjson`. */
   serializer?: OutcomeSerializer;
   /** One hook for every event (claimed, replayed, conflict, …). Defaults to none. */
@@ -64,80 +65,8 @@ export interface ExecuteRequest extends EndpointPolicy {
   errors?: ErrorCodec;
 }
 
-/** What the handler is told about its claim. */
-export interface ClaimContext {
-  scope: string;
-  key: string;
-  generation: number;
-  /** The fencing token of this execution (E6). */
-  token: string;
-  /**
-   * A key for an outgoing call (a payment channel, another idempotent API), formatted as an
-   * RFC 9651 sf-string (`"idem-…"`), ready for an `Idempotency-Key` header. Deterministic in
-   * (scope, key, generation, label): a re-execution after a lease takeover (E6) sends the same
-   * downstream key, so the provider deduplicates; a reuse after expiry (R2, a new generation)
-   * gets a new one, as it is a new request. In a unit of several parts (see {@link part}) it
-   * is also distinct for each part.
-   */
-  deriveKey(label: string): string;
-  /**
-   * E4: the part of a unit of several parts this handler runs — with a GraphQL header key over
-   * several root fields, the root field's response key (alias or name). Keys derived from the
-   * claim differ per part, so a downstream provider never deduplicates one part onto another.
-   * Undefined when the unit is one part.
-   */
-  part?: string;
-  /**
-   * Atomic mode (`executeAtomic`, the adapters' `atomic: true`): the store's database transaction
-   * (with `@idem/drizzle`, the Drizzle transaction). Write through it, and your writes commit
-   * with the claim and the stored outcome, or not at all. Undefined otherwise.
-   */
-  tx?: unknown;
-}
-
-const CLAIM = Symbol.for('@idem/claim');
-
-/**
- * The claim a request context carries while its handler runs: adapters attach it
- * ({@link withClaim}) and resolvers read it, e.g. `idempotencyClaim(ctx)?.deriveKey('channel')`.
- * Undefined outside an idempotent execution (no key, or a query).
- */
-export function idempotencyClaim(context: unknown): ClaimContext | undefined {
-  return context !== null && typeof context === 'object' ? ((context as Record<symbol, ClaimContext | undefined>)[CLAIM] ?? undefined) : undefined;
-}
-
-/** Context fields to merge into a request context so {@link idempotencyClaim} finds the claim. */
-export function claimContextFields(claim: ClaimContext): Record<symbol, ClaimContext> {
-  return { [CLAIM]: claim };
-}
-
-/**
- * Attaches `claim` to `context` itself (a non-enumerable symbol property, so the object keeps
- * its identity for other plugins) until the returned function detaches it.
- */
-export function attachClaim(context: object, claim: ClaimContext): () => void {
-  Object.defineProperty(context, CLAIM, { value: claim, enumerable: false, configurable: true, writable: true });
-  return () => {
-    delete (context as Record<symbol, unknown>)[CLAIM];
-  };
-}
-
-/** See {@link ClaimContext.deriveKey}. */
-export function deriveKey(claim: { scope: string; key: string; generation: number; part?: string | undefined }, label: string): string {
-  const parts = [claim.scope, claim.key, claim.generation, label];
-  if (claim.part !== undefined) parts.push(claim.part);
-  const digest = createHash('sha256').update(JSON.stringify(parts)).digest('base64url');
-  return formatIdempotencyKey(`idem-${digest.slice(0, 32)}`);
-}
-
-/**
- * E4: the claim as one part of a unit of several parts sees it (an adapter attaches it while
- * that part runs): the same claim and transaction, with keys derived for this part only.
- */
-export function claimForPart(claim: ClaimContext, part: string): ClaimContext {
-  const { scope, key, generation } = claim;
-  return { ...claim, part, deriveKey: (label) => deriveKey({ scope, key, generation, part }, label) };
-}
+/** The claim an atomic handler runs under: its `tx` is the store's transaction. */
+export type AtomicClaimContext<TTx> = ClaimContext<TTx> & { tx: TTx };
 
 /** The outcome the client gets: a value or an error, and whether it was replayed (E2). */
 export type ExecuteResult<T> =
@@ -156,288 +85,290 @@ export class HandlerNotStartedError extends Error {
   }
 }
 
-export interface IdempotencyEngine {
+export interface IdempotencyEngine<TTx = unknown> {
   /**
    * Runs `handler` at most once per (scope, key) within the retention: claim → run → store
    * the outcome (E1, E4), or replay a stored one (E2). Throws an `IdempotencyError` for 409,
    * 422 and 503; handler failures are returned (`ok: false`), not thrown.
    */
-  execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext) => Promise<T> | T): Promise<ExecuteResult<T>>;
+  execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext<TTx>) => Promise<T> | T): Promise<ExecuteResult<T>>;
   /**
-   * `execute` in atomic mode: `handler` runs inside the store's transaction and gets its handle
-   * (`tx`, also `claim.tx`); its writes through `tx` commit in the same transaction as the claim
-   * and the stored outcome. A crash before the commit leaves nothing, so the retry executes
-   * cleanly; after it, the retry replays. A handler that throws has its writes rolled back and
-   * its error stored (E4). When the transaction fails to commit, nothing happened: 503
-   * `StoreUnavailableError`, and a retry with the same key either executes or replays.
-   * Needs a store with atomic mode (`@idem/drizzle`); on SQLite the handler must be
-   * synchronous (better-sqlite3 transactions cannot span an `await`).
+   * `execute` in atomic mode: `handler` runs inside the store's transaction, `claim.tx`; its
+   * writes through it commit in the same transaction as the claim and the stored outcome. A
+   * crash before the commit leaves nothing, so the retry executes cleanly; after it, the retry
+   * replays. A handler that throws has its writes rolled back and its error stored (E4). When the
+   * transaction fails to commit, nothing happened: 503 `StoreUnavailableError`, and a retry with
+   * the same key either executes or replays. Needs a store with atomic mode (`@idem/drizzle`); on
+   * SQLite the handler must be synchronous (better-sqlite3 transactions cannot span an `await`).
    * @throws TypeError `[idem] …` when the store has no atomic mode, or on SQLite for an async handler.
    */
-  executeAtomic<T>(request: ExecuteRequest, handler: (tx: unknown, claim: ClaimContext) => Promise<T> | T): Promise<ExecuteResult<T>>;
+  executeAtomic<T>(request: ExecuteRequest, handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T): Promise<ExecuteResult<T>>;
   /** The resolved engine-wide policy, in milliseconds. */
   readonly policy: { retentionMs: number; leaseMs: number; expiredReuse: 'execute' | 'reject'; documentationUrl: string };
-  readonly store: IdempotencyStore;
+  readonly store: IdempotencyStore<TTx>;
   /** Resolves when background retries of outcome writes (E7) have settled. */
   drain(): Promise<void>;
 }
 
-export const DEFAULT_RETENTION: Duration = '24h';
-export const DEFAULT_MAX_STORED_BYTES = 1024 * 1024;
-export const DEFAULT_LEASE: Duration = '30s';
+const DEFAULT_RETENTION: Duration = '24h';
+const DEFAULT_LEASE: Duration = '30s';
+const DEFAULT_MAX_STORED_BYTES = 1024 * 1024;
 
 /** Builds a scope (S1): `<principal>/<operation>`, the principal percent-encoded. */
 export function formatScope(operation: string, principal: string): string {
   return `${encodeURIComponent(principal)}/${operation}`;
 }
 
-export function createEngine(options: EngineOptions): IdempotencyEngine {
-  const {
-    store,
-    serializer: defaultSerializer = JSON,
-    onEvent,
-    documentationUrl = DEFAULT_DOCUMENTATION_URL,
-    retention = DEFAULT_RETENTION,
-    lease = DEFAULT_LEASE,
-    expiredReuse: defaultExpiredReuse = 'execute',
-    conflictRetryAfter = 1,
-    unavailableRetryAfter = 2,
-    maxStoredBytes = DEFAULT_MAX_STORED_BYTES,
-  } = options;
-  const policy = { retentionMs: toMilliseconds(retention), leaseMs: toMilliseconds(lease), expiredReuse: defaultExpiredReuse, documentationUrl };
-  warnIfRetentionBelowLease(policy.retentionMs, policy.leaseMs);
-  const pending = new Set<Promise<void>>();
+/** The engine over `options.store`; every option but `store` has a default (see {@link EngineOptions}). */
+export function createEngine<TTx = unknown>(options: EngineOptions<TTx>): IdempotencyEngine<TTx> {
+  return new Engine(options);
+}
 
-  const emit = (event: IdempotencyEvent) => {
-    if (!onEvent) return;
+/** An {@link ExecuteRequest} with the engine's defaults filled in. */
+interface Endpoint {
+  scope: string;
+  key: string;
+  fingerprint: string | null;
+  serializer: OutcomeSerializer;
+  errors: ErrorCodec;
+  leaseMs: number;
+  retentionMs: number;
+  expiredReuse: 'execute' | 'reject';
+}
+
+type Replayable = IdempotencyRecord & { outcome: StoredOutcome & { body: string } };
+
+class Engine<TTx> implements IdempotencyEngine<TTx> {
+  readonly store: IdempotencyStore<TTx>;
+  readonly policy: IdempotencyEngine['policy'];
+  readonly #serializer: OutcomeSerializer;
+  readonly #onEvent: IdempotencyEventHandler | undefined;
+  readonly #conflictRetryAfter: number;
+  readonly #unavailableRetryAfter: number;
+  readonly #maxStoredBytes: number;
+  /** Outcome writes being retried in the background (E7). */
+  readonly #pending = new Set<Promise<void>>();
+
+  constructor(options: EngineOptions<TTx>) {
+    const {
+      store,
+      serializer = JSON,
+      onEvent,
+      documentationUrl = DEFAULT_DOCUMENTATION_URL,
+      retention = DEFAULT_RETENTION,
+      lease = DEFAULT_LEASE,
+      expiredReuse = 'execute',
+      conflictRetryAfter = 1,
+      unavailableRetryAfter = 2,
+      maxStoredBytes = DEFAULT_MAX_STORED_BYTES,
+    } = options;
+    this.store = store;
+    this.policy = { retentionMs: toMilliseconds(retention), leaseMs: toMilliseconds(lease), expiredReuse, documentationUrl };
+    this.#serializer = serializer;
+    this.#onEvent = onEvent;
+    this.#conflictRetryAfter = conflictRetryAfter;
+    this.#unavailableRetryAfter = unavailableRetryAfter;
+    this.#maxStoredBytes = maxStoredBytes;
+    warnIfRetentionBelowLease(this.policy.retentionMs, this.policy.leaseMs);
+  }
+
+  async drain(): Promise<void> {
+    while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
+  }
+
+  async execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext<TTx>) => Promise<T> | T): Promise<ExecuteResult<T>> {
+    const endpoint = this.#endpoint(request);
+    const claim = await this.#claim(endpoint);
+    if (claim.outcome === 'existing') return this.#answerExisting(endpoint, claim);
+    this.#announce(endpoint, claim);
+
+    const { record } = claim;
+    let result: AtomicResult<T>;
     try {
-      onEvent(event);
-    } catch {
-      // A logging hook must never change the outcome of a request.
+      result = { ok: true, value: await handler(claimContext(endpoint, record)) };
+    } catch (error) {
+      if (error instanceof HandlerNotStartedError) {
+        await this.#release(endpoint, record);
+        throw error.cause;
+      }
+      result = { ok: false, error };
     }
-  };
+    await this.#storeOutcome(endpoint, record, this.#outcomeOf(endpoint, result));
+    return { ...result, replayed: false, generation: record.generation };
+  }
 
-  async function storeOutcome(scope: string, key: string, record: IdempotencyRecord, outcome: StoredOutcome): Promise<void> {
+  async executeAtomic<T>(request: ExecuteRequest, handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T): Promise<ExecuteResult<T>> {
+    const atomic = atomicModeFor(this.store, { engine: true, handler });
+    const endpoint = this.#endpoint(request);
+    const attempt = this.#atomicAttempt(endpoint, atomic, handler);
+
+    let fresh;
+    try {
+      fresh = await atomic.atomicClaim(claimRequest(endpoint), attempt.run, attempt.toOutcome);
+    } catch (error) {
+      throw attempt.failure(error, 'claim');
+    }
+    if (fresh.executed) {
+      this.#emit({ type: 'claimed', scope: endpoint.scope, key: endpoint.key, generation: fresh.record.generation });
+      return this.#committed(endpoint, fresh.record, fresh.result, attempt.stored());
+    }
+    // Another transaction is running this key's handler; its claim is not visible before it
+    // commits, so there is no record to read: 409 at once (E3), nothing held meanwhile.
+    if (fresh.inProgress) throw this.#conflict(endpoint, this.#conflictRetryAfter);
+
+    // The key has a record: the rules of `execute`, then the handler in a transaction of its own.
+    const claim = await this.#claim(endpoint);
+    if (claim.outcome === 'existing') return this.#answerExisting(endpoint, claim);
+    this.#announce(endpoint, claim);
+    const { record } = claim;
+    let done;
+    try {
+      done = await atomic.atomicComplete({ scope: endpoint.scope, key: endpoint.key, token: record.token }, attempt.run, attempt.toOutcome);
+    } catch (error) {
+      // Nothing was committed: give the claim back so that a retry runs at once (E4).
+      await this.#release(endpoint, record);
+      throw attempt.failure(error, 'complete');
+    }
+    if (done.completed) return this.#committed(endpoint, record, done.result, attempt.stored());
+
+    // Fenced out (E6): the new owner's stored outcome is the answer, or it is still running.
+    this.#emit({ type: 'fenced', scope: endpoint.scope, key: endpoint.key, generation: record.generation });
+    let current;
+    try {
+      current = await this.store.get(endpoint.scope, endpoint.key);
+    } catch (error) {
+      throw this.#unavailable(endpoint, 'claim', error);
+    }
+    if (current && isReplayable(current)) return this.#replay(endpoint, current);
+    throw this.#conflict(endpoint, this.#conflictRetryAfter);
+  }
+
+  #endpoint(request: ExecuteRequest): Endpoint {
+    const { scope, key, fingerprint, lease, retention } = request;
+    const leaseMs = lease === undefined ? this.policy.leaseMs : toMilliseconds(lease);
+    const retentionMs = retention === undefined ? this.policy.retentionMs : toMilliseconds(retention);
+    if (lease !== undefined || retention !== undefined) warnIfRetentionBelowLease(retentionMs, leaseMs);
+    return {
+      scope,
+      key,
+      fingerprint,
+      serializer: request.serializer ?? this.#serializer,
+      errors: request.errors ?? defaultErrorCodec,
+      leaseMs,
+      retentionMs,
+      expiredReuse: request.expiredReuse ?? this.policy.expiredReuse,
+    };
+  }
+
+  /** E1: claims the key, or reads its live record. A store that fails answers 503 (E5). */
+  async #claim(endpoint: Endpoint): Promise<ClaimResult> {
+    try {
+      return await this.store.claim(claimRequest(endpoint));
+    } catch (error) {
+      throw this.#unavailable(endpoint, 'claim', error);
+    }
+  }
+
+  /** The key already has a live record: 422 (expired with `reject`, or another payload), a replay, or 409. */
+  #answerExisting<T>(endpoint: Endpoint, { record, now, expired }: Extract<ClaimResult, { outcome: 'existing' }>): ExecuteResult<T> {
+    const { scope, key, fingerprint } = endpoint;
+    if (expired) {
+      const previous = describeGeneration(record);
+      this.#emit({ type: 'expiredKeyRejected', scope, key, previous });
+      throw new KeyExpiredError({ firstSeenAt: record.createdAt, completedAt: record.completedAt, expiresAt: record.expiresAt, status: previous.status });
+    }
+    if (record.fingerprint !== null && fingerprint !== null && record.fingerprint !== fingerprint) {
+      this.#emit({ type: 'mismatch', scope, key });
+      throw new FingerprintMismatchError();
+    }
+    if (isReplayable(record)) return this.#replay(endpoint, record);
+    const leaseLeft = Math.ceil((record.leaseUntil.getTime() - now.getTime()) / 1000);
+    throw this.#conflict(endpoint, Math.min(this.#conflictRetryAfter, leaseLeft));
+  }
+
+  /** E2: the stored outcome, as the handler's result. */
+  #replay<T>({ scope, key, serializer, errors }: Endpoint, record: Replayable): ExecuteResult<T> {
+    const { kind, status, body } = record.outcome;
+    const { generation } = record;
+    this.#emit({ type: 'replayed', scope, key, generation, status });
+    if (kind === 'success') return { ok: true, value: deserializeValue(serializer, body) as T, replayed: true, generation };
+    return { ok: false, error: errors.revive(JSON.parse(body) as StoredErrorDescription), replayed: true, generation };
+  }
+
+  #announce({ scope, key }: Endpoint, claim: Extract<ClaimResult, { outcome: 'claimed' }>): void {
+    const { record, expired, takeover } = claim;
+    const { generation } = record;
+    if (expired) this.#emit({ type: 'expiredKeyReused', scope, key, generation, previous: describeGeneration(expired) });
+    if (takeover) this.#emit({ type: 'staleTakeover', scope, key, generation, previousLeaseUntil: takeover.previousLeaseUntil, takeovers: record.takeovers });
+    this.#emit({ type: 'claimed', scope, key, generation });
+  }
+
+  /** What is stored of a handler's result: serialized, error described, size bounded. */
+  #outcomeOf({ serializer, errors }: Endpoint, result: AtomicResult<unknown>): StoredOutcome {
+    return boundedOutcome(toStoredOutcome(result, serializer, errors), this.#maxStoredBytes, errors);
+  }
+
+  /** E4, E7: stores the outcome; when the write fails, retries it in the background until the lease ends. */
+  async #storeOutcome({ scope, key }: Endpoint, record: IdempotencyRecord, outcome: StoredOutcome): Promise<void> {
     const { token, generation } = record;
     const attempt = async () => {
-      const owned = await store.complete({ scope, key, token, outcome });
-      if (owned) emit({ type: 'completed', scope, key, generation, status: outcome.status, outcomeKind: outcome.kind });
-      else emit({ type: 'fenced', scope, key, generation });
+      const owned = await this.store.complete({ scope, key, token, outcome });
+      if (owned) this.#emit({ type: 'completed', scope, key, generation, status: outcome.status, outcomeKind: outcome.kind });
+      else this.#emit({ type: 'fenced', scope, key, generation });
     };
     try {
       await attempt();
     } catch (error) {
-      // E7: the client gets its real outcome now; the write is retried until the lease ends,
-      // and until then no one else can take the claim over.
+      // The client gets its real outcome now; until the lease ends no one else can take the claim over.
       const deadline = record.leaseUntil.getTime();
-      emit({ type: 'storeError', scope, key, operation: 'complete', error, willRetry: Date.now() < deadline });
+      this.#emit({ type: 'storeError', scope, key, operation: 'complete', error, willRetry: Date.now() < deadline });
       const retry = retryUntil(deadline, attempt, (retryError, willRetry) =>
-        emit({ type: 'storeError', scope, key, operation: 'complete', error: retryError, willRetry }),
+        this.#emit({ type: 'storeError', scope, key, operation: 'complete', error: retryError, willRetry }),
       );
-      pending.add(retry);
-      void retry.finally(() => pending.delete(retry));
+      this.#pending.add(retry);
+      void retry.finally(() => this.#pending.delete(retry));
     }
   }
 
-  return {
-    policy,
-    store,
-    drain: async () => {
-      while (pending.size > 0) await Promise.allSettled([...pending]);
-    },
-    async execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext) => Promise<T> | T): Promise<ExecuteResult<T>> {
-      const endpoint = resolve(request);
-      let claim: ClaimResult;
-      try {
-        claim = await store.claim(claimRequest(endpoint));
-      } catch (error) {
-        throw claimFailed(endpoint, error);
-      }
-      if (claim.outcome === 'existing') return answerExisting<T>(endpoint, claim);
-      announceClaim(endpoint, claim);
-
-      const { record } = claim;
-      let result: ExecuteResult<T>;
-      try {
-        const value = await handler(claimContext(endpoint, record));
-        result = { ok: true, value, replayed: false, generation: record.generation };
-      } catch (error) {
-        if (error instanceof HandlerNotStartedError) {
-          await releaseClaim(endpoint.scope, endpoint.key, record);
-          throw error.cause;
-        }
-        result = { ok: false, error, replayed: false, generation: record.generation };
-      }
-
-      await storeOutcome(endpoint.scope, endpoint.key, record, outcomeOf(endpoint, result));
-      return result;
-    },
-
-    async executeAtomic<T>(request: ExecuteRequest, handler: (tx: unknown, claim: ClaimContext) => Promise<T> | T): Promise<ExecuteResult<T>> {
-      const atomic = atomicModeOf(store);
-      if (atomic.atomicHandlers === 'synchronous' && isAsyncFunction(handler)) throw new TypeError(SYNCHRONOUS_HANDLER_REQUIRED);
-      const endpoint = resolve(request);
-      const { scope, key } = endpoint;
-      const attempt = atomicAttempt(endpoint, atomic, handler);
-
-      let fresh;
-      try {
-        fresh = await atomic.atomicClaim(claimRequest(endpoint), attempt.run, attempt.toOutcome);
-      } catch (error) {
-        throw attempt.failure(error, 'claim');
-      }
-      if (fresh.executed) {
-        const { record, result } = fresh;
-        emit({ type: 'claimed', scope, key, generation: record.generation });
-        return completed(endpoint, record, result, attempt.stored());
-      }
-      if (fresh.inProgress) {
-        // Another transaction is running this key's handler; its claim is not visible before it
-        // commits, so there is no record to read: 409 at once (E3), nothing held meanwhile.
-        const retryAfter = Math.max(1, conflictRetryAfter);
-        emit({ type: 'conflict', scope, key, retryAfter });
-        throw new RequestInProgressError(retryAfter);
-      }
-
-      // The key has a record: the rules of `execute`, then the handler in a transaction of its own.
-      let claim: ClaimResult;
-      try {
-        claim = await store.claim(claimRequest(endpoint));
-      } catch (error) {
-        throw claimFailed(endpoint, error);
-      }
-      if (claim.outcome === 'existing') return answerExisting<T>(endpoint, claim);
-      announceClaim(endpoint, claim);
-      const { record } = claim;
-      let done;
-      try {
-        done = await atomic.atomicComplete({ scope, key, token: record.token }, attempt.run, attempt.toOutcome);
-      } catch (error) {
-        // Nothing was committed: give the claim back so that a retry runs at once (E4).
-        await releaseClaim(scope, key, record);
-        throw attempt.failure(error, 'complete');
-      }
-      if (done.completed) return completed(endpoint, record, done.result, attempt.stored());
-
-      emit({ type: 'fenced', scope, key, generation: record.generation });
-      let current;
-      try {
-        current = await store.get(scope, key);
-      } catch (error) {
-        emit({ type: 'storeError', scope, key, operation: 'claim', error, willRetry: false });
-        throw new StoreUnavailableError(unavailableRetryAfter, error);
-      }
-      if (current && isReplayable(current)) return replay<T>(endpoint, current);
-      const retryAfter = Math.max(1, conflictRetryAfter);
-      emit({ type: 'conflict', scope, key, retryAfter });
-      throw new RequestInProgressError(retryAfter);
-    },
-  };
-
-  /** An {@link ExecuteRequest} with the engine's defaults filled in. */
-  function resolve(request: ExecuteRequest) {
-    const { scope, key, fingerprint } = request;
-    const serializer = request.serializer ?? defaultSerializer;
-    const errors = request.errors ?? defaultErrorCodec;
-    const leaseMs = request.lease === undefined ? policy.leaseMs : toMilliseconds(request.lease);
-    const retentionMs = request.retention === undefined ? policy.retentionMs : toMilliseconds(request.retention);
-    if (request.lease !== undefined || request.retention !== undefined) warnIfRetentionBelowLease(retentionMs, leaseMs);
-    return { scope, key, fingerprint, serializer, errors, leaseMs, retentionMs, expiredReuse: request.expiredReuse ?? policy.expiredReuse };
-  }
-  type Endpoint = ReturnType<typeof resolve>;
-
-  /** What is stored of a handler's result: serialized, error described, size bounded. */
-  function outcomeOf({ serializer, errors }: Endpoint, result: AtomicResult<unknown>): StoredOutcome {
-    return boundedOutcome(toStoredOutcome(result, serializer, errors), maxStoredBytes, errors);
-  }
-
-  function claimRequest({ scope, key, fingerprint, leaseMs, retentionMs, expiredReuse }: Endpoint) {
-    return { scope, key, fingerprint, token: randomUUID(), leaseMs, retentionMs, expiredReuse };
-  }
-
-  /**
-   * The store failed to claim: 503. `execute` and `executeAtomic` each await `store.claim` in
-   * their own try/catch on purpose: on the replay path every promise layer is a measurable share
-   * of one SQLite read (a shared helper with `.then` took the floor's replay ratio from 1.10× to
-   * 1.20× one SELECT).
-   */
-  function claimFailed({ scope, key }: Endpoint, error: unknown): StoreUnavailableError {
-    emit({ type: 'storeError', scope, key, operation: 'claim', error, willRetry: false });
-    return new StoreUnavailableError(unavailableRetryAfter, error);
-  }
-
-  /** The key already has a live record: 422 (expired with `reject`, or another payload), a replay, or 409. */
-  function answerExisting<T>(endpoint: Endpoint, claim: Extract<ClaimResult, { outcome: 'existing' }>): ExecuteResult<T> {
-    const { scope, key, fingerprint } = endpoint;
-    const { record, now, expired } = claim;
-    if (expired) {
-      const previous = describeGeneration(record);
-      emit({ type: 'expiredKeyRejected', scope, key, previous });
-      throw new KeyExpiredError({ firstSeenAt: record.createdAt, completedAt: record.completedAt, expiresAt: record.expiresAt, status: previous.status });
+  /** E4: gives back a claim whose handler did not start. */
+  async #release({ scope, key }: Endpoint, record: IdempotencyRecord): Promise<void> {
+    try {
+      if (await this.store.release({ scope, key, token: record.token })) this.#emit({ type: 'released', scope, key, generation: record.generation });
+    } catch (error) {
+      // The claim then stays until its lease passes, and a retry takes it over (E6).
+      this.#emit({ type: 'storeError', scope, key, operation: 'release', error, willRetry: false });
     }
-    if (record.fingerprint !== null && fingerprint !== null && record.fingerprint !== fingerprint) {
-      emit({ type: 'mismatch', scope, key });
-      throw new FingerprintMismatchError();
-    }
-    if (isReplayable(record)) return replay<T>(endpoint, record);
-    const leaseLeft = Math.ceil((record.leaseUntil.getTime() - now.getTime()) / 1000);
-    const retryAfter = Math.max(1, Math.min(conflictRetryAfter, leaseLeft));
-    emit({ type: 'conflict', scope, key, retryAfter });
-    throw new RequestInProgressError(retryAfter);
-  }
-
-  function replay<T>({ scope, key, serializer, errors }: Endpoint, record: IdempotencyRecord & { outcome: StoredOutcome & { body: string } }): ExecuteResult<T> {
-    const { kind, status, body } = record.outcome;
-    emit({ type: 'replayed', scope, key, generation: record.generation, status });
-    if (kind === 'success') return { ok: true, value: deserializeValue(serializer, body) as T, replayed: true, generation: record.generation };
-    return { ok: false, error: errors.revive(JSON.parse(body) as StoredErrorDescription), replayed: true, generation: record.generation };
-  }
-
-  function announceClaim({ scope, key }: Endpoint, claim: Extract<ClaimResult, { outcome: 'claimed' }>): void {
-    const { record } = claim;
-    if (claim.expired) {
-      emit({ type: 'expiredKeyReused', scope, key, generation: record.generation, previous: describeGeneration(claim.expired) });
-    }
-    if (claim.takeover) {
-      emit({ type: 'staleTakeover', scope, key, generation: record.generation, previousLeaseUntil: claim.takeover.previousLeaseUntil, takeovers: record.takeovers });
-    }
-    emit({ type: 'claimed', scope, key, generation: record.generation });
-  }
-
-  function claimContext({ scope, key }: Endpoint, { generation, token }: IdempotencyRecord, tx?: unknown): ClaimContext {
-    const claim: ClaimContext = { scope, key, generation, token, deriveKey: (label) => deriveKey({ scope, key, generation }, label) };
-    if (tx !== undefined) claim.tx = tx;
-    return claim;
   }
 
   /** An atomic execution committed: the `completed` event, and the handler's result for the client. */
-  function completed<T>({ scope, key }: Endpoint, record: IdempotencyRecord, result: AtomicResult<T>, stored: StoredOutcome | undefined): ExecuteResult<T> {
-    if (stored) emit({ type: 'completed', scope, key, generation: record.generation, status: stored.status, outcomeKind: stored.kind });
+  #committed<T>({ scope, key }: Endpoint, record: IdempotencyRecord, result: AtomicResult<T>, stored: StoredOutcome | undefined): ExecuteResult<T> {
+    if (stored) this.#emit({ type: 'completed', scope, key, generation: record.generation, status: stored.status, outcomeKind: stored.kind });
     return { ...result, replayed: false, generation: record.generation };
   }
 
   /**
    * The callbacks one atomic execution hands the store, and how a rejection of the store is
    * answered: errors of idem's own making (a `HandlerNotStartedError`, an error codec that
-   * threw, an async handler on SQLite) are rethrown as they are; anything else means the
+   * threw, a promise returned on SQLite) are rethrown as they are; anything else means the
    * transaction did not commit: 503.
    */
-  function atomicAttempt<T>(endpoint: Endpoint, atomic: AtomicMode, handler: (tx: unknown, claim: ClaimContext) => Promise<T> | T) {
+  #atomicAttempt<T>(endpoint: Endpoint, atomic: AtomicMode<TTx>, handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T) {
     const own = new Set<unknown>();
     let returnedPromise = false;
     let stored: StoredOutcome | undefined;
     return {
-      run(tx: unknown, record: IdempotencyRecord): Promise<T> | T {
-        const value = handler(tx, claimContext(endpoint, record, tx));
+      run: (tx: TTx, record: IdempotencyRecord): Promise<T> | T => {
+        const value = handler({ ...claimContext(endpoint, record), tx });
         if (isThenable(value)) returnedPromise = true;
         return value;
       },
-      toOutcome(result: AtomicResult<T>): StoredOutcome {
+      toOutcome: (result: AtomicResult<T>): StoredOutcome => {
         stored = undefined;
         try {
           // E4: a handler that did not start leaves nothing behind — here, by rolling back.
           if (!result.ok && result.error instanceof HandlerNotStartedError) throw result.error;
-          return (stored = outcomeOf(endpoint, result));
+          stored = this.#outcomeOf(endpoint, result);
+          return stored;
         } catch (error) {
           own.add(error);
           throw error;
@@ -445,23 +376,43 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
       },
       /** The outcome the committed transaction stored. */
       stored: () => stored,
-      failure(error: unknown, operation: 'claim' | 'complete'): unknown {
+      failure: (error: unknown, operation: 'claim' | 'complete'): unknown => {
         if (own.has(error)) return error instanceof HandlerNotStartedError ? error.cause : error;
         if (returnedPromise && atomic.atomicHandlers === 'synchronous') return error;
-        emit({ type: 'storeError', scope: endpoint.scope, key: endpoint.key, operation, error, willRetry: false });
-        return new StoreUnavailableError(unavailableRetryAfter, error);
+        return this.#unavailable(endpoint, operation, error);
       },
     };
   }
 
-  async function releaseClaim(scope: string, key: string, record: IdempotencyRecord) {
+  /** E3: 409 with `Retry-After` (at least 1 second). */
+  #conflict({ scope, key }: Endpoint, seconds: number): RequestInProgressError {
+    const retryAfter = Math.max(1, seconds);
+    this.#emit({ type: 'conflict', scope, key, retryAfter });
+    return new RequestInProgressError(retryAfter);
+  }
+
+  /** E5: the store failed: 503 with `Retry-After`. */
+  #unavailable({ scope, key }: Endpoint, operation: 'claim' | 'complete', error: unknown): StoreUnavailableError {
+    this.#emit({ type: 'storeError', scope, key, operation, error, willRetry: false });
+    return new StoreUnavailableError(this.#unavailableRetryAfter, error);
+  }
+
+  #emit(event: IdempotencyEvent): void {
+    if (!this.#onEvent) return;
     try {
-      if (await store.release({ scope, key, token: record.token })) emit({ type: 'released', scope, key, generation: record.generation });
-    } catch (error) {
-      // The claim then stays until its lease passes, and a retry takes it over (E6).
-      emit({ type: 'storeError', scope, key, operation: 'release', error, willRetry: false });
+      this.#onEvent(event);
+    } catch {
+      // A logging hook must never change the outcome of a request.
     }
   }
+}
+
+function claimRequest({ scope, key, fingerprint, leaseMs, retentionMs, expiredReuse }: Endpoint) {
+  return { scope, key, fingerprint, token: randomUUID(), leaseMs, retentionMs, expiredReuse };
+}
+
+function claimContext<TTx>({ scope, key }: Endpoint, { generation, token }: IdempotencyRecord): ClaimContext<TTx> {
+  return { scope, key, generation, token, deriveKey: (label) => deriveKey({ scope, key, generation }, label) };
 }
 
 /** Each distinct warning once per process: a per-request policy must not warn on every request. */
@@ -512,27 +463,12 @@ function boundedOutcome(outcome: StoredOutcome, maxStoredBytes: number, errors: 
   );
 }
 
-const SYNCHRONOUS_HANDLER_REQUIRED = '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
-
-function atomicModeOf(store: IdempotencyStore): AtomicMode {
-  const { atomicHandlers, atomicClaim, atomicComplete } = store;
-  if (atomicHandlers === undefined || !atomicClaim || !atomicComplete) {
-    throw new TypeError('[idem] this store has no atomic mode: use a store that implements it (@idem/drizzle on PostgreSQL or SQLite), or `execute`');
-  }
-  return { atomicHandlers, atomicClaim: atomicClaim.bind(store), atomicComplete: atomicComplete.bind(store) };
-}
-
-function isReplayable(record: IdempotencyRecord): record is IdempotencyRecord & { outcome: StoredOutcome & { body: string } } {
+function isReplayable(record: IdempotencyRecord): record is Replayable {
   return record.state === 'completed' && record.outcome !== null && record.outcome.body !== null;
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return (typeof value === 'object' || typeof value === 'function') && value !== null && typeof (value as { then?: unknown }).then === 'function';
-}
-
-/** A native `async` function: refused before it runs on a store whose transactions are synchronous. */
-function isAsyncFunction(fn: (...args: never[]) => unknown): boolean {
-  return Object.prototype.toString.call(fn) === '[object AsyncFunction]';
 }
 
 function describeGeneration(record: IdempotencyRecord): ExpiredGeneration {

@@ -93,7 +93,7 @@ function compare(a: string, b: string): number {
 }
 
 /** SHA-256 (hex) of a string. */
-export function sha256(text: string): string {
+function sha256(text: string): string {
   return createHash('sha256').update(text).digest('hex');
 }
 

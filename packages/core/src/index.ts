@@ -1,33 +1,57 @@
-export * from './errors.js';
-export { resolveDocumentationUrl, requestUrlOf } from './documentation-url.js';
-export * from './key.js';
-export * from './fingerprint.js';
-export * from './duration.js';
-export * from './outcome.js';
-export type * from './events.js';
-export type * from './store.js';
-export { MemoryStore, fingerprintsMatch, isExpired, toTimelineEntry, type MemoryStoreOptions } from './memory-store.js';
+/**
+ * `@idem/core` — what an application calls: the engine, its errors and events, key and
+ * fingerprint helpers, the memory store and the published policy. Other entries:
+ * `@idem/core/client` (retries within the retention, for clients), `@idem/core/store` (the
+ * store contract, for store authors), `@idem/core/adapter` (the per-request pipeline, for
+ * adapter authors) and `@idem/core/conformance` (the store conformance suite, with vitest).
+ */
+
+// The engine.
 export {
   createEngine,
-  deriveKey,
-  claimForPart,
-  idempotencyClaim,
-  attachClaim,
-  claimContextFields,
   formatScope,
   HandlerNotStartedError,
-  DEFAULT_LEASE,
-  DEFAULT_RETENTION,
-  DEFAULT_MAX_STORED_BYTES,
-  type ClaimContext,
+  type AtomicClaimContext,
   type EndpointPolicy,
   type EngineOptions,
   type ExecuteRequest,
   type ExecuteResult,
   type IdempotencyEngine,
 } from './engine.js';
-export { sharedPrincipal, createAdapterEngine, type AdapterOptions } from './adapter-options.js';
+export { idempotencyClaim, deriveKey, type ClaimContext, type ClaimCarrier } from './claim.js';
+export { sharedPrincipal } from './adapter.js';
+export type { IdempotencyStore } from './store.js';
+export { MemoryStore, type MemoryStoreOptions } from './memory-store.js';
+export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventType, ExpiredGeneration } from './events.js';
+
+// Errors (X1) and how outcomes are stored (E2, E4).
+export {
+  IdempotencyError,
+  MissingKeyError,
+  InvalidKeyError,
+  AmbiguousKeyError,
+  InputTooDeepError,
+  RequestInProgressError,
+  FingerprintMismatchError,
+  KeyExpiredError,
+  StoreUnavailableError,
+  isIdempotencyError,
+  type IdempotencyErrorCode,
+  type InvalidKeyReason,
+  type ProblemDetails,
+} from './errors.js';
+export { defaultErrorCodec, ReplayedError, OutcomeNotStoredError, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.js';
+
+// Keys (K1–K4) and fingerprints (F1, F2).
+export { parseIdempotencyKey, formatIdempotencyKey, validateKey, MAX_KEY_LENGTH, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './key.js';
+export { canonicalize, defaultFingerprint, computeFingerprint, MAX_FINGERPRINT_DEPTH, type FingerprintOption } from './fingerprint.js';
+export { toMilliseconds, formatDuration, type Duration } from './duration.js';
+
+// The published policy (R4).
 export { createPolicyDocument, renderPolicyHtml, type EndpointPolicyDescription, type PolicyDocument } from './policy.js';
+export { resolveDocumentationUrl, requestUrlOf } from './documentation-url.js';
+
+// CORS for browser clients on another origin: the headers idem reads and sets.
 export {
   idempotencyCors,
   idempotencyCorsHeaders,
@@ -37,27 +61,3 @@ export {
   type IdempotencyCorsConfiguration,
   type IdempotencyCorsOptions,
 } from './cors.js';
-export {
-  retryWithinRetention,
-  retryDeadline,
-  defaultSafetyMargin,
-  loadRetentionPolicy,
-  createRetentionResolver,
-  newIdempotencyKey,
-  parseRetryAfter,
-  UnresolvedOperationError,
-  RetentionWindowExceededError,
-  RetriesExhaustedError,
-  DEFAULT_MAX_ATTEMPTS,
-  DEFAULT_INITIAL_DELAY_MS,
-  DEFAULT_MAX_DELAY_MS,
-  type AttemptResult,
-  type ClientRetryErrorCode,
-  type ClientRetryOptions,
-  type PolicyTransport,
-  type RetentionLookup,
-  type RetentionSourceOptions,
-  type RetryNotice,
-  type RetryReason,
-  type RetryWithinRetentionOptions,
-} from './client-retry.js';

@@ -1,11 +1,33 @@
 import { parseItem, serializeItem } from 'structured-headers';
-import { InvalidKeyError, MissingKeyError, AmbiguousKeyError } from './errors.js';
+import { InvalidKeyError, MissingKeyError } from './errors.js';
 
 /** K3: the longest key accepted. */
 export const MAX_KEY_LENGTH = 255;
 
 /** The header name (draft-ietf-httpapi-idempotency-key-header). */
 export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
+
+/** K4: the field that carries a key per call (a tRPC input field, a GraphQL argument), on servers and clients alike. */
+export const DEFAULT_KEY_FIELD = 'idempotencyKey';
+
+/**
+ * Where keys travel (K1, K4), in the same words on servers and clients: a server reads them
+ * from there (`idempotency()`, `useIdempotency`), a client sends them there (`idempotencyLink`)
+ * or knows that a call carrying one there has its own key (the GraphQL clients).
+ */
+export interface KeyOptions {
+  /**
+   * K1: the `Idempotency-Key` request header. One header covers one operation: a batched
+   * request with several mutations under one header key is refused (400). Defaults to `true`.
+   */
+  header?: boolean;
+  /**
+   * K4: the field that carries a key per call — a tRPC input field, a GraphQL argument — or
+   * `false` for none. Servers leave it out of the fingerprint (F1); a header key and a field key
+   * that differ are refused (400 `idempotency_key_ambiguous`). Defaults to `'idempotencyKey'`.
+   */
+  field?: string | false;
+}
 
 /** E2: the response header that marks a replayed outcome (Stripe's name). */
 export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
@@ -21,7 +43,7 @@ export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
  * comma; a quoted one can.
  *
  * Returns `undefined` when no key was sent (absent, empty or whitespace only): whether that
- * is an error depends on the endpoint (K2), see {@link requireKey}.
+ * is an error depends on the endpoint (K2).
  *
  * @throws InvalidKeyError too long (> 255), a character outside 0x21–0x7E, `"` or `\`,
  *   a malformed quoted string, or several non-empty field lines.
@@ -100,28 +122,6 @@ export function readArgumentKey(value: unknown, name: string): string | undefine
   if (value === undefined || value === null || value === '') return undefined;
   if (typeof value !== 'string') throw new InvalidKeyError('syntax', `The \`${name}\` idempotency key must be a string.`);
   return validateKey(value);
-}
-
-/**
- * K4: one `Idempotency-Key` header sent with several operations of one batched HTTP request
- * (tRPC `httpBatchLink`, Yoga `batching`) identifies none of them. `hint` says what to do instead.
- */
-export function batchedHeaderKeyError(operations: number, hint: string): AmbiguousKeyError {
-  return new AmbiguousKeyError(
-    `One Idempotency-Key header was sent with ${operations} mutation operations in one batched request, so it identifies none of them; nothing was executed. ${hint}`,
-  );
-}
-
-/**
- * Chooses the key from its sources (K2, K4): the header and/or an argument.
- * Both present and different → 400; none and `required` → 400; none and optional → undefined.
- */
-export function resolveKey(sources: { header?: string | undefined; argument?: string | undefined }, required: boolean): string | undefined {
-  const { header, argument } = sources;
-  if (header !== undefined && argument !== undefined && header !== argument) throw new AmbiguousKeyError();
-  const key = header ?? argument;
-  if (key === undefined && required) throw new MissingKeyError();
-  return key;
 }
 
 /** Strict out (K1): a key formatted as an RFC 9651 sf-string, e.g. `"8e03978e-40d5"`. */

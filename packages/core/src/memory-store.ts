@@ -1,4 +1,5 @@
 import type { ClaimRequest, ClaimResult, IdempotencyRecord, IdempotencyStore, StoredOutcome, TimelineEntry } from './store.js';
+import { fingerprintsMatch, isExpired, toTimelineEntry } from './store-rules.js';
 
 export interface MemoryStoreOptions {
   /** The store's clock, in epoch milliseconds. Defaults to `Date.now`. */
@@ -133,39 +134,6 @@ export class MemoryStore implements IdempotencyStore {
     const record = this.#live.get(recordId(scope, key));
     return record && record.state === 'processing' && record.token === token ? record : undefined;
   }
-}
-
-/**
- * Rule shared by every store (R1): a record is expired once archived, or once its retention has
- * passed — except a `processing` claim still inside its lease, which never expires, whatever the
- * retention: retention bounds how long an outcome is replayed, never a running execution.
- */
-export function isExpired(record: Pick<IdempotencyRecord, 'state' | 'expiresAt' | 'leaseUntil'>, now: number): boolean {
-  if (record.state === 'archived') return true;
-  if (record.expiresAt.getTime() > now) return false;
-  return !(record.state === 'processing' && record.leaseUntil.getTime() > now);
-}
-
-/** Rule shared by every store: two fingerprints match when equal or when either is absent (F2). */
-export function fingerprintsMatch(stored: string | null, incoming: string | null): boolean {
-  return stored === null || incoming === null || stored === incoming;
-}
-
-/** Projects a record (live or archived) onto a timeline entry. */
-export function toTimelineEntry(record: IdempotencyRecord, reusedAt: Date | null): TimelineEntry {
-  return {
-    generation: record.generation,
-    state: record.state,
-    fingerprint: record.fingerprint,
-    firstSeenAt: record.createdAt,
-    completedAt: record.completedAt,
-    status: record.outcome?.status ?? null,
-    outcomeKind: record.outcome?.kind ?? null,
-    expiresAt: record.expiresAt,
-    archivedAt: record.archivedAt,
-    reusedAt,
-    takeovers: record.takeovers,
-  };
 }
 
 function recordId(scope: string, key: string): string {

@@ -75,6 +75,7 @@ export const defaultErrorCodec: ErrorCodec = {
 
 const UNDEFINED_BODY = '';
 
+/** @internal The stored text of a success value (the engine's). */
 export function serializeValue(serializer: OutcomeSerializer, value: unknown): string {
   if (value === undefined) return UNDEFINED_BODY;
   const text = serializer.stringify(value);
@@ -82,6 +83,7 @@ export function serializeValue(serializer: OutcomeSerializer, value: unknown): s
   return text;
 }
 
+/** @internal */
 export function deserializeValue(serializer: OutcomeSerializer, text: string): unknown {
   return text === UNDEFINED_BODY ? undefined : serializer.parse(text);
 }

@@ -4,7 +4,8 @@
  * `claim`, `complete` and `release`; the engine holds no state of its own.
  *
  * Timestamps are taken from the store's clock (R1), never from the application.
- * Store authors: run `runStoreConformance` from `@idem/core/conformance` against your store.
+ * Store authors: import these types and the shared rules from `@idem/core/store`, and run
+ * `runStoreConformance` from `@idem/core/conformance` against your store.
  */
 
 /**
@@ -125,7 +126,7 @@ export type AtomicResult<T> = { ok: true; value: T } | { ok: false; error: unkno
  * transaction is rolled back and the method rejects with its error. Any other rejection means
  * the transaction did not commit (the backend failed).
  */
-export interface AtomicMode {
+export interface AtomicMode<TTx = unknown> {
   /**
    * `'synchronous'`: `run` must return its value, not a promise (better-sqlite3, whose
    * transactions cannot span an `await`); a thenable is refused with a `TypeError` and the
@@ -146,7 +147,7 @@ export interface AtomicMode {
    */
   atomicClaim<T>(
     request: ClaimRequest,
-    run: (tx: unknown, record: IdempotencyRecord) => T | Promise<T>,
+    run: (tx: TTx, record: IdempotencyRecord) => T | Promise<T>,
     toOutcome: (result: AtomicResult<T>) => StoredOutcome,
   ): Promise<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { executed: false; inProgress?: true }>;
 
@@ -159,7 +160,7 @@ export interface AtomicMode {
    */
   atomicComplete<T>(
     args: { scope: string; key: string; token: string },
-    run: (tx: unknown, record: IdempotencyRecord) => T | Promise<T>,
+    run: (tx: TTx, record: IdempotencyRecord) => T | Promise<T>,
     toOutcome: (result: AtomicResult<T>) => StoredOutcome,
   ): Promise<{ completed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { completed: false }>;
 }
@@ -167,9 +168,10 @@ export interface AtomicMode {
 /**
  * The contract every store implements. All methods may reject when the backend is
  * unreachable; the engine turns that into a 503 (E5). The members of {@link AtomicMode} are
- * optional: a store has all of them or none.
+ * optional: a store has all of them or none. `TTx` is the type of the transaction atomic mode
+ * hands the handler (`claim.tx`); `unknown` for a store without atomic mode.
  */
-export interface IdempotencyStore extends Partial<AtomicMode> {
+export interface IdempotencyStore<TTx = unknown> extends Partial<AtomicMode<TTx>> {
   /**
    * Atomically claims (scope, key) — exactly one concurrent caller wins (E1) — or answers
    * with the live record. Rules, all evaluated with the store's clock `now`:

@@ -3,8 +3,8 @@
  * R2, R4), the typed errors, and the published-policy lookup.
  */
 import { describe, expect, it, vi } from 'vitest';
+import { createPolicyDocument, type EndpointPolicyDescription } from '@idem/core';
 import {
-  createPolicyDocument,
   createRetentionResolver,
   defaultSafetyMargin,
   loadRetentionPolicy,
@@ -15,9 +15,8 @@ import {
   retryDeadline,
   retryWithinRetention,
   type AttemptResult,
-  type EndpointPolicyDescription,
   type RetryReason,
-} from '@idem/core';
+} from '@idem/core/client';
 
 const T0 = Date.UTC(2026, 10, 1, 12, 0, 0);
 

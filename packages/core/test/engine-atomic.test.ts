@@ -4,7 +4,8 @@
  * packages/drizzle/test/atomic.test.ts and, over HTTP, in the adapters' atomic tests.
  */
 import { describe, expect, it } from 'vitest';
-import { createAdapterEngine, createEngine, MemoryStore } from '@idem/core';
+import { createEngine, MemoryStore } from '@idem/core';
+import { createAdapterKit } from '@idem/core/adapter';
 
 describe('atomic mode without a store that has it', () => {
   it('executeAtomic on a MemoryStore is refused with a TypeError, and the handler does not run', async () => {
@@ -20,9 +21,9 @@ describe('atomic mode without a store that has it', () => {
   });
 
   it('an adapter created with atomic: true on a MemoryStore is refused at once', () => {
-    expect(() => createAdapterEngine({ store: new MemoryStore(), principal: () => 'p', atomic: true }, 'idempotency()')).toThrow(
+    expect(() => createAdapterKit({ store: new MemoryStore(), principal: () => 'p', atomic: true }, { name: 'idempotency()', field: 'input field' })).toThrow(
       /^\[idem\] idempotency\(\): `atomic: true` needs a store with atomic mode/,
     );
-    expect(() => createAdapterEngine({ store: new MemoryStore(), principal: () => 'p', atomic: false }, 'idempotency()')).not.toThrow();
+    expect(() => createAdapterKit({ store: new MemoryStore(), principal: () => 'p', atomic: false }, { name: 'idempotency()', field: 'input field' })).not.toThrow();
   });
 });

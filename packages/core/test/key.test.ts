@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { AmbiguousKeyError, InvalidKeyError, MissingKeyError, formatIdempotencyKey, parseIdempotencyKey, resolveKey } from '@idem/core';
+import { AmbiguousKeyError, InvalidKeyError, MissingKeyError, MemoryStore, formatIdempotencyKey, parseIdempotencyKey } from '@idem/core';
+import { createAdapterKit } from '@idem/core/adapter';
 
 describe('parseIdempotencyKey', () => {
   it('K1: accepts a quoted sf-string and a bare value alike', () => {
@@ -59,16 +60,19 @@ describe('parseIdempotencyKey', () => {
   });
 });
 
-describe('resolveKey', () => {
+describe('the adapter kit: chooseKey', () => {
+  const chooseKey = (sources: { header?: string; field?: string }, required: boolean) =>
+    createAdapterKit({ store: new MemoryStore(), principal: () => 'p', required }, { name: 'test', field: 'field' }).chooseKey('op', { header: sources.header, field: sources.field });
+
   it('K4: refuses a header and an argument that differ', () => {
-    expect(() => resolveKey({ header: 'a', argument: 'b' }, true)).toThrow(AmbiguousKeyError);
-    expect(resolveKey({ header: 'a', argument: 'a' }, true)).toBe('a');
-    expect(resolveKey({ argument: 'b' }, true)).toBe('b');
+    expect(() => chooseKey({ header: 'a', field: 'b' }, true)).toThrow(AmbiguousKeyError);
+    expect(chooseKey({ header: 'a', field: 'a' }, true)).toBe('a');
+    expect(chooseKey({ field: 'b' }, true)).toBe('b');
   });
 
   it('K2: refuses no key where one is required, and runs without one where it is optional', () => {
-    expect(() => resolveKey({}, true)).toThrow(MissingKeyError);
-    expect(resolveKey({}, false)).toBeUndefined();
+    expect(() => chooseKey({}, true)).toThrow(MissingKeyError);
+    expect(chooseKey({}, false)).toBeUndefined();
   });
 });
 

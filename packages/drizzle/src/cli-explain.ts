@@ -2,7 +2,7 @@
  * `idem explain`: a key's timeline (A1) as a table per scope, and in plain English when the
  * key was reused. Timelines carry no bodies, so nothing stored is ever printed (K5).
  */
-import type { TimelineEntry } from '@idem/core';
+import type { TimelineEntry } from '@idem/core/store';
 import { humanizeSpan, iso, NONE, plural, renderTable } from './cli-format.js';
 
 /** The timelines of one key, one per scope that holds it. */

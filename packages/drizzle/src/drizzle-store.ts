@@ -11,7 +11,7 @@ import {
   type IdempotencyRecord,
   type IdempotencyStore,
   type StoredOutcome,
-} from '@idem/core';
+} from '@idem/core/store';
 import { detectDialect, type Dialect, type DrizzleDatabase } from './dialect.js';
 import { chain, isThenable, type Eventually } from './eventually.js';
 import { defineMysqlTables } from './mysql-schema.js';
@@ -49,10 +49,10 @@ export interface DrizzleStoreOptions {
 
 /**
  * An {@link IdempotencyStore} backed by drizzle, with the dialect, driver and table names it
- * uses, and atomic mode: the handler gets the drizzle transaction (PostgreSQL, MySQL and libsql:
- * it may await; better-sqlite3: it must be synchronous).
+ * uses, and atomic mode: the handler gets the drizzle transaction, typed as `TTx` (PostgreSQL,
+ * MySQL and libsql: it may await; better-sqlite3: it must be synchronous).
  */
-export interface DrizzleStore extends Omit<IdempotencyStore, keyof AtomicMode>, AtomicMode {
+export interface DrizzleStore<TTx = unknown> extends Omit<IdempotencyStore<TTx>, keyof AtomicMode>, AtomicMode<TTx> {
   readonly dialect: Dialect;
   /** The driver the drizzle instance wraps, as in drizzle's import path (`node-postgres`, `postgres-js`, `pglite`, `better-sqlite3`, `libsql`, `mysql2`). */
   readonly driver: string;
@@ -73,14 +73,21 @@ class Rollback<R> {
 type Handler<T> = (tx: unknown, record: IdempotencyRecord) => T | Promise<T>;
 type ToOutcome<T> = (result: AtomicResult<T>) => StoredOutcome;
 
+/** The transaction `db.transaction(…)` hands its callback: what atomic mode's `claim.tx` is. */
+export type DrizzleTransaction<TDb extends DrizzleDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
+
 /**
  * Creates the store over a drizzle instance: `drizzle-orm/node-postgres` (a `pg.Pool`),
  * `drizzle-orm/postgres-js` or `drizzle-orm/pglite` (PostgreSQL), `drizzle-orm/better-sqlite3`
- * or `drizzle-orm/libsql` (SQLite), `drizzle-orm/mysql2` (MySQL 8.0+, MariaDB 10.6+). A driver that lacks what the store needs (neon-http and D1
- * have no usable transactions) is refused with a `TypeError` that says so. Run {@link migrate}
+ * or `drizzle-orm/libsql` (SQLite), `drizzle-orm/mysql2` (MySQL 8.0+, MariaDB 10.6+). A driver
+ * that lacks what the store needs (neon-http and D1 have no usable transactions) is refused
+ * with a `TypeError` that says so. Run {@link migrate}
  * once before first use, or create the tables with drizzle-kit.
  */
-export function createDrizzleStore(db: DrizzleDatabase, { tables: tableOptions = {}, busyRetryMs = DEFAULT_BUSY_RETRY_MS }: DrizzleStoreOptions = {}): DrizzleStore {
+export function createDrizzleStore<TDb extends DrizzleDatabase>(
+  db: TDb,
+  { tables: tableOptions = {}, busyRetryMs = DEFAULT_BUSY_RETRY_MS }: DrizzleStoreOptions = {},
+): DrizzleStore<DrizzleTransaction<TDb>> {
   const tables = resolveTableNames(tableOptions);
   const detected = detectDialect(db);
   const statements =
@@ -90,7 +97,7 @@ export function createDrizzleStore(db: DrizzleDatabase, { tables: tableOptions =
         ? mysqlStatements(detected.db, defineMysqlTables(tables))
         : sqliteStatements(detected.db, defineSqliteTables(tables), detected.driver, busyRetryMs);
   // Every method answers a promise through this wrapper, also those that answer at once inside.
-  return withoutQueryParameters(storeOver(statements, detected.dialect, detected.driver.name, tables));
+  return withoutQueryParameters(storeOver(statements, detected.dialect, detected.driver.name, tables)) as DrizzleStore<DrizzleTransaction<TDb>>;
 }
 
 function storeOver(s: StoreStatements, dialect: Dialect, driver: string, tables: TableNames): DrizzleStore {

@@ -5,7 +5,7 @@
  * `openDatabase` (a `DATABASE_URL` opened with its driver, as the `idem` CLI does) is on its
  * own entry, `@idem/drizzle/connect`, so this one imports no driver.
  */
-export { createDrizzleStore, sweepAll, type DrizzleStore, type DrizzleStoreOptions, type SweepAllOptions } from './drizzle-store.js';
+export { createDrizzleStore, sweepAll, type DrizzleStore, type DrizzleStoreOptions, type DrizzleTransaction, type SweepAllOptions } from './drizzle-store.js';
 export { migrate, retryConcurrentDdl, type MigrateOptions } from './migrate.js';
 export type { Dialect, DrizzleDatabase } from './dialect.js';
 export { DEFAULT_TABLE_NAMES, type TableNames, type TableOptions } from './table-names.js';

@@ -11,7 +11,7 @@
  * that a duplicate is answered at once instead of waiting for the uncommitted row.
  */
 import { createHash } from 'node:crypto';
-import type { ClaimRequest } from '@idem/core';
+import type { ClaimRequest } from '@idem/core/store';
 import { and, eq, getTableColumns, getTableName, inArray, sql, type SQL } from 'drizzle-orm';
 import { mysqlClock as clock } from './database-clock.js';
 import type { AnyMysqlDatabase } from './dialect.js';

@@ -5,7 +5,7 @@
  * reusers exactly one writes the next generation and the history row. Atomic mode runs the same
  * claim and completion statements, unprepared, on the transaction's own connection.
  */
-import type { ClaimRequest } from '@idem/core';
+import type { ClaimRequest } from '@idem/core/store';
 import { and, eq, getTableColumns, getTableName, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { postgresClock as clock, postgresStatementClock } from './database-clock.js';
 import type { AnyPgDatabase } from './dialect.js';

@@ -2,7 +2,7 @@
  * The dialect-neutral shape of a row, as drizzle maps it from either dialect (timestamps as
  * `Date`), and its projection onto the store contract's types.
  */
-import { isExpired as isExpiredRecord, toTimelineEntry, type IdempotencyRecord, type RecordState, type TimelineEntry } from '@idem/core';
+import { isExpired as isExpiredRecord, toTimelineEntry, type IdempotencyRecord, type RecordState, type TimelineEntry } from '@idem/core/store';
 
 /** A row of the live table. */
 export interface LiveRow {

@@ -4,7 +4,7 @@
  * statement inside a transaction (bound values).
  */
 import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
-import type { ClaimRequest, StoredOutcome } from '@idem/core';
+import type { ClaimRequest, StoredOutcome } from '@idem/core/store';
 import type { DatabaseClock } from './database-clock.js';
 
 /** The inputs of a claim statement, each as SQL. */

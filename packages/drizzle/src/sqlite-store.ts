@@ -9,7 +9,7 @@
  * libsql. A statement that finds the database locked by another connection is retried without
  * blocking the event loop (`sqlite-busy.ts`).
  */
-import type { ClaimRequest } from '@idem/core';
+import type { ClaimRequest } from '@idem/core/store';
 import { and, eq, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { sqliteClock as clock } from './database-clock.js';
 import type { AnySQLiteDatabase, Driver } from './dialect.js';

@@ -3,7 +3,7 @@
  * reuse of an expired key, one transaction) evaluated with the database clock. The rules that
  * choose between them live once, in `drizzle-store.ts`.
  */
-import type { AtomicResult, ClaimRequest, StoredOutcome } from '@idem/core';
+import type { AtomicResult, ClaimRequest, StoredOutcome } from '@idem/core/store';
 import type { Eventually } from './eventually.js';
 import type { HistoryRow, LiveRow } from './record-rows.js';
 

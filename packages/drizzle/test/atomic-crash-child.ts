@@ -20,7 +20,7 @@ export interface CrashChildConfig {
 const config = JSON.parse(process.argv[2] ?? '{}') as CrashChildConfig;
 const pool = new pg.Pool({ connectionString: config.url, max: 2 });
 const engine = createEngine({ store: createDrizzleStore(drizzle(pool)) });
-await engine.executeAtomic({ scope: config.scope, key: config.key, fingerprint: 'crash' }, async (tx) => {
+await engine.executeAtomic({ scope: config.scope, key: config.key, fingerprint: 'crash' }, async ({ tx }) => {
   await payOnPostgres(tx, config.paymentId);
   process.stdout.write('written\n');
   await new Promise(() => {});

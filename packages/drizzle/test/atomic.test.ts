@@ -23,12 +23,12 @@ import {
   RequestInProgressError,
   StoreUnavailableError,
   type ClaimContext,
-  type ClaimRequest,
   type EngineOptions,
   type ExecuteRequest,
   type IdempotencyEvent,
   type IdempotencyStore,
 } from '@idem/core';
+import type { ClaimRequest } from '@idem/core/store';
 import { createDrizzleStore, migrate, type DrizzleStore } from '../src/index.ts';
 import type { CrashChildConfig } from './atomic-crash-child.ts';
 import { CREATE_MYSQL_PAYMENTS, CREATE_PAYMENTS, countMysqlPayments, countPgPayments, payOnMysql, payOnPostgres, payOnSqlite, sqlitePayments } from './payments.ts';
@@ -37,8 +37,11 @@ import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 import { databaseUrl, isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
 import { claimed, sleep } from './store-behaviour.ts';
 
-/** What both the engine's handlers (a ClaimContext) and the store's (an IdempotencyRecord) are given. */
-type Handler = (tx: unknown, claim: { generation: number }) => unknown;
+/** What the engine's handlers are given: the claim, with the transaction as `claim.tx`. */
+type Handler = (claim: { tx: unknown; generation: number }) => unknown;
+
+/** A handler as the store runs it, `run(tx, record)`. */
+const storeRun = (handler: Handler) => (tx: unknown, record: { generation: number }) => handler({ tx, generation: record.generation });
 
 interface AtomicTarget {
   dialect: 'sqlite' | 'postgres' | 'mysql';
@@ -47,7 +50,7 @@ interface AtomicTarget {
   store: DrizzleStore;
   /**
    * A handler that records payment `id` through its transaction and then returns what `after`
-   * returns (or throws what it throws). Synchronous on better-sqlite3, asynchronous elsewhere.
+   * returns (or throws what it throws). Asynchronous on PostgreSQL and MySQL, synchronous on SQLite.
    */
   pay(id: string, after?: (claim: { generation: number }) => unknown): Handler;
   /** Committed payments. */
@@ -72,12 +75,12 @@ async function atomicTarget(target: DriverTarget): Promise<AtomicTarget> {
     store,
     pay: (id, after = () => ({ paymentId: id })) =>
       synchronous
-        ? (tx, claim) => {
-            payOnSqlite(tx, id);
+        ? (claim) => {
+            payOnSqlite(claim.tx, id);
             return after(claim);
           }
-        : async (tx, claim) => {
-            await (target.dialect === 'postgres' ? payOnPostgres(tx, id) : (tx as typeof sqlite).insert(sqlitePayments).values({ id }));
+        : async (claim) => {
+            await (target.dialect === 'postgres' ? payOnPostgres(claim.tx, id) : (claim.tx as typeof sqlite).insert(sqlitePayments).values({ id }));
             return after(claim);
           },
     payments: async () => (target.dialect === 'postgres' ? countPgPayments(target.db as NodePgDatabase) : ((await sqlite.select({ n: sql<number>`count(*)` }).from(sqlitePayments))[0]?.n ?? 0)),
@@ -97,8 +100,8 @@ const openMysql = async (): Promise<AtomicTarget> => {
     dialect: 'mysql',
     synchronous: false,
     store: createDrizzleStore(target.db),
-    pay: (id, after = () => ({ paymentId: id })) => async (tx, claim) => {
-      await payOnMysql(tx, id);
+    pay: (id, after = () => ({ paymentId: id })) => async (claim) => {
+      await payOnMysql(claim.tx, id);
       return after(claim);
     },
     payments: () => countMysqlPayments(target.db),
@@ -138,7 +141,7 @@ describe.each([
   const engineOn = (options: Partial<EngineOptions> = {}) => createEngine({ store: target.store, ...options });
   /** Counts a handler's runs. */
   const counted = (handler: Handler) => {
-    const counter = { runs: 0, handler: (tx: unknown, claim: { generation: number }) => (counter.runs++, handler(tx, claim)) };
+    const counter = { runs: 0, handler: (claim: { tx: unknown; generation: number }) => (counter.runs++, handler(claim)) };
     return counter;
   };
 
@@ -170,11 +173,11 @@ describe.each([
     expect(events[1]).toMatchObject({ type: 'completed', status: 200, outcomeKind: 'success' });
   });
 
-  it('gives the handler the transaction and its claim: claim.tx is the tx argument, deriveKey as in execute', async () => {
+  it('gives the handler its claim with the transaction as claim.tx, deriveKey as in execute', async () => {
     const req = request();
     let seen: { tx: unknown; claim: ClaimContext } | undefined;
     const pay = target.pay(`pay_${req.key}`);
-    await engineOn().executeAtomic(req, (tx, claim) => ((seen = { tx, claim }), pay(tx, claim)));
+    await engineOn().executeAtomic(req, (claim) => ((seen = { tx: claim.tx, claim }), pay(claim)));
     expect(seen?.tx).toBeDefined();
     expect(seen?.claim.tx).toBe(seen?.tx);
     expect(seen?.claim).toMatchObject({ scope: req.scope, key: req.key, generation: 1 });
@@ -212,7 +215,7 @@ describe.each([
     const crashed = counted(target.pay(`pay_${key}`));
 
     await expect(
-      target.store.atomicClaim(claimRequest({ scope, key, fingerprint }), crashed.handler, () => {
+      target.store.atomicClaim(claimRequest({ scope, key, fingerprint }), storeRun(crashed.handler), () => {
         throw new Error('disk full');
       }),
     ).rejects.toThrow('disk full');
@@ -315,7 +318,7 @@ describe.each([
     const before = await target.payments();
     const handler = counted(target.pay(`pay_${lost.key}`));
 
-    expect(await target.store.atomicComplete({ scope: lost.scope, key: lost.key, token: lost.token }, handler.handler, () => ({ kind: 'success', status: 200, body: '"late"' }))).toEqual({
+    expect(await target.store.atomicComplete({ scope: lost.scope, key: lost.key, token: lost.token }, storeRun(handler.handler), () => ({ kind: 'success', status: 200, body: '"late"' }))).toEqual({
       completed: false,
     });
     expect(handler.runs).toBe(0);
@@ -329,12 +332,12 @@ describe.each([
     const before = await target.payments();
     // The handler pays, then (inside its own transaction, standing in for a takeover) loses the claim.
     const handler = target.pay(`pay_${held.key}`, () => undefined);
-    const fencedHandler: Handler = (tx, claim) => {
-      const paid = handler(tx, claim);
-      return target.synchronous ? target.steal(tx, held.scope, held.key) : (paid as Promise<unknown>).then(() => target.steal(tx, held.scope, held.key));
+    const fencedHandler: Handler = (claim) => {
+      const paid = handler(claim);
+      return target.synchronous ? target.steal(claim.tx, held.scope, held.key) : (paid as Promise<unknown>).then(() => target.steal(claim.tx, held.scope, held.key));
     };
 
-    expect(await target.store.atomicComplete({ scope: held.scope, key: held.key, token: held.token }, fencedHandler, () => ({ kind: 'success', status: 200, body: '1' }))).toEqual({
+    expect(await target.store.atomicComplete({ scope: held.scope, key: held.key, token: held.token }, storeRun(fencedHandler), () => ({ kind: 'success', status: 200, body: '1' }))).toEqual({
       completed: false,
     });
     expect(await target.payments()).toBe(before);
@@ -401,7 +404,7 @@ describe('atomic mode on SQLite refuses asynchronous handlers', () => {
   it('a handler that returns a promise is refused with a TypeError, and what it wrote before is rolled back with the claim', async () => {
     const req = request();
     const before = await target.payments();
-    const handler: Handler = (tx) => {
+    const handler: Handler = ({ tx }) => {
       payOnSqlite(tx, `pay_${req.key}`);
       return Promise.reject(new Error('never awaited'));
     };
@@ -440,7 +443,7 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
 
       const { onEvent, types } = recorder();
       let runs = 0;
-      const result = await createEngine({ store, onEvent }).executeAtomic({ scope: config.scope, key: config.key, fingerprint: 'crash' }, async (tx) => {
+      const result = await createEngine({ store, onEvent }).executeAtomic({ scope: config.scope, key: config.key, fingerprint: 'crash' }, async ({ tx }) => {
         runs++;
         await payOnPostgres(tx, config.paymentId);
         return 'paid';
@@ -499,11 +502,11 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
       };
 
       const fresh = (key: string) => request({ key });
-      const atomic = await measure((key) => engine.executeAtomic(fresh(key), (tx) => payOnPostgres(tx, key)));
+      const atomic = await measure((key) => engine.executeAtomic(fresh(key), ({ tx }) => payOnPostgres(tx, key)));
       const plain = await measure((key) => engine.execute(fresh(key), () => payOnPostgres(db, key)));
       const replayKey = randomUUID();
-      await engine.executeAtomic(fresh(replayKey), (tx) => payOnPostgres(tx, replayKey));
-      const atomicReplay = await measure(() => engine.executeAtomic(fresh(replayKey), (tx) => payOnPostgres(tx, replayKey)));
+      await engine.executeAtomic(fresh(replayKey), ({ tx }) => payOnPostgres(tx, replayKey));
+      const atomicReplay = await measure(() => engine.executeAtomic(fresh(replayKey), ({ tx }) => payOnPostgres(tx, replayKey)));
       const plainReplay = await measure(() => engine.execute(fresh(replayKey), () => payOnPostgres(db, replayKey)));
 
       console.info('[idem] commits per mutation', { atomic, plain, atomicReplay, plainReplay });

@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { TimelineEntry } from '@idem/core';
+import type { TimelineEntry } from '@idem/core/store';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { explainTimeline, renderTimelineTable } from '../src/cli-explain.ts';

@@ -11,7 +11,8 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { createPolicyDocument, type TimelineEntry } from '@idem/core';
+import { createPolicyDocument } from '@idem/core';
+import type { TimelineEntry } from '@idem/core/store';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
 import { isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
@@ -295,7 +296,7 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
       /^idem: DATABASE_URL "mongodb:\/\/localhost\/db" is neither/,
       /^idem: unknown option --frobnicate/,
     ];
-    runs.forEach((run, index) => expectOneLineError(run, 2, reasons[index]!));
+    for (const [index, run] of runs.entries()) expectOneLineError(run, 2, reasons[index]!);
   });
 
   it('an unreachable database exits 1 with the reason and the URL, password redacted; a missing SQLite file is not created by a reader', async () => {

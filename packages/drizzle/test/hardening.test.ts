@@ -10,7 +10,8 @@ import pg from 'pg';
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { createEngine, RequestInProgressError, StoreUnavailableError, type ClaimRequest, type IdempotencyEvent } from '@idem/core';
+import { createEngine, RequestInProgressError, StoreUnavailableError, type IdempotencyEvent } from '@idem/core';
+import type { ClaimRequest } from '@idem/core/store';
 import { runCli } from '../src/cli.ts';
 import { createDrizzleStore, migrate, type DrizzleDatabase } from '../src/index.ts';
 import { openDatabase, type OpenedDatabase } from '../src/connect.ts';
@@ -204,7 +205,7 @@ describe.skipIf(!postgresServer)('atomic mode on a PostgreSQL server: duplicates
     const gate = new Promise<void>((resolve) => (finish = resolve));
     const duplicateRuns = vi.fn();
 
-    const first = engine.executeAtomic({ scope, key, fingerprint: 'f' }, async (tx) => {
+    const first = engine.executeAtomic({ scope, key, fingerprint: 'f' }, async ({ tx }) => {
       started();
       await gate;
       await payOnPostgres(tx, `pay_${key}`);
@@ -214,7 +215,7 @@ describe.skipIf(!postgresServer)('atomic mode on a PostgreSQL server: duplicates
       await running;
       // More duplicates than the pool has connections left.
       const duplicates = Promise.allSettled(Array.from({ length: 6 }, () => engine.executeAtomic({ scope, key, fingerprint: 'f' }, duplicateRuns)));
-      const unrelated = await engine.executeAtomic({ scope, key: randomUUID(), fingerprint: 'f' }, async (tx) => {
+      const unrelated = await engine.executeAtomic({ scope, key: randomUUID(), fingerprint: 'f' }, async ({ tx }) => {
         await payOnPostgres(tx, `pay_unrelated_${key}`);
         return 'unrelated paid';
       });

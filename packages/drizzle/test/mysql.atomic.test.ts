@@ -46,7 +46,7 @@ describe.skipIf(!(await mysqlSuitesRun()))('atomic mode on MySQL: the named lock
     const entered = latch();
     const finish = latch();
     let runs = 0;
-    const running = first().executeAtomic(req, async (tx) => {
+    const running = first().executeAtomic(req, async ({ tx }) => {
       runs++;
       await payOnMysql(tx, `pay_${req.key}`);
       entered.open();
@@ -74,7 +74,7 @@ describe.skipIf(!(await mysqlSuitesRun()))('atomic mode on MySQL: the named lock
   it('E4: when the handler throws, its write is rolled back, the lock is released with the transaction, and the other instance replays the error', async () => {
     const req = request();
     const before = await countMysqlPayments(target.db);
-    const failed = await first().executeAtomic(req, async (tx) => {
+    const failed = await first().executeAtomic(req, async ({ tx }) => {
       await payOnMysql(tx, `pay_${req.key}`);
       throw new Error('card declined');
     });

@@ -9,7 +9,7 @@ import mysql from 'mysql2/promise';
 import { sql, type SQL } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/mysql2';
 import { describe, expect, it } from 'vitest';
-import type { ClaimRequest } from '@idem/core';
+import type { ClaimRequest } from '@idem/core/store';
 import { createDrizzleStore, defineMysqlTables, migrate } from '../src/index.ts';
 import { executedRows, mysqlSweepCandidates } from '../src/mysql-store.ts';
 import { mariadbOnlyStatements, mysqlSuitesRun, openMysqlTarget, type MysqlTarget } from './mysql-target.ts';

@@ -8,7 +8,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sql, type SQL } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ClaimRequest, ClaimResult, IdempotencyStore } from '@idem/core';
+import type { IdempotencyStore } from '@idem/core';
+import type { ClaimRequest, ClaimResult } from '@idem/core/store';
 import { fileURLToPath } from 'node:url';
 import { createDrizzleStore, migrate, sweepAll, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
 

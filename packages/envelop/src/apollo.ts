@@ -5,11 +5,12 @@
  *
  * `@apollo/client` (4) and `rxjs` are peer dependencies of this entry only.
  */
-import type { DocumentNode, OperationDefinitionNode, SelectionNode } from 'graphql';
 import { ApolloLink } from '@apollo/client/link';
 import { CombinedGraphQLErrors, ServerError, ServerParseError } from '@apollo/client/errors';
 import { Observable, type Subscription } from 'rxjs';
 import {
+  DEFAULT_KEY_FIELD,
+  type KeyOptions,
   createRetentionResolver,
   formatIdempotencyKey,
   IDEMPOTENCY_KEY_HEADER,
@@ -22,7 +23,7 @@ import {
   type RetentionSourceOptions,
   type RetryReason,
 } from '@idem/core/client';
-import { keyedMutation, type OperationDescription, type RootField } from './client-operation.js';
+import { describeDocument, keyedMutation } from './client-operation.js';
 import { answerError, classifyAnswer, errorCode } from './client-sender.js';
 
 export {
@@ -44,11 +45,12 @@ export interface IdempotencyLinkOptions extends ClientRetryOptions, RetentionSou
   /** The `fetch` that reads `policyUrl`. Defaults to `globalThis.fetch`. */
   fetch?: (input: string, init?: RequestInit) => Promise<Response>;
   /**
-   * The server's key argument (its `argument` option): a mutation whose root fields carry their
-   * own keys (this argument or `@idempotent(key:)`) passes through, without a header key and
-   * without retries. `false` when the server reads no argument. Defaults to `'idempotencyKey'`.
+   * The server's key field, in its words (`key.field`, here the key argument): an operation whose
+   * root fields carry their own keys (this argument or `@idempotent(key:)`) passes through,
+   * without a header key and without retries. `{ field: false }` when the server reads no
+   * argument. Defaults to `{ field: 'idempotencyKey' }`.
    */
-  argument?: string | false;
+  key?: Pick<KeyOptions, 'field'>;
 }
 
 /**
@@ -96,7 +98,7 @@ type Event = { kind: 'next'; result: Result } | { kind: 'error'; error: unknown 
  * @throws TypeError `[idem] …` at once when neither or both of `retention` and `policyUrl` are given.
  */
 export function idempotencyLink(options: IdempotencyLinkOptions): ApolloLink {
-  const { retention, policyUrl, fetch, argument = 'idempotencyKey', ...retryOptions } = options;
+  const { retention, policyUrl, fetch, key: { field: argument = DEFAULT_KEY_FIELD } = {}, ...retryOptions } = options;
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch }, 'idempotencyLink');
   const now = retryOptions.now ?? Date.now;
 
@@ -253,26 +255,3 @@ function classifyError(error: unknown, now: () => number): { reason: RetryReason
   return { reason: 'network' };
 }
 
-/**
- * The type and root fields of the operation an Apollo operation runs, read from its parsed
- * document (as the `fetch` helper's scanner reads them from the request body).
- */
-function describeDocument(document: DocumentNode, operationName: string | undefined): OperationDescription | undefined {
-  const operations = document.definitions.filter((definition): definition is OperationDefinitionNode => definition.kind === 'OperationDefinition');
-  const chosen = operationName === undefined ? (operations.length === 1 ? operations[0] : undefined) : operations.find((operation) => operation.name?.value === operationName);
-  if (!chosen) return undefined;
-  const description: OperationDescription = { type: chosen.operation, rootFields: [], complete: true };
-  for (const selection of chosen.selectionSet.selections as readonly SelectionNode[]) {
-    if (selection.kind !== 'Field') {
-      description.complete = false;
-      continue;
-    }
-    const field: RootField = { name: selection.name.value, arguments: {}, directives: (selection.directives ?? []).map((directive) => directive.name.value) };
-    for (const argument of selection.arguments ?? []) {
-      if (argument.value.kind === 'Variable') field.arguments[argument.name.value] = { variable: argument.value.name.value };
-      else if (argument.value.kind === 'StringValue') field.arguments[argument.name.value] = { literal: argument.value.value };
-    }
-    description.rootFields.push(field);
-  }
-  return description;
-}

@@ -4,6 +4,8 @@
  * `createIdempotentFetch` and the urql exchange are built on it. Internal to the package.
  */
 import {
+  DEFAULT_KEY_FIELD,
+  type KeyOptions,
   createRetentionResolver,
   formatIdempotencyKey,
   IDEMPOTENCY_KEY_HEADER,
@@ -30,11 +32,12 @@ export interface IdempotentFetchOptions extends ClientRetryOptions, RetentionSou
   /** The `fetch` that sends the requests and reads `policyUrl`. Defaults to `globalThis.fetch`. */
   fetch?: Fetch;
   /**
-   * The server's key argument (its `argument` option): an operation whose root fields carry
-   * their own keys (this argument or `@idempotent(key:)`) is sent as it is, without a header key
-   * and without retries. `false` when the server reads no argument. Defaults to `'idempotencyKey'`.
+   * The server's key field, in its words (`key.field`, here the key argument): an operation whose
+   * root fields carry their own keys (this argument or `@idempotent(key:)`) is sent as it is,
+   * without a header key and without retries. `{ field: false }` when the server reads no
+   * argument. Defaults to `{ field: 'idempotencyKey' }`.
    */
-  argument?: string | false;
+  key?: Pick<KeyOptions, 'field'>;
 }
 
 /**
@@ -90,7 +93,7 @@ class UnresolvedRequests {
  * @throws TypeError `[idem] …` at once when neither or both of `retention` and `policyUrl` are given.
  */
 export function createMutationSender(options: IdempotentFetchOptions, client: string) {
-  const { fetch: defaultFetch = (input, init) => globalThis.fetch(input, init), retention, policyUrl, argument = 'idempotencyKey', ...retryOptions } = options;
+  const { fetch: defaultFetch = (input, init) => globalThis.fetch(input, init), retention, policyUrl, key: { field: argument = DEFAULT_KEY_FIELD } = {}, ...retryOptions } = options;
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch: defaultFetch }, client);
   const now = retryOptions.now ?? Date.now;
   const unresolved = new UnresolvedRequests();

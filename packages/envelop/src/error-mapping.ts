@@ -27,15 +27,15 @@ export function toGraphQLErrorCode(code: IdempotencyErrorCode): IdempotencyGraph
 
 /**
  * X3: an idempotency error as a GraphQLError carrying `extensions.code`, `extensions.http`
- * (status and `Retry-After`) and the problem body. It has no `originalError`, so error masking
+ * (status and `Retry-After`) and its problem body (`AdapterKit.problem`). It has no `originalError`, so error masking
  * leaves it as it is.
  */
 export function idempotencyGraphQLError(
   error: IdempotencyError,
-  options: { documentationUrl: string; nodes?: readonly ASTNode[]; path?: ReadonlyArray<string | number>; http?: boolean },
+  options: { problem: ProblemDetails; nodes?: readonly ASTNode[]; path?: ReadonlyArray<string | number>; http?: boolean },
 ): GraphQLError {
-  const { documentationUrl, nodes, path, http = true } = options;
-  const extensions: IdempotencyErrorExtensions = { code: toGraphQLErrorCode(error.code), idempotency: error.toProblem(documentationUrl) };
+  const { problem, nodes, path, http = true } = options;
+  const extensions: IdempotencyErrorExtensions = { code: toGraphQLErrorCode(error.code), idempotency: problem };
   if (http) {
     const headers = error.headers();
     extensions.http = Object.keys(headers).length > 0 ? { status: error.status, headers } : { status: error.status };

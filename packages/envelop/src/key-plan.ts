@@ -1,6 +1,6 @@
 import { getArgumentValues, getDirectiveValues, type GraphQLDirective } from 'graphql';
-import { AmbiguousKeyError, MissingKeyError, readArgumentKey, resolveKey } from '@idem/core';
-import { isRequiredField, type RequiredKeyOption } from './options.js';
+import { AmbiguousKeyError, MissingKeyError } from '@idem/core';
+import type { AdapterKit } from '@idem/core/adapter';
 import type { RootField } from './root-fields.js';
 
 /**
@@ -16,15 +16,11 @@ export type KeyPlan =
   | { unit: 'field'; keys: ReadonlyMap<string, string | undefined> };
 
 export interface KeySources {
-  /** Whether the `Idempotency-Key` header is read at all. */
-  headerEnabled: boolean;
+  kit: Pick<AdapterKit<unknown>, 'key' | 'fieldKey' | 'chooseKey' | 'isRequired'>;
   /** The parsed `Idempotency-Key` header, if the header is read and was sent. */
   header: string | undefined;
-  /** The key argument's name, or false. */
-  argument: string | false;
   /** The `@idempotent` directive definition, or undefined when directive keys are off. */
   directive: GraphQLDirective | undefined;
-  required: RequiredKeyOption;
   variables: Record<string, unknown>;
   /** Names the schema coordinate in error details, e.g. `Mutation`. */
   rootTypeName: string;
@@ -36,56 +32,58 @@ export interface KeySources {
  * Throws an `IdempotencyError`; a GraphQLError from argument coercion is left to execution.
  */
 export function planKeys(rootFields: readonly RootField[], sources: KeySources): KeyPlan {
+  const { kit, header } = sources;
   const fieldKeys = rootFields.map((field) => fieldKey(field, sources));
   if (fieldKeys.some((key) => key !== undefined)) {
     const keys = new Map<string, string | undefined>();
-    rootFields.forEach((field, index) => {
-      if (!field.definition) return keys.set(field.responseKey, undefined);
-      const required = isRequiredField(sources.required, field.fieldName);
+    for (const [index, field] of rootFields.entries()) {
+      if (!field.definition) {
+        keys.set(field.responseKey, undefined);
+        continue;
+      }
       try {
-        keys.set(field.responseKey, resolveKey({ header: sources.header, argument: fieldKeys[index] }, required));
+        keys.set(field.responseKey, kit.chooseKey(field.fieldName, { header, field: fieldKeys[index] }));
       } catch (error) {
         if (error instanceof MissingKeyError) throw missingKey(field, sources);
         throw error;
       }
-    });
+    }
     return { unit: 'field', keys };
   }
-  if (sources.header !== undefined) return { unit: 'operation', key: sources.header };
-  const unkeyed = rootFields.find((field) => field.definition && isRequiredField(sources.required, field.fieldName));
+  if (header !== undefined) return { unit: 'operation', key: header };
+  const unkeyed = rootFields.find((field) => field.definition && kit.isRequired(field.fieldName));
   if (unkeyed) throw missingKey(unkeyed, sources);
   return { unit: 'none' };
 }
 
 /** The key a root field carries in its argument or `@idempotent` directive (K4); undefined if none. */
-function fieldKey(field: RootField, sources: KeySources): string | undefined {
-  const { definition, nodes } = field;
+function fieldKey({ definition, nodes, fieldName }: RootField, { kit, directive, variables, rootTypeName }: KeySources): string | undefined {
   if (!definition) return undefined;
+  const argument = kit.key.field;
   const found = new Set<string>();
-  const { argument, directive, variables } = sources;
   if (argument !== false && definition.args.some((arg) => arg.name === argument)) {
-    const key = readArgumentKey(getArgumentValues(definition, nodes[0]!, variables)[argument], argument);
+    const key = kit.fieldKey(getArgumentValues(definition, nodes[0]!, variables)[argument]);
     if (key !== undefined) found.add(key);
   }
   if (directive) {
     for (const node of nodes) {
-      const key = readArgumentKey(getDirectiveValues(directive, node, variables)?.['key'], '@idempotent(key:)');
+      const key = kit.fieldKey(getDirectiveValues(directive, node, variables)?.['key'], '@idempotent(key:)');
       if (key !== undefined) found.add(key);
     }
   }
   if (found.size > 1) {
-    throw new AmbiguousKeyError(`${sources.rootTypeName}.${field.fieldName} carries two different idempotency keys (argument and @idempotent directive); send one key.`);
+    throw new AmbiguousKeyError(`${rootTypeName}.${fieldName} carries two different idempotency keys (argument and @idempotent directive); send one key.`);
   }
   return found.values().next().value;
 }
 
-
-function missingKey(field: RootField, sources: KeySources): MissingKeyError {
+function missingKey(field: RootField, { kit, directive, rootTypeName }: KeySources): MissingKeyError {
+  const argument = kit.key.field;
   const ways = [
-    sources.headerEnabled ? 'an Idempotency-Key header' : null,
-    sources.argument !== false && field.definition?.args.some((arg) => arg.name === sources.argument) ? `an \`${sources.argument}\` argument` : null,
-    sources.directive ? 'an @idempotent(key:) directive' : null,
+    kit.key.header ? 'an Idempotency-Key header' : null,
+    argument !== false && field.definition?.args.some((arg) => arg.name === argument) ? `an \`${argument}\` argument` : null,
+    directive ? 'an @idempotent(key:) directive' : null,
   ].filter((way): way is string => way !== null);
   const send = ways.length === 0 ? 'a key' : ways.length === 1 ? ways[0] : `${ways.slice(0, -1).join(', ')} or ${ways.at(-1)}`;
-  return new MissingKeyError(`${sources.rootTypeName}.${field.fieldName} is idempotent and requires a key: send ${send}.`);
+  return new MissingKeyError(`${rootTypeName}.${field.fieldName} is idempotent and requires a key: send ${send}.`);
 }

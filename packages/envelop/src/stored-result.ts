@@ -64,6 +64,14 @@ export function fromStoredError(stored: StoredGraphQLError, source: Source | und
   });
 }
 
+/** A field's stored slice, under the response key of this request (a retry may use another alias). */
+export function underResponseKey(stored: StoredExecutionResult, responseKey: string): StoredExecutionResult {
+  const moved: StoredExecutionResult = {};
+  if (stored.data !== undefined) moved.data = stored.data === null ? null : { [responseKey]: Object.values(stored.data)[0] ?? null };
+  if (stored.errors) moved.errors = stored.errors.map((error) => (error.path?.length ? { ...error, path: [responseKey, ...error.path.slice(1)] } : error));
+  return moved;
+}
+
 /**
  * The serializer for stored results: our stored shape, written by the user's serializer
  * (`JSON` or e.g. `superjson`). `parse` returns the {@link StoredExecutionResult}.

@@ -21,7 +21,7 @@ export {
 
 /**
  * Options of {@link idempotencyExchange}: where the retention comes from (`retention` or
- * `policyUrl`, exactly one), the server's key `argument`, and the retry behaviour
+ * `policyUrl`, exactly one), the server's key field (`key.field`), and the retry behaviour
  * (`maxAttempts`, `initialDelayMs`, `maxDelayMs`, `safetyMarginMs`, `onRetry`). `fetch` reads
  * `policyUrl`; the mutations go through the client's `fetch` (or the operation's).
  */

@@ -1,7 +1,8 @@
 import { getOperationAST, parse, type ExecutionResult } from 'graphql';
 import { isAsyncIterable } from '@envelop/core';
 import type { IdempotencyOptions } from './options.js';
-import { createIdempotencyPlugin, type IdempotencyPlugin, type IdempotencyResultExtension } from './plugin.js';
+import type { IdempotencyResultExtension } from './field-unit-result.js';
+import { createIdempotencyPlugin, type IdempotencyPlugin } from './plugin.js';
 import { requestOf } from './request-headers.js';
 import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
 
@@ -31,9 +32,9 @@ export interface YogaIdempotencyHooks {
  * Statuses and `Retry-After` come from the errors' `extensions.http`, which Yoga reads itself.
  * Used in a plain Envelop setup, the Yoga hooks never run and it behaves as `useIdempotency`.
  */
-export function useYogaIdempotency<TContext extends Record<string, any> = Record<string, any>>(
-  options: IdempotencyOptions<TContext>,
-): IdempotencyPlugin<TContext> & YogaIdempotencyHooks {
+export function useYogaIdempotency<TContext extends Record<string, any> = Record<string, any>, TTx = unknown>(
+  options: IdempotencyOptions<TContext, TTx>,
+): IdempotencyPlugin<TContext, TTx> & YogaIdempotencyHooks {
   const batches = new WeakMap<object, { params: readonly BatchedParams[]; mutations?: number }>();
   const plugin = createIdempotencyPlugin(options, {
     batchedMutations(context) {
@@ -47,6 +48,7 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
   });
   return {
     engine: plugin.engine,
+    claim: plugin.claim,
     onPluginInit({ addPlugin }) {
       addPlugin(plugin);
     },

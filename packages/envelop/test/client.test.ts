@@ -348,7 +348,7 @@ describe('createIdempotentFetch against a real GraphQL Yoga server', () => {
   });
 });
 
-describe('describeOperation (the scanner behind the helper)', () => {
+describe('describeOperation (the parse behind the helper)', () => {
   it('reads the type and root fields of the only operation, through aliases, arguments, directives and nested selections', () => {
     expect(
       describeOperation(`

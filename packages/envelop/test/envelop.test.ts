@@ -115,7 +115,7 @@ describe.each(storeTargets)('@idem/envelop in plain Envelop over $name', (target
   it('reads keys from wherever getHeaders says, and argument keys with header: false', async () => {
     const shop = createShop();
     const custom = createRunner(shop, useIdempotency(options({ getHeaders: (context) => ({ 'Idempotency-Key': context.user === 'alice' ? 'from-elsewhere' : undefined }) })));
-    const headerless = createRunner(shop, useIdempotency(options({ header: false, required: true })));
+    const headerless = createRunner(shop, useIdempotency(options({ key: { header: false }, required: true })));
     await custom(CREATE_ORDER, nodeContext(undefined));
     const replay = await custom(CREATE_ORDER, nodeContext(undefined));
     const refused = await headerless(CREATE_ORDER, nodeContext(randomUUID()));
@@ -150,12 +150,11 @@ describe.each(unreachableStores)('@idem/envelop on a store that cannot reach its
 });
 
 describe('@idem/envelop configuration', () => {
-  it('R1: takes ttl as an alias of retention, and refuses two different values', () => {
+  it('R1: retention reaches the engine as it is given, 24 hours by default', () => {
     const store = new MemoryStore();
     const principal = () => 'alice';
-    expect(useIdempotency({ store, principal, ttl: '2h' }).engine.policy.retentionMs).toBe(7_200_000);
+    expect(useIdempotency({ store, principal, retention: '2h' }).engine.policy.retentionMs).toBe(7_200_000);
     expect(useIdempotency({ store, principal }).engine.policy.retentionMs).toBe(86_400_000);
-    expect(() => useIdempotency({ store, principal, ttl: '2h', retention: '1h' })).toThrow(/\[idem\] `ttl` is an alias of `retention`/);
   });
 
   it('refuses to start without a principal resolver (S1)', () => {

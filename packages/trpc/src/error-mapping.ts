@@ -17,10 +17,11 @@ export type IdempotencyErrorData = ProblemDetails;
 
 /** A `TRPCError` raised by the middleware for an idempotency error. Its `cause` is that error. */
 class IdempotencyTRPCError extends TRPCError {
-  readonly problem: ProblemDetails;
-  constructor(error: IdempotencyError, documentationUrl: string) {
+  constructor(
+    error: IdempotencyError,
+    readonly problem: ProblemDetails,
+  ) {
     super({ code: TRPC_CODE_BY_STATUS[error.status], message: error.message, cause: error });
-    this.problem = error.toProblem(documentationUrl);
   }
 }
 
@@ -44,9 +45,9 @@ export function isReplayedError(error: unknown): boolean {
   return error !== null && typeof error === 'object' && replayedErrors.has(error);
 }
 
-/** Turns an idempotency error into the `TRPCError` the client gets. */
-export function toTRPCError(error: IdempotencyError, documentationUrl: string): TRPCError {
-  return new IdempotencyTRPCError(error, documentationUrl);
+/** Turns an idempotency error and its problem body into the `TRPCError` the client gets. */
+export function toTRPCError(error: IdempotencyError, problem: ProblemDetails): TRPCError {
+  return new IdempotencyTRPCError(error, problem);
 }
 
 /**

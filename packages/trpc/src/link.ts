@@ -10,6 +10,7 @@ import type { AnyRouter } from '@trpc/server';
 import type { Operation, OperationResultEnvelope, TRPCClientError, TRPCLink } from '@trpc/client';
 import {
   createRetentionResolver,
+  DEFAULT_KEY_FIELD,
   formatIdempotencyKey,
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
@@ -18,25 +19,13 @@ import {
   retryWithinRetention,
   validateKey,
   type AttemptResult,
+  type KeyOptions,
   type ClientRetryOptions,
   type RetentionSourceOptions,
   type RetryReason,
 } from '@idem/core/client';
 import type { IdempotencyErrorCode } from '@idem/core';
-import { DEFAULT_KEY_FIELD } from './options.js';
 
-/** Where the link puts the key of a mutation call. */
-export interface IdempotencyLinkKeyOptions {
-  /**
-   * `'header'`: in `op.context.idempotencyKey`, for {@link idempotencyHeaders} to send as the
-   * `Idempotency-Key` header from your `httpLink`'s `headers`. `'input'`: in a field of the
-   * call's input (an object), one key per call, so batch links work. Match the server's
-   * `key.from`. Defaults to `'header'`.
-   */
-  from?: 'header' | 'input';
-  /** The input field when `from` is `'input'`. Defaults to `'idempotencyKey'`. */
-  field?: string;
-}
 
 /**
  * Options of {@link idempotencyLink}: where the key goes, where the retention comes from
@@ -44,8 +33,14 @@ export interface IdempotencyLinkKeyOptions {
  * `initialDelayMs`, `maxDelayMs`, `safetyMarginMs`, `onRetry`).
  */
 export interface IdempotencyLinkOptions extends ClientRetryOptions, RetentionSourceOptions {
-  /** Where the key goes. Defaults to the `Idempotency-Key` header (`{ from: 'header' }`). */
-  key?: IdempotencyLinkKeyOptions;
+  /**
+   * Where the key of a mutation call goes, in the server's words (`KeyOptions`). `header: true`
+   * (the default): in `op.context.idempotencyKey`, for {@link idempotencyHeaders} to send as the
+   * `Idempotency-Key` header from your `httpLink`'s `headers`. `header: false`: in the input
+   * field `field` (default `'idempotencyKey'`) of the call's input (an object), one key per call,
+   * so batch links work. Defaults to `{ header: true }`.
+   */
+  key?: KeyOptions;
   /** The `fetch` that reads `policyUrl`. Defaults to `globalThis.fetch`. */
   fetch?: (input: string, init?: RequestInit) => Promise<Response>;
 }
@@ -108,8 +103,9 @@ export function idempotencyHeaders(op: { context: Record<string, unknown> }): Re
  * @throws TypeError `[idem] …` at once when neither or both of `retention` and `policyUrl` are given.
  */
 export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(options: IdempotencyLinkOptions): TRPCLink<TRouter> {
-  const { key: { from = 'header', field = DEFAULT_KEY_FIELD } = {}, retention, policyUrl, fetch, ...retryOptions } = options;
-  if (from !== 'header' && from !== 'input') throw new TypeError(`[idem] idempotencyLink: key.from must be 'header' or 'input', got ${String(from)}`);
+  const { key: { header = true, field = DEFAULT_KEY_FIELD } = {}, retention, policyUrl, fetch, ...retryOptions } = options;
+  if (!header && (typeof field !== 'string' || field === '')) throw new TypeError('[idem] idempotencyLink: with `key.header: false` the key goes in `key.field`, which must be a field name');
+  const where: Where = header ? { header: true } : { header: false, field: field as string };
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch }, 'idempotencyLink');
   const now = retryOptions.now ?? Date.now;
 
@@ -135,7 +131,7 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(options: 
               error(error) {
                 const retry = controller.signal.aborted ? undefined : classifyTRPCError(error, now);
                 if (!retry) return reject(error);
-                if (from === 'header' && !sentHeaders.has(keyed.context)) return reject(headerNeverSent(keyed.path, error));
+                if (where.header && !sentHeaders.has(keyed.context)) return reject(headerNeverSent(keyed.path, error));
                 resolve({ retry, error });
               },
               complete() {
@@ -145,7 +141,7 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(options: 
           });
 
         const run = async () => {
-          const { keyed, key } = withKey(op, from, field);
+          const { keyed, key } = withKey(op, where);
           const retentionMs = await resolveRetention('trpc', [op.path]);
           const firstAttemptAt = op.context['idempotencyFirstAttemptAt'];
           return retryWithinRetention(() => attempt(keyed), {
@@ -179,17 +175,21 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(options: 
     };
 }
 
+/** Where the link puts keys: the header, or an input field. */
+type Where = { header: true } | { header: false; field: string };
+
 /** The operation every attempt sends (the same key each time), and its key. */
-function withKey(op: Operation, from: 'header' | 'input', field: string): { keyed: Operation; key: string } {
+function withKey(op: Operation, where: Where): { keyed: Operation; key: string } {
   const contextKey = readKey(op.context['idempotencyKey'], 'context.idempotencyKey');
-  if (from === 'header') {
+  if (where.header) {
     const key = contextKey ?? newIdempotencyKey();
     return { keyed: { ...op, context: { ...op.context, idempotencyKey: key } }, key };
   }
+  const { field } = where;
   const input = op.input;
   if (!isPlainObject(input)) {
     throw new TypeError(
-      `[idem] idempotencyLink puts the key in the input field \`${field}\`, so the input of ${op.path} must be an object; got ${input === null ? 'null' : Array.isArray(input) ? 'an array' : typeof input}. Send an object input, or use key: { from: 'header' } with a header key on the server.`,
+      `[idem] idempotencyLink puts the key in the input field \`${field}\`, so the input of ${op.path} must be an object; got ${input === null ? 'null' : Array.isArray(input) ? 'an array' : typeof input}. Send an object input, or use key: { header: true } with a header key on the server.`,
     );
   }
   const inputKey = readKey(input[field], `input.${field}`);

@@ -1,38 +1,23 @@
 import type { TRPCMiddlewareFunction } from '@trpc/server';
-import {
-  HandlerNotStartedError,
-  IDEMPOTENCY_KEY_HEADER,
-  IDEMPOTENT_REPLAYED_HEADER,
-  batchedHeaderKeyError,
-  claimContextFields,
-  computeFingerprint,
-  createAdapterEngine,
-  formatScope,
-  isIdempotencyError,
-  parseIdempotencyKey,
-  readArgumentKey,
-  resolveDocumentationUrl,
-  resolveKey,
-  type ClaimContext,
-  type IdempotencyEngine,
-  type IdempotencyError,
-} from '@idem/core';
+import { HandlerNotStartedError, isIdempotencyError, type ClaimCarrier, type IdempotencyEngine, type IdempotencyError } from '@idem/core';
+import { claimFields, createAdapterKit, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type AdapterKit } from '@idem/core/adapter';
 import { getTransport, type IdempotencyTransport } from './context.js';
 import { trpcErrorCodec } from './error-codec.js';
 import { markReplayedError, toTRPCError } from './error-mapping.js';
-import { replayedResult } from './middleware-result.js';
-import { DEFAULT_KEY_FIELD, type IdempotencyOptions } from './options.js';
+import { replayedResult, type MiddlewareResult } from './middleware-result.js';
+import type { IdempotencyOptions } from './options.js';
 
 type MiddlewareOptions<TContext> = Omit<Parameters<TRPCMiddlewareFunction<object, any, object, object, unknown>>[0], 'ctx'> & { ctx: TContext };
-type MiddlewareReturn = ReturnType<TRPCMiddlewareFunction<any, any, object, object, unknown>>;
 
 /**
- * The middleware {@link idempotency} returns: pass it to `.use()`. `engine` is the engine it
- * runs on (`engine.drain()` on shutdown waits for outcome writes being retried, E7).
+ * The middleware {@link idempotency} returns: pass it to `.use()`. The procedures after it see
+ * the claim in their context, typed with the store's transaction: `idempotencyClaim(ctx)?.tx`.
+ * `engine` is the engine it runs on (`engine.drain()` on shutdown waits for outcome writes being
+ * retried, E7).
  */
-export interface IdempotencyMiddleware<TContext> {
-  (opts: MiddlewareOptions<TContext>): MiddlewareReturn;
-  readonly engine: IdempotencyEngine;
+export interface IdempotencyMiddleware<TContext, TTx = unknown> {
+  (opts: MiddlewareOptions<TContext>): Promise<MiddlewareResult<ClaimCarrier<TTx>>>;
+  readonly engine: IdempotencyEngine<TTx>;
 }
 
 /**
@@ -53,60 +38,30 @@ export interface IdempotencyMiddleware<TContext> {
  * With `atomic: true` (PostgreSQL), the resolver runs inside the store's transaction and writes
  * through `idempotencyClaim(ctx).tx`, committed together with the claim and the stored outcome.
  */
-export function idempotency<TContext extends object = object>(options: IdempotencyOptions<TContext>): IdempotencyMiddleware<TContext> {
-  const { principal, required = true, fingerprint = 'default', key: keyOptions = {}, atomic = false } = options;
-  const { from = 'header', field = DEFAULT_KEY_FIELD } = keyOptions;
-  const engine = createAdapterEngine(options, 'idempotency()');
-  const { documentationUrl } = engine.policy;
-  const fingerprintExclude = from === 'header' ? [] : [field];
+export function idempotency<TContext extends object = object, TTx = unknown>(options: IdempotencyOptions<TContext, TTx>): IdempotencyMiddleware<TContext, TTx> {
+  const kit = createAdapterKit(options, { name: 'idempotency()', field: 'input field' });
+  const keyField = kit.key.field;
 
-  async function readKey(opts: MiddlewareOptions<TContext>, transport: IdempotencyTransport | undefined): Promise<string | undefined> {
-    let header: string | undefined;
-    if (from !== 'input') {
-      if (!transport && from === 'header') {
-        throw new Error('[idem] the Idempotency-Key header cannot be read: spread `idempotencyContext(opts)` into what createContext returns');
-      }
-      header = parseIdempotencyKey(transport?.requestHeader(IDEMPOTENCY_KEY_HEADER));
-      const mutations = countMutationCalls(transport);
-      if (header !== undefined && mutations > 1) {
-        throw batchedHeaderKeyError(mutations, `Send each keyed mutation in its own request, or put the key in the \`${field}\` input field.`);
-      }
-    }
-    const argument = from === 'header' ? undefined : await readInputKey(opts);
-    return resolveKey({ header, argument }, required);
-  }
-
-  async function readInputKey(opts: MiddlewareOptions<TContext>): Promise<string | undefined> {
-    let value = fieldOf(opts.input, field);
-    if (value === undefined) value = fieldOf(await opts.getRawInput(), field);
-    return readArgumentKey(value, field);
-  }
-
-  const middleware = async (opts: MiddlewareOptions<TContext>): MiddlewareReturn => {
+  const middleware = async (opts: MiddlewareOptions<TContext>): Promise<MiddlewareResult<ClaimCarrier<TTx>>> => {
     if (opts.type !== 'mutation') return opts.next();
     const transport = getTransport(opts.ctx);
     try {
-      const key = await readKey(opts, transport);
+      const key = await readKey(kit, opts, transport);
       if (key === undefined) return await opts.next();
-      const scope = formatScope(opts.path, await principal(opts.ctx));
+      const scopeOf = await kit.scopes(opts.ctx);
       // F1: the validated input. None means the middleware sits before `.input()` (or the procedure
       // takes none): the raw input then, so a different payload is still never replayed (F3).
       const subject = opts.input === undefined ? await opts.getRawInput() : opts.input;
-      const requestFingerprint = await computeFingerprint(subject, fingerprint, fingerprintExclude);
+      const fingerprint = await kit.fingerprint(subject, keyField === false ? [] : [keyField]);
 
-      let executed: Awaited<MiddlewareReturn> | undefined;
-      const handler = async (claim: ClaimContext) => {
-        // The claim rides along in ctx (under a symbol) for `idempotencyClaim(ctx)?.deriveKey(…)`
-        // and, in atomic mode, `idempotencyClaim(ctx).tx`.
-        executed = await opts.next({ ctx: claimContextFields(claim) });
+      let executed: MiddlewareResult<ClaimCarrier<TTx>> | undefined;
+      const result = await kit.execute({ scope: scopeOf(opts.path), key, fingerprint, errors: trpcErrorCodec }, async (claim) => {
+        executed = await opts.next({ ctx: claimFields(claim) });
         if (executed.ok) return executed.data;
-        // tRPC wraps what a resolver throws; a HandlerNotStartedError must reach the engine
-        // as itself so it releases the claim instead of storing the failure (E4). In atomic
-        // mode the throw also rolls the resolver's writes back.
+        // tRPC wraps what a resolver throws; a HandlerNotStartedError must reach the engine as
+        // itself, so that it releases the claim instead of storing the failure (E4).
         throw executed.error.cause instanceof HandlerNotStartedError ? executed.error.cause : executed.error;
-      };
-      const request = { scope, key, fingerprint: requestFingerprint, errors: trpcErrorCodec };
-      const result = atomic ? await engine.executeAtomic(request, (_tx, claim) => handler(claim)) : await engine.execute(request, handler);
+      });
       if (!result.replayed && executed) return executed;
       const wholeResponse = markReplayedCall(transport);
       if (result.ok) return replayedResult(result.value);
@@ -114,10 +69,26 @@ export function idempotency<TContext extends object = object>(options: Idempoten
     } catch (error) {
       if (!isIdempotencyError(error)) throw error;
       setRetryAfter(transport, error);
-      throw toTRPCError(error, resolveDocumentationUrl(documentationUrl, transport?.requestUrl?.()));
+      throw toTRPCError(error, kit.problem(error, transport?.requestUrl?.()));
     }
   };
-  return Object.assign(middleware, { engine });
+  return Object.assign(middleware, { engine: kit.engine });
+}
+
+/** K1, K4: the call's key, from the header (one per request) and the input field. */
+async function readKey(kit: Pick<AdapterKit<unknown>, 'key' | 'headerKey' | 'fieldKey' | 'chooseKey'>, opts: MiddlewareOptions<unknown>, transport: IdempotencyTransport | undefined): Promise<string | undefined> {
+  const { header: readsHeader, field } = kit.key;
+  if (readsHeader && !transport) {
+    throw new Error('[idem] the Idempotency-Key header cannot be read: spread `idempotencyContext(opts)` into what createContext returns');
+  }
+  const header = kit.headerKey(transport?.requestHeader(IDEMPOTENCY_KEY_HEADER), countMutationCalls(transport));
+  let value: unknown;
+  if (field !== false) {
+    value = fieldOf(opts.input, field);
+    // A field the input schema does not declare (or strips) is read from the raw input.
+    if (value === undefined) value = fieldOf(await opts.getRawInput(), field);
+  }
+  return kit.chooseKey(opts.path, { header, field: kit.fieldKey(value) });
 }
 
 /**

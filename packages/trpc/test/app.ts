@@ -30,8 +30,8 @@ export function createTestApp(store: IdempotencyStore) {
   const t = initTRPC.context<AppContext>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
   const principal = (ctx: AppContext) => ctx.user;
   const idempotent = idempotency({ store, principal });
-  const inputKeyed = idempotency({ store, principal, key: { from: 'input' } });
-  const eitherKeyed = idempotency({ store, principal, key: { from: 'both' } });
+  const inputKeyed = idempotency({ store, principal, key: { header: false } });
+  const eitherKeyed = idempotency({ store, principal, key: { header: true, field: 'idempotencyKey' } });
   const optional = idempotency({ store, principal, required: false });
 
   const authed = t.procedure.use(({ ctx, next }) => {

@@ -7,7 +7,8 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import { createTRPCClient, httpBatchLink, TRPCClientError } from '@trpc/client';
 import { z } from 'zod';
 import { MemoryStore, type IdempotencyStore } from '@idem/core';
-import { idempotency, idempotencyErrorFormatter, idempotencyLink, type IdempotencyContext } from '../src/index.ts';
+import { idempotency, idempotencyErrorFormatter, type IdempotencyContext } from '../src/index.ts';
+import { idempotencyLink } from '../src/link.ts';
 import { newKey, startStandalone, type RunningServer } from './http.ts';
 import { storeTargets } from './stores.ts';
 
@@ -50,7 +51,7 @@ describe('a deeply nested input (issue 14, item 15)', () => {
 function batchApp(store: IdempotencyStore) {
   const runs = { place: 0, reserve: 0 };
   const t = initTRPC.context<IdempotencyContext & { user: string }>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
-  const idempotent = idempotency({ store, principal: (ctx: { user: string }) => ctx.user, key: { from: 'input' } });
+  const idempotent = idempotency({ store, principal: (ctx: { user: string }) => ctx.user, key: { header: false } });
   const keyed = z.object({ idempotencyKey: z.string(), amount: z.number().optional(), name: z.string().optional() });
   const router = t.router({
     place: t.procedure
@@ -137,7 +138,7 @@ describe.each(storeTargets)('a tRPC batch with replayed and executed calls on $n
     let requests = 0;
     const trpc = createTRPCClient<typeof app.router>({
       links: [
-        idempotencyLink({ retention: '24h', key: { from: 'input' }, maxAttempts: 3, initialDelayMs: 10, maxDelayMs: 20 }),
+        idempotencyLink({ retention: '24h', key: { header: false }, maxAttempts: 3, initialDelayMs: 10, maxDelayMs: 20 }),
         httpBatchLink({ url: server.url, fetch: (input, init) => (requests++, fetch(input, init as RequestInit)) }),
       ],
     });

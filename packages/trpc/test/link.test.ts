@@ -12,18 +12,8 @@ import { createHTTPHandler, type CreateHTTPContextOptions } from '@trpc/server/a
 import { createTRPCClient, httpBatchLink, httpLink, TRPCClientError, type TRPCLink } from '@trpc/client';
 import { z } from 'zod';
 import { createPolicyDocument, formatScope, MemoryStore, type EndpointPolicyDescription } from '@idem/core';
-import {
-  idempotency,
-  idempotencyContext,
-  idempotencyErrorFormatter,
-  idempotencyHeaders,
-  idempotencyLink,
-  RetentionWindowExceededError,
-  RetriesExhaustedError,
-  sharedPrincipal,
-  type IdempotencyLinkOptions,
-  type RetryNotice,
-} from '../src/index.ts';
+import { idempotency, idempotencyContext, idempotencyErrorFormatter, sharedPrincipal } from '../src/index.ts';
+import { idempotencyHeaders, idempotencyLink, RetentionWindowExceededError, RetriesExhaustedError, type IdempotencyLinkOptions, type RetryNotice } from '../src/link.ts';
 import { untilExpired } from '../../../test/support/waiting.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -44,7 +34,7 @@ function createShop({ retention = '24h' }: { retention?: string } = {}) {
   const t = initTRPC.context<ReturnType<typeof createContext>>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
   const common = { store, principal: sharedPrincipal, retention: retention as `${number}h` };
   const idempotent = idempotency(common);
-  const byInput = idempotency({ ...common, key: { from: 'input' } });
+  const byInput = idempotency({ ...common, key: { header: false } });
   const optional = idempotency({ ...common, required: false });
   const amount = z.object({ amount: z.number().int().positive() });
 
@@ -424,10 +414,10 @@ describe('idempotencyLink over a real tRPC server', () => {
     expect(shop.calls.optionalCharge).toBe(1);
   });
 
-  describe("input-field keys (key: { from: 'input' })", () => {
+  describe("input-field keys (key: { header: false })", () => {
     it('K4: each call of a batch carries its own key in the input, kept across a retry', async () => {
       const shop = await start();
-      const { trpc, sent, faults } = clientOf(shop.url, { key: { from: 'input' }, batch: true });
+      const { trpc, sent, faults } = clientOf(shop.url, { key: { header: false }, batch: true });
       faults.push(loseResponse);
 
       const results = await Promise.all([trpc.chargeByInput.mutate({ amount: 1 }), trpc.chargeByInput.mutate({ amount: 2 })]);
@@ -447,7 +437,7 @@ describe('idempotencyLink over a real tRPC server', () => {
 
     it("keeps a key the caller put in the input, and leaves the caller's input object as it was", async () => {
       const shop = await start();
-      const { trpc, sent } = clientOf(shop.url, { key: { from: 'input' } });
+      const { trpc, sent } = clientOf(shop.url, { key: { header: false } });
       const input = { amount: 3, idempotencyKey: 'order-3-attempt' };
       await trpc.chargeByInput.mutate(input);
       expect(sent[0]!.body).toEqual({ amount: 3, idempotencyKey: 'order-3-attempt' });
@@ -459,7 +449,7 @@ describe('idempotencyLink over a real tRPC server', () => {
 
     it('refuses an input that is not an object, before sending anything', async () => {
       const shop = await start();
-      const { trpc, sent } = clientOf(shop.url, { key: { from: 'input' } });
+      const { trpc, sent } = clientOf(shop.url, { key: { header: false } });
       const error = await rejection(trpc.echoByInput.mutate('not an object'));
       expect(error.message).toMatch(/^\[idem\] idempotencyLink puts the key in the input field `idempotencyKey`, so the input of echoByInput must be an object; got string/);
       expect(sent).toHaveLength(0);

@@ -22,7 +22,7 @@ import {
   type TRPCLink,
 } from '@trpc/client';
 import superjson from 'superjson';
-import { idempotencyHeaders, idempotencyLink, type IdempotencyLinkOptions, type RetryNotice } from '../src/index.ts';
+import { idempotencyHeaders, idempotencyLink, type IdempotencyLinkOptions, type RetryNotice } from '../src/link.ts';
 import type { RunningServer } from './http.ts';
 import { createT3App, serveFetchHandler, type T3Router } from './t3.ts';
 
@@ -124,7 +124,7 @@ function clientOf(url: string, terminating: Terminating, options: Partial<Idempo
   };
   const link = idempotencyLink<T3Router>({
     retention: '24h',
-    key: { from: terminating === 'split' ? 'header' : 'input' },
+    key: { header: terminating === 'split' },
     initialDelayMs: 10,
     ...options,
   } as IdempotencyLinkOptions);

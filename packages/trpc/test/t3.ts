@@ -58,7 +58,7 @@ export function createT3App() {
   });
   const principal = (ctx: Context) => ctx.session.user;
   // superjson as the serializer too, so a replayed Date is a Date, as the first answer's was.
-  const byInput = idempotency({ store, principal, key: { from: 'input' }, serializer: superjson });
+  const byInput = idempotency({ store, principal, key: { header: false }, serializer: superjson });
   const byHeader = idempotency({ store, principal, serializer: superjson });
   const payment = z.object({ amount: z.number().int().positive(), idempotencyKey: z.string().optional() });
   let sequence = 0;

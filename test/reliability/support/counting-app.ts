@@ -142,7 +142,7 @@ export function createCountingApp({ store, lease, maxStoredBytes }: CountingAppO
   };
 
   const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
-  const idempotent = idempotency<Context>({ ...engineOptions, principal: (ctx) => ctx.account, key: { from: 'both', field: 'idempotencyKey' } });
+  const idempotent = idempotency<Context>({ ...engineOptions, principal: (ctx) => ctx.account });
   const router = t.router({
     orders: t.router({
       create: t.procedure

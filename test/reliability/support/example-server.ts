@@ -11,7 +11,8 @@ import { createInterface } from 'node:readline';
 export const REPOSITORY_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const EXAMPLE_MAIN = 'examples/payments/src/main.ts';
 const LISTENING = /^\[payments\] listening on http:\/\/localhost:(\d+)\b/;
-const DEFAULT_START_TIMEOUT_MS = 30_000;
+/** As long as a hook may take (vitest.config.ts): on a loaded machine a start (node + tsx) can take 30 s. */
+const DEFAULT_START_TIMEOUT_MS = 60_000;
 
 /** One `[idem] {json}` line, parsed. Dates arrive as ISO strings. */
 export interface LoggedEvent {

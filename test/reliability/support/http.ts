@@ -46,12 +46,19 @@ export async function toAnswer(response: Response): Promise<Answer> {
 }
 
 const ACCEPT = 'application/graphql-response+json, application/json';
+/**
+ * Every request over loopback on a connection of its own. The example servers close a keep-alive
+ * connection after 5 s idle; on a loaded machine the test's event loop can run late and send the
+ * next request on a connection the server has just closed ("other side closed", ECONNRESET).
+ */
+const CONNECTION: [string, string] = ['connection', 'close'];
 
 /** POSTs JSON; `headers` may repeat a name (`[['Idempotency-Key', 'a'], ['Idempotency-Key', 'b']]`: Fetch joins them with ", "). */
 export async function postJson(handler: FetchHandler, url: string, json: unknown, headers: Array<[string, string]> = []): Promise<Answer> {
   const all = new Headers([
     ['content-type', 'application/json'],
     ['accept', ACCEPT],
+    CONNECTION,
   ]);
   for (const [name, value] of headers) all.append(name, value);
   const request = new Request(url, { method: 'POST', headers: all, body: JSON.stringify(json), signal: AbortSignal.timeout(20_000) });
@@ -59,7 +66,7 @@ export async function postJson(handler: FetchHandler, url: string, json: unknown
 }
 
 export async function getJson(url: string): Promise<Answer> {
-  return toAnswer(await fetch(url, { signal: AbortSignal.timeout(20_000) }));
+  return toAnswer(await fetch(url, { headers: [CONNECTION], signal: AbortSignal.timeout(20_000) }));
 }
 
 const keepAlive = new Agent({ keepAlive: true, maxSockets: 16 });

@@ -1,0 +1,74 @@
+/**
+ * The claim a handler runs under, and how a request context carries it to the resolvers
+ * (`idempotencyClaim(ctx)`): one symbol, one shape, for every adapter.
+ */
+import { createHash } from 'node:crypto';
+import { formatIdempotencyKey } from './key.js';
+
+/** What the handler is told about its claim. `TTx` is the store's transaction type (atomic mode). */
+export interface ClaimContext<TTx = unknown> {
+  scope: string;
+  key: string;
+  generation: number;
+  /** The fencing token of this execution (E6). */
+  token: string;
+  /**
+   * A key for an outgoing call (a payment channel, another idempotent API), formatted as an
+   * RFC 9651 sf-string (`"idem-…"`), ready for an `Idempotency-Key` header. Deterministic in
+   * (scope, key, generation, label): a re-execution after a lease takeover (E6) sends the same
+   * downstream key, so the provider deduplicates; a reuse after expiry (R2, a new generation)
+   * gets a new one, as it is a new request. In a unit of several parts (see {@link part}) it
+   * is also distinct for each part.
+   */
+  deriveKey(label: string): string;
+  /**
+   * E4: the part of a unit of several parts this handler runs — with a GraphQL header key over
+   * several root fields, the root field's response key (alias or name). Keys derived from the
+   * claim differ per part, so a downstream provider never deduplicates one part onto another.
+   * Undefined when the unit is one part.
+   */
+  part?: string;
+  /**
+   * Atomic mode (`executeAtomic`, the adapters' `atomic: true`): the store's database transaction
+   * (with `@idem/drizzle`, the Drizzle transaction, typed). Write through it, and your writes
+   * commit with the claim and the stored outcome, or not at all. Undefined otherwise.
+   */
+  tx?: TTx;
+}
+
+/** The key under which a request context carries its claim. */
+export const IDEMPOTENCY_CLAIM: unique symbol = Symbol.for('@idem/claim');
+
+/** A context that may carry a claim: what an adapter adds to the type of the context it hands on. */
+export interface ClaimCarrier<TTx = unknown> {
+  readonly [IDEMPOTENCY_CLAIM]?: ClaimContext<TTx> | undefined;
+}
+
+/**
+ * The claim a request context carries while its handler runs, e.g.
+ * `idempotencyClaim(ctx)?.deriveKey('channel')`, or in atomic mode `idempotencyClaim(ctx)?.tx`.
+ * Undefined outside an idempotent execution (no key, or a query). Where the context's type says
+ * it carries a claim (a tRPC procedure after the middleware), the transaction keeps its type.
+ */
+export function idempotencyClaim<TTx>(context: ClaimCarrier<TTx>): ClaimContext<TTx> | undefined;
+export function idempotencyClaim(context: unknown): ClaimContext | undefined;
+export function idempotencyClaim(context: unknown): ClaimContext | undefined {
+  return context !== null && typeof context === 'object' ? ((context as ClaimCarrier)[IDEMPOTENCY_CLAIM] ?? undefined) : undefined;
+}
+
+/** See {@link ClaimContext.deriveKey}. */
+export function deriveKey(claim: { scope: string; key: string; generation: number; part?: string | undefined }, label: string): string {
+  const parts = [claim.scope, claim.key, claim.generation, label];
+  if (claim.part !== undefined) parts.push(claim.part);
+  const digest = createHash('sha256').update(JSON.stringify(parts)).digest('base64url');
+  return formatIdempotencyKey(`idem-${digest.slice(0, 32)}`);
+}
+
+/**
+ * E4: the claim as one part of a unit of several parts sees it (an adapter attaches it while
+ * that part runs): the same claim and transaction, with keys derived for this part only.
+ */
+export function claimForPart<TTx>(claim: ClaimContext<TTx>, part: string): ClaimContext<TTx> {
+  const { scope, key, generation } = claim;
+  return { ...claim, part, deriveKey: (label) => deriveKey({ scope, key, generation, part }, label) };
+}
