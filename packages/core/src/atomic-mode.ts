@@ -21,14 +21,14 @@ export function atomicModeFor<TTx>(store: IdempotencyStore<TTx>, user: AtomicMod
   if (atomicHandlers === undefined || !atomicClaim || !atomicComplete) {
     throw new TypeError(
       'adapter' in user
-        ? `[idem] ${user.adapter}: \`atomic: true\` needs a store with atomic mode (@idem/drizzle on PostgreSQL); this store has none`
+        ? `[idem] ${user.adapter}: \`atomic: true\` needs a store with atomic mode (@idem/drizzle on PostgreSQL, MySQL or libsql); this store has none`
         : '[idem] this store has no atomic mode: use a store that implements it (@idem/drizzle on PostgreSQL or SQLite), or `execute`',
     );
   }
   if (atomicHandlers === 'synchronous') {
     if ('adapter' in user) {
       throw new TypeError(
-        `[idem] ${user.adapter}: atomic mode in the adapters needs PostgreSQL: on SQLite (better-sqlite3) a transaction cannot span the resolver's awaits. On SQLite, atomic mode is available through \`engine.executeAtomic\` with a synchronous handler.`,
+        `[idem] ${user.adapter}: atomic mode in the adapters needs transactions that can span the resolver's awaits (PostgreSQL, MySQL, or SQLite through libsql); better-sqlite3's cannot. On better-sqlite3, atomic mode is available through \`engine.executeAtomic\` with a synchronous handler.`,
       );
     }
     // A native `async` function always returns a promise: refused before it runs. Any other

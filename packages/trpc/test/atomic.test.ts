@@ -9,14 +9,45 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import { z } from 'zod';
 import { createDrizzleStore, migrate, type DrizzleStore } from '@idem/drizzle';
 import { sql } from 'drizzle-orm';
-import { CREATE_PAYMENTS, countPgPayments, payOnPostgres } from '../../drizzle/test/payments.ts';
-import { openPostgresTarget, type PostgresTarget } from '../../drizzle/test/pg-target.ts';
+import type { BaseSQLiteDatabase } from 'drizzle-orm/sqlite-core';
+import { CREATE_PAYMENTS, countPgPayments, payOnPostgres, sqlitePayments } from '../../drizzle/test/payments.ts';
+import { driverSpec } from '../../drizzle/test/drivers.ts';
+import { openPostgresTarget } from '../../drizzle/test/pg-target.ts';
 import { openSqliteTarget } from '../../drizzle/test/sqlite-target.ts';
 import { idempotency, idempotencyClaim, idempotencyErrorFormatter } from '../src/index.ts';
 import type { AppContext } from './app.ts';
 import { clientFor, mutate, newKey, startStandalone, type RunningServer } from './http.ts';
 
-function createAtomicApp(store: DrizzleStore) {
+/** A database with the payments table: the app's resolvers write one row through the claim's transaction. */
+interface PaymentsDatabase {
+  store: DrizzleStore;
+  pay(tx: unknown, paymentId: string): Promise<unknown>;
+  count(): Promise<number>;
+  close(): Promise<void>;
+}
+
+async function postgresPayments(): Promise<PaymentsDatabase> {
+  const target = await openPostgresTarget({ schemaPrefix: 'idem_trpc_atomic' });
+  await migrate(target.db);
+  await target.db.execute(sql.raw(CREATE_PAYMENTS));
+  return { store: createDrizzleStore(target.db), pay: payOnPostgres, count: () => countPgPayments(target.db), close: () => target.close() };
+}
+
+/** libsql on a local file: its transactions hold a connection of their own, so a resolver may await inside. */
+async function libsqlPayments(): Promise<PaymentsDatabase> {
+  const target = await driverSpec('libsql').open();
+  await migrate(target.db);
+  await target.exec(CREATE_PAYMENTS);
+  type Sqlite = BaseSQLiteDatabase<'async', unknown>;
+  return {
+    store: createDrizzleStore(target.db),
+    pay: (tx, paymentId) => (tx as Sqlite).insert(sqlitePayments).values({ id: paymentId }),
+    count: async () => (await (target.db as Sqlite).select({ n: sql<number>`count(*)` }).from(sqlitePayments))[0]?.n ?? 0,
+    close: () => target.close(),
+  };
+}
+
+function createAtomicApp({ store, pay }: PaymentsDatabase) {
   const calls = { pay: 0, declinedPay: 0 };
   const t = initTRPC.context<AppContext>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
   const atomic = idempotency({ store, principal: (ctx: AppContext) => ctx.user, atomic: true });
@@ -27,7 +58,7 @@ function createAtomicApp(store: DrizzleStore) {
       .use(atomic)
       .mutation(async ({ ctx, input }) => {
         calls.pay++;
-        await payOnPostgres(idempotencyClaim(ctx)?.tx, input.paymentId);
+        await pay(idempotencyClaim(ctx)?.tx, input.paymentId);
         return { paymentId: input.paymentId, amount: input.amount };
       }),
     declinedPay: t.procedure
@@ -35,23 +66,25 @@ function createAtomicApp(store: DrizzleStore) {
       .use(atomic)
       .mutation(async ({ ctx, input }): Promise<never> => {
         calls.declinedPay++;
-        await payOnPostgres(idempotencyClaim(ctx)?.tx, input.paymentId);
+        await pay(idempotencyClaim(ctx)?.tx, input.paymentId);
         throw new TRPCError({ code: 'PRECONDITION_FAILED', message: 'card declined' });
       }),
   });
   return { router, calls };
 }
 
-describe('@idem/trpc atomic mode over HTTP on PostgreSQL', () => {
-  let target: PostgresTarget;
+describe.each([
+  { database: 'PostgreSQL', open: postgresPayments },
+  { database: 'SQLite through libsql', open: libsqlPayments },
+])('@idem/trpc atomic mode over HTTP on $database', ({ open }) => {
+  let target: PaymentsDatabase;
   let app: ReturnType<typeof createAtomicApp>;
   let server: RunningServer;
+  const countPayments = () => target.count();
 
   beforeAll(async () => {
-    target = await openPostgresTarget({ schemaPrefix: 'idem_trpc_atomic' });
-    await migrate(target.db);
-    await target.db.execute(sql.raw(CREATE_PAYMENTS));
-    app = createAtomicApp(createDrizzleStore(target.db));
+    target = await open();
+    app = createAtomicApp(target);
     server = await startStandalone(app.router);
   });
   afterAll(async () => {
@@ -61,54 +94,54 @@ describe('@idem/trpc atomic mode over HTTP on PostgreSQL', () => {
 
   it('E1, E2: the resolver’s write through idempotencyClaim(ctx).tx commits with the outcome; a retry replays the stored output and the write count stays 1', async () => {
     const { trpc, lastHeaders } = clientFor<typeof app.router>(server.url, { key: newKey() });
-    const before = await countPgPayments(target.db);
+    const before = await countPayments();
     const first = await trpc.pay.mutate({ paymentId: 'pay_trpc_1', amount: 42 });
     expect(first).toEqual({ paymentId: 'pay_trpc_1', amount: 42 });
     expect(lastHeaders().get('idempotent-replayed')).toBeNull();
-    expect(await countPgPayments(target.db)).toBe(before + 1);
+    expect(await countPayments()).toBe(before + 1);
 
     expect(await trpc.pay.mutate({ paymentId: 'pay_trpc_1', amount: 42 })).toEqual(first);
     expect(lastHeaders().get('idempotent-replayed')).toBe('true');
     expect(app.calls.pay).toBe(1);
-    expect(await countPgPayments(target.db)).toBe(before + 1);
+    expect(await countPayments()).toBe(before + 1);
   });
 
   it('E4: a resolver error rolls its write back; the error is stored and replayed with the same status and body', async () => {
     const key = newKey();
-    const before = await countPgPayments(target.db);
+    const before = await countPayments();
     const first = await mutate(server.url, 'declinedPay', { paymentId: 'pay_trpc_declined', amount: 5 }, { 'idempotency-key': key });
     expect(first.status).toBe(412);
-    expect(await countPgPayments(target.db)).toBe(before);
+    expect(await countPayments()).toBe(before);
 
     const replay = await mutate(server.url, 'declinedPay', { paymentId: 'pay_trpc_declined', amount: 5 }, { 'idempotency-key': key });
     expect(replay.status).toBe(412);
     expect(replay.body).toEqual(first.body);
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(app.calls.declinedPay).toBe(1);
-    expect(await countPgPayments(target.db)).toBe(before);
+    expect(await countPayments()).toBe(before);
   });
 
   it('F3: the usual rules hold in atomic mode: another payload with the same key is 422 and runs nothing', async () => {
     const key = newKey();
-    const before = await countPgPayments(target.db);
+    const before = await countPayments();
     const runs = app.calls.pay;
     expect((await mutate(server.url, 'pay', { paymentId: 'pay_trpc_2', amount: 1 }, { 'idempotency-key': key })).status).toBe(200);
     const other = await mutate(server.url, 'pay', { paymentId: 'pay_trpc_3', amount: 1 }, { 'idempotency-key': key });
     expect(other.status).toBe(422);
     expect(app.calls.pay).toBe(runs + 1);
-    expect(await countPgPayments(target.db)).toBe(before + 1);
+    expect(await countPayments()).toBe(before + 1);
   });
 });
 
 describe('@idem/trpc atomic mode on SQLite', () => {
-  it('is refused when the middleware is created, with an [idem] error pointing to PostgreSQL and to engine.executeAtomic', async () => {
+  it('is refused on better-sqlite3 when the middleware is created, with an [idem] error naming the stores that can and engine.executeAtomic', async () => {
     const sqlite = await openSqliteTarget();
     try {
       await migrate(sqlite.db);
       const store = createDrizzleStore(sqlite.db);
       expect(() => idempotency({ store, principal: () => 'alice', atomic: true })).toThrow(
         new TypeError(
-          "[idem] idempotency(): atomic mode in the adapters needs PostgreSQL: on SQLite (better-sqlite3) a transaction cannot span the resolver's awaits. On SQLite, atomic mode is available through `engine.executeAtomic` with a synchronous handler.",
+          "[idem] idempotency(): atomic mode in the adapters needs transactions that can span the resolver's awaits (PostgreSQL, MySQL, or SQLite through libsql); better-sqlite3's cannot. On better-sqlite3, atomic mode is available through `engine.executeAtomic` with a synchronous handler.",
         ),
       );
       expect(() => idempotency({ store, principal: () => 'alice' })).not.toThrow();
