@@ -4,7 +4,13 @@ import { defineConfig } from 'vitest/config';
  * The drizzle store's suites that also run on the other supported drizzle-orm versions, each
  * resolved from its npm alias (devDependencies of @idem/drizzle) in place of `drizzle-orm`.
  */
-const DRIZZLE_VERSION_SUITES = ['drizzle-seams', 'postgres.conformance', 'sqlite.conformance', 'postgres.store', 'sqlite.store'].map((name) => `packages/drizzle/test/${name}.test.ts`);
+const DRIZZLE_VERSION_SUITES = [
+  'drizzle-seams',
+  'postgres.conformance',
+  'sqlite.conformance',
+  'postgres.store',
+  'sqlite.store',
+].map((name) => `packages/drizzle/test/${name}.test.ts`);
 const onDrizzle = (name: string, alias: string, version: string) => ({
   extends: true as const,
   resolve: { alias: [{ find: /^drizzle-orm(\/.*)?$/, replacement: `${alias}$1` }] },
@@ -20,7 +26,13 @@ export default defineConfig({
   },
   test: {
     projects: [
-      { extends: true, test: { name: 'default', include: ['packages/*/test/**/*.test.ts', 'examples/*/test/**/*.test.ts', 'test/**/*.test.ts'] } },
+      {
+        extends: true,
+        test: {
+          name: 'default',
+          include: ['packages/*/test/**/*.test.ts', 'examples/*/test/**/*.test.ts', 'test/**/*.test.ts'],
+        },
+      },
       onDrizzle('drizzle-orm@0.44', 'drizzle-orm-044', '0.44.'),
       onDrizzle('drizzle-orm@1.0', 'drizzle-orm-1', '1.0.0-rc.'),
     ],

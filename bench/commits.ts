@@ -50,22 +50,51 @@ export async function runCommits({ quick }: { quick: boolean }): Promise<Commits
     await migrate(db);
     await db.execute(sql.raw('CREATE TABLE bench_writes (id text PRIMARY KEY, amount integer NOT NULL)'));
     const engine = createEngine({ store: createDrizzleStore(db) });
-    const write = (target: unknown, id: string) => (target as typeof db).execute(sql`INSERT INTO bench_writes (id, amount) VALUES (${id}, 10)`).then(() => ({ charged: 10 }));
+    const write = (target: unknown, id: string) =>
+      (target as typeof db)
+        .execute(sql`INSERT INTO bench_writes (id, amount) VALUES (${id}, 10)`)
+        .then(() => ({ charged: 10 }));
     const request = (key: string) => ({ scope: 'bench/commits', key, fingerprint: 'f' });
     const plainKey = randomUUID();
     const atomicKey = randomUUID();
     await engine.execute(request(plainKey), () => write(db, plainKey));
     await engine.executeAtomic(request(atomicKey), ({ tx }) => write(tx, atomicKey));
-    const variants: Array<{ mutation: CommitsRow['mutation']; mode: CommitsRow['mode']; run: () => Promise<unknown> }> = [
-      { mutation: 'fresh', mode: 'execute', run: () => { const key = randomUUID(); return engine.execute(request(key), () => write(db, key)); } },
-      { mutation: 'fresh', mode: 'executeAtomic', run: () => { const key = randomUUID(); return engine.executeAtomic(request(key), ({ tx }) => write(tx, key)); } },
-      { mutation: 'replay', mode: 'execute', run: () => engine.execute(request(plainKey), () => write(db, plainKey)) },
-      { mutation: 'replay', mode: 'executeAtomic', run: () => engine.executeAtomic(request(atomicKey), ({ tx }) => write(tx, atomicKey)) },
-    ];
+    const variants: Array<{ mutation: CommitsRow['mutation']; mode: CommitsRow['mode']; run: () => Promise<unknown> }> =
+      [
+        {
+          mutation: 'fresh',
+          mode: 'execute',
+          run: () => {
+            const key = randomUUID();
+            return engine.execute(request(key), () => write(db, key));
+          },
+        },
+        {
+          mutation: 'fresh',
+          mode: 'executeAtomic',
+          run: () => {
+            const key = randomUUID();
+            return engine.executeAtomic(request(key), ({ tx }) => write(tx, key));
+          },
+        },
+        {
+          mutation: 'replay',
+          mode: 'execute',
+          run: () => engine.execute(request(plainKey), () => write(db, plainKey)),
+        },
+        {
+          mutation: 'replay',
+          mode: 'executeAtomic',
+          run: () => engine.executeAtomic(request(atomicKey), ({ tx }) => write(tx, atomicKey)),
+        },
+      ];
 
     const counters = async () => {
       await pool.query('SELECT pg_stat_force_next_flush()');
-      const { rows } = await admin.query<{ commits: string; rollbacks: string }>('SELECT xact_commit AS commits, xact_rollback AS rollbacks FROM pg_stat_database WHERE datname = $1', [name]);
+      const { rows } = await admin.query<{ commits: string; rollbacks: string }>(
+        'SELECT xact_commit AS commits, xact_rollback AS rollbacks FROM pg_stat_database WHERE datname = $1',
+        [name],
+      );
       return { commits: Number(rows[0]!.commits), rollbacks: Number(rows[0]!.rollbacks) };
     };
     const runsPerCount = quick ? 5 : 20;
@@ -81,7 +110,11 @@ export async function runCommits({ quick }: { quick: boolean }): Promise<Commits
         const sent = statements;
         const after = await counters();
         // The flush call is one more committed transaction.
-        const per = { commits: (after.commits - before.commits - 1) / runsPerCount, rollbacks: (after.rollbacks - before.rollbacks) / runsPerCount, statements: sent / runsPerCount };
+        const per = {
+          commits: (after.commits - before.commits - 1) / runsPerCount,
+          rollbacks: (after.rollbacks - before.rollbacks) / runsPerCount,
+          statements: sent / runsPerCount,
+        };
         if (!best || per.commits < best.commits) best = per;
       }
       counts.set(`${variant.mutation}/${variant.mode}`, best!);
@@ -123,7 +156,14 @@ export function renderCommits(result: CommitsResult): string {
     '',
     table(
       ['mutation', 'engine call', 'commits', 'rollbacks', 'statements (round trips)', 'median latency (µs)'],
-      result.rows.map((row) => [row.mutation === 'fresh' ? 'new key' : 'replay', `\`${row.mode}\``, number(row.commits), number(row.rollbacks), number(row.statements), row.medianMicros.toFixed(0)]),
+      result.rows.map((row) => [
+        row.mutation === 'fresh' ? 'new key' : 'replay',
+        `\`${row.mode}\``,
+        number(row.commits),
+        number(row.rollbacks),
+        number(row.statements),
+        row.medianMicros.toFixed(0),
+      ]),
     ),
   ].join('\n');
 }

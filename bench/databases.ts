@@ -102,7 +102,13 @@ export async function openBenchSqlite({ migrated = true }: { migrated?: boolean 
  * A migrated fresh schema on the PostgreSQL server at `DATABASE_URL`. A benchmark never falls
  * back to an in-process PostgreSQL: an unreachable server is an error.
  */
-export async function openBenchPostgres({ max = 10, migrated = true }: { max?: number; migrated?: boolean } = {}): Promise<BenchPostgres> {
+export async function openBenchPostgres({
+  max = 10,
+  migrated = true,
+}: {
+  max?: number;
+  migrated?: boolean;
+} = {}): Promise<BenchPostgres> {
   const schema = `idem_bench_${randomBytes(5).toString('hex')}`;
   await adminQuery(`CREATE SCHEMA "${schema}"`);
   const url = withSearchPath(POSTGRES_URL, schema);
@@ -162,7 +168,14 @@ export async function openBenchPostgresJs({ max = 10 }: { max?: number } = {}): 
     await drop();
     throw error;
   }
-  return { dialect: 'postgres-js', url, schema, db: opened.db as PostgresJsDatabase, client: (opened.db as unknown as { $client: Sql }).$client, close: drop };
+  return {
+    dialect: 'postgres-js',
+    url,
+    schema,
+    db: opened.db as PostgresJsDatabase,
+    client: (opened.db as unknown as { $client: Sql }).$client,
+    close: drop,
+  };
 }
 
 /** Whether PostgreSQL answers at `DATABASE_URL`. */

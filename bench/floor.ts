@@ -159,17 +159,24 @@ async function compare(database: FloorDatabase, quick: boolean): Promise<FloorRe
     { name: 'store claim + complete', batch: () => timeBatch(opsPerBatch, () => storeFresh(store)) },
     {
       name: 'engine fresh',
-      batch: () => timeBatch(opsPerBatch, () => engine.execute({ scope: SCOPE, key: randomUUID(), fingerprint: FINGERPRINT }, () => VALUE)),
+      batch: () =>
+        timeBatch(opsPerBatch, () =>
+          engine.execute({ scope: SCOPE, key: randomUUID(), fingerprint: FINGERPRINT }, () => VALUE),
+        ),
     },
     { name: 'raw SELECT by key', batch: rawBatch(() => raw.selectByKey(nextReplayKey())) },
     { name: 'raw replay statement', batch: rawBatch(() => raw.replayStatements(nextReplayKey(), randomUUID())) },
     { name: 'store replay (claim)', batch: () => timeBatch(opsPerBatch, () => storeReplay(store, nextReplayKey())) },
     {
       name: 'engine replay',
-      batch: () => timeBatch(opsPerBatch, async () => {
-        const result = await engine.execute({ scope: SCOPE, key: nextReplayKey(), fingerprint: FINGERPRINT }, () => VALUE);
-        if (!result.replayed) throw new Error('[bench] expected a replay');
-      }),
+      batch: () =>
+        timeBatch(opsPerBatch, async () => {
+          const result = await engine.execute(
+            { scope: SCOPE, key: nextReplayKey(), fingerprint: FINGERPRINT },
+            () => VALUE,
+          );
+          if (!result.replayed) throw new Error('[bench] expected a replay');
+        }),
     },
   ];
 
@@ -198,7 +205,12 @@ async function compare(database: FloorDatabase, quick: boolean): Promise<FloorRe
       engineFreshVsFloor: target(ratios['engine fresh / raw claim + complete'].median, 1.15),
       replayVsOneStatement: target(ratios['engine replay / raw SELECT by key'].median, 1.15),
     },
-    sql: { claim: sql.claim.sql, complete: sql.complete.sql, read: sql.read.sql, ...(sql.readBack && { readBack: sql.readBack.sql }) },
+    sql: {
+      claim: sql.claim.sql,
+      complete: sql.complete.sql,
+      read: sql.read.sql,
+      ...(sql.readBack && { readBack: sql.readBack.sql }),
+    },
   };
 }
 
@@ -210,13 +222,34 @@ function timeSync(count: number, op: (i: number) => unknown): number {
 
 async function storeFresh(store: IdempotencyStore): Promise<void> {
   const key = randomUUID();
-  const claim = await store.claim({ scope: SCOPE, key, fingerprint: FINGERPRINT, token: randomUUID(), leaseMs: LEASE_MS, retentionMs: RETENTION_MS, expiredReuse: 'execute' });
+  const claim = await store.claim({
+    scope: SCOPE,
+    key,
+    fingerprint: FINGERPRINT,
+    token: randomUUID(),
+    leaseMs: LEASE_MS,
+    retentionMs: RETENTION_MS,
+    expiredReuse: 'execute',
+  });
   if (claim.outcome !== 'claimed') throw new Error('[bench] expected a fresh claim');
-  await store.complete({ scope: SCOPE, key, token: claim.record.token, outcome: { kind: 'success', status: 200, body: BODY } });
+  await store.complete({
+    scope: SCOPE,
+    key,
+    token: claim.record.token,
+    outcome: { kind: 'success', status: 200, body: BODY },
+  });
 }
 
 async function storeReplay(store: IdempotencyStore, key: string): Promise<void> {
-  const claim = await store.claim({ scope: SCOPE, key, fingerprint: FINGERPRINT, token: randomUUID(), leaseMs: LEASE_MS, retentionMs: RETENTION_MS, expiredReuse: 'execute' });
+  const claim = await store.claim({
+    scope: SCOPE,
+    key,
+    fingerprint: FINGERPRINT,
+    token: randomUUID(),
+    leaseMs: LEASE_MS,
+    retentionMs: RETENTION_MS,
+    expiredReuse: 'execute',
+  });
   if (claim.outcome !== 'existing') throw new Error('[bench] expected an existing record');
 }
 
@@ -240,7 +273,15 @@ async function captureStoreSql(database: FloorDatabase): Promise<CapturedSql> {
   const store = createDrizzleStore(db);
   const key = `capture-${randomUUID()}`;
   const token = randomUUID();
-  const request = { scope: SCOPE, key, fingerprint: FINGERPRINT, token, leaseMs: LEASE_MS, retentionMs: RETENTION_MS, expiredReuse: 'execute' } as const;
+  const request = {
+    scope: SCOPE,
+    key,
+    fingerprint: FINGERPRINT,
+    token,
+    leaseMs: LEASE_MS,
+    retentionMs: RETENTION_MS,
+    expiredReuse: 'execute',
+  } as const;
   await store.claim(request);
   await store.complete({ scope: SCOPE, key, token, outcome: { kind: 'success', status: 200, body: BODY } });
   const fresh = captured.splice(0);
@@ -250,15 +291,32 @@ async function captureStoreSql(database: FloorDatabase): Promise<CapturedSql> {
   // a fresh claim and a replay are that statement. SQLite reads first: a fresh claim is the read
   // (a miss), the insert and the completion; a replay is the read alone.
   const oneStatementReplay = database.dialect === 'postgres' || database.dialect === 'postgres-js';
-  const claim = fresh.find((entry) => /^(insert into "idem_keys"|with "claimed" as \(insert into "idem_keys")/i.test(entry.sql));
+  const claim = fresh.find((entry) =>
+    /^(insert into "idem_keys"|with "claimed" as \(insert into "idem_keys")/i.test(entry.sql),
+  );
   const complete = fresh.find((entry) => /^update "idem_keys" set "state" = 'completed'/i.test(entry.sql));
   const [read] = replay;
   const expectedFresh = oneStatementReplay ? [claim, complete] : [read, claim, complete];
-  if (!claim || !complete || !read || replay.length !== 1 || fresh.length !== expectedFresh.length || fresh.some((entry, i) => entry.sql !== expectedFresh[i]?.sql)) {
-    throw new Error(`[bench] the store's statements changed; update bench/floor.ts:\n${[...fresh, ...replay].map((entry) => entry.sql).join('\n')}`);
+  if (
+    !claim ||
+    !complete ||
+    !read ||
+    replay.length !== 1 ||
+    fresh.length !== expectedFresh.length ||
+    fresh.some((entry, i) => entry.sql !== expectedFresh[i]?.sql)
+  ) {
+    throw new Error(
+      `[bench] the store's statements changed; update bench/floor.ts:\n${[...fresh, ...replay].map((entry) => entry.sql).join('\n')}`,
+    );
   }
-  if (oneStatementReplay && read.sql !== claim.sql) throw new Error('[bench] expected the PostgreSQL replay to be the claim-or-read statement');
-  expectParams(claim, oneStatementReplay ? [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS, SCOPE, key] : [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
+  if (oneStatementReplay && read.sql !== claim.sql)
+    throw new Error('[bench] expected the PostgreSQL replay to be the claim-or-read statement');
+  expectParams(
+    claim,
+    oneStatementReplay
+      ? [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS, SCOPE, key]
+      : [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS],
+  );
   expectParams(complete, ['success', 200, BODY, SCOPE, key, token]);
   if (!oneStatementReplay) expectParams(read, [SCOPE, key]);
   return { claim, complete, read };
@@ -269,11 +327,22 @@ async function captureStoreSql(database: FloorDatabase): Promise<CapturedSql> {
  * back the row its INSERT wrote: a fresh claim is the read (a miss), the INSERT, the read back and
  * the completion.
  */
-async function captureMysqlSql(db: Parameters<typeof createDrizzleStore>[0], captured: Captured[]): Promise<CapturedSql> {
+async function captureMysqlSql(
+  db: Parameters<typeof createDrizzleStore>[0],
+  captured: Captured[],
+): Promise<CapturedSql> {
   const store = createDrizzleStore(db);
   const key = `capture-${randomUUID()}`;
   const token = randomUUID();
-  const request = { scope: SCOPE, key, fingerprint: FINGERPRINT, token, leaseMs: LEASE_MS, retentionMs: RETENTION_MS, expiredReuse: 'execute' } as const;
+  const request = {
+    scope: SCOPE,
+    key,
+    fingerprint: FINGERPRINT,
+    token,
+    leaseMs: LEASE_MS,
+    retentionMs: RETENTION_MS,
+    expiredReuse: 'execute',
+  } as const;
   await store.claim(request);
   await store.complete({ scope: SCOPE, key, token, outcome: { kind: 'success', status: 200, body: BODY } });
   const fresh = captured.splice(0);
@@ -292,7 +361,9 @@ async function captureMysqlSql(db: Parameters<typeof createDrizzleStore>[0], cap
     !/^select /i.test(readBack.sql) ||
     !/^update `idem_keys` set `state` = 'completed'/i.test(complete.sql)
   ) {
-    throw new Error(`[bench] the store's MySQL statements changed; update bench/floor.ts:\n${[...fresh, ...replay].map((entry) => entry.sql).join('\n')}`);
+    throw new Error(
+      `[bench] the store's MySQL statements changed; update bench/floor.ts:\n${[...fresh, ...replay].map((entry) => entry.sql).join('\n')}`,
+    );
   }
   expectParams(read, [SCOPE, key]);
   expectParams(claim, [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
@@ -303,11 +374,16 @@ async function captureMysqlSql(db: Parameters<typeof createDrizzleStore>[0], cap
 
 function expectParams(statement: Captured, expected: unknown[]): void {
   if (JSON.stringify(statement.params) !== JSON.stringify(expected)) {
-    throw new Error(`[bench] the store binds ${JSON.stringify(statement.params)} to\n${statement.sql}\nbut bench/floor.ts expects ${JSON.stringify(expected)}`);
+    throw new Error(
+      `[bench] the store binds ${JSON.stringify(statement.params)} to\n${statement.sql}\nbut bench/floor.ts expects ${JSON.stringify(expected)}`,
+    );
   }
 }
 
-function sqliteStatements(database: Extract<BenchDatabase, { dialect: 'sqlite' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+function sqliteStatements(
+  database: Extract<BenchDatabase, { dialect: 'sqlite' }>,
+  sql: { claim: Captured; complete: Captured; read: Captured },
+): RawStatements {
   const claim = database.client.prepare(sql.claim.sql);
   const complete = database.client.prepare(sql.complete.sql);
   const read = database.client.prepare(sql.read.sql).raw();
@@ -320,7 +396,8 @@ function sqliteStatements(database: Extract<BenchDatabase, { dialect: 'sqlite' }
       // Stepped to SQLITE_DONE (`all`), as the store does: `get` resets a write … RETURNING
       // before DONE, which skips SQLite's WAL auto-checkpoint, so the WAL would grow without
       // bound (195 MB after 20,000 inserts here) and the floor would not be one a server runs on.
-      if (complete.all('success', 200, BODY, SCOPE, key, token).length !== 1) throw new Error('[bench] raw complete lost');
+      if (complete.all('success', 200, BODY, SCOPE, key, token).length !== 1)
+        throw new Error('[bench] raw complete lost');
     },
     selectByKey(key) {
       if (!select.get(SCOPE, key)) throw new Error('[bench] raw select found nothing');
@@ -336,13 +413,16 @@ function libsqlStatements(database: BenchLibsql, sql: CapturedSql): RawStatement
   const run = (text: string, args: Array<string | number>) => client.execute({ sql: text, args });
   return {
     async claim(key, token) {
-      if ((await run(sql.claim.sql, [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS])).rows.length !== 1) throw new Error('[bench] raw claim lost');
+      if ((await run(sql.claim.sql, [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS])).rows.length !== 1)
+        throw new Error('[bench] raw claim lost');
     },
     async complete(key, token) {
-      if ((await run(sql.complete.sql, ['success', 200, BODY, SCOPE, key, token])).rows.length !== 1) throw new Error('[bench] raw complete lost');
+      if ((await run(sql.complete.sql, ['success', 200, BODY, SCOPE, key, token])).rows.length !== 1)
+        throw new Error('[bench] raw complete lost');
     },
     async selectByKey(key) {
-      if ((await run('SELECT * FROM "idem_keys" WHERE "scope" = ? AND "key" = ?', [SCOPE, key])).rows.length !== 1) throw new Error('[bench] raw select found nothing');
+      if ((await run('SELECT * FROM "idem_keys" WHERE "scope" = ? AND "key" = ?', [SCOPE, key])).rows.length !== 1)
+        throw new Error('[bench] raw select found nothing');
     },
     async replayStatements(key) {
       if ((await run(sql.read.sql, [SCOPE, key])).rows.length !== 1) throw new Error('[bench] raw read found nothing');
@@ -361,10 +441,12 @@ function postgresJsStatements(database: BenchPostgresJs, sql: CapturedSql): RawS
       if (rows.length !== 1 || rows[0]?.inserted !== true) throw new Error('[bench] raw claim lost');
     },
     async complete(key, token) {
-      if ((await run(sql.complete.sql, ['success', 200, BODY, SCOPE, key, token])).length !== 1) throw new Error('[bench] raw complete lost');
+      if ((await run(sql.complete.sql, ['success', 200, BODY, SCOPE, key, token])).length !== 1)
+        throw new Error('[bench] raw complete lost');
     },
     async selectByKey(key) {
-      if ((await run('SELECT * FROM "idem_keys" WHERE "scope" = $1 AND "key" = $2', [SCOPE, key])).length !== 1) throw new Error('[bench] raw select found nothing');
+      if ((await run('SELECT * FROM "idem_keys" WHERE "scope" = $1 AND "key" = $2', [SCOPE, key])).length !== 1)
+        throw new Error('[bench] raw select found nothing');
     },
     async replayStatements(key, token) {
       const rows = await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
@@ -373,9 +455,13 @@ function postgresJsStatements(database: BenchPostgresJs, sql: CapturedSql): RawS
   };
 }
 
-function postgresStatements(database: Extract<BenchDatabase, { dialect: 'postgres' }>, sql: { claim: Captured; complete: Captured; read: Captured }): RawStatements {
+function postgresStatements(
+  database: Extract<BenchDatabase, { dialect: 'postgres' }>,
+  sql: { claim: Captured; complete: Captured; read: Captured },
+): RawStatements {
   const { pool } = database;
-  const named = (name: string, text: string) => (values: unknown[]) => pool.query({ name: `bench:${name}`, text, values });
+  const named = (name: string, text: string) => (values: unknown[]) =>
+    pool.query({ name: `bench:${name}`, text, values });
   const claimStatement = named('claim', sql.claim.sql);
   const complete = named('complete', sql.complete.sql);
   // The claim-or-read statement binds the key twice (the insert, then the read of a conflict).
@@ -387,14 +473,16 @@ function postgresStatements(database: Extract<BenchDatabase, { dialect: 'postgre
       if (result.rowCount !== 1 || result.rows[0]?.inserted !== true) throw new Error('[bench] raw claim lost');
     },
     async complete(key, token) {
-      if ((await complete(['success', 200, BODY, SCOPE, key, token])).rowCount !== 1) throw new Error('[bench] raw complete lost');
+      if ((await complete(['success', 200, BODY, SCOPE, key, token])).rowCount !== 1)
+        throw new Error('[bench] raw complete lost');
     },
     async selectByKey(key) {
       if ((await select([SCOPE, key])).rowCount !== 1) throw new Error('[bench] raw select found nothing');
     },
     async replayStatements(key, token) {
       const claimed = await claim([SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
-      if (claimed.rowCount !== 1 || claimed.rows[0]?.inserted !== false) throw new Error('[bench] expected the existing row');
+      if (claimed.rowCount !== 1 || claimed.rows[0]?.inserted !== false)
+        throw new Error('[bench] expected the existing row');
     },
   };
 }
@@ -411,16 +499,22 @@ function mysqlStatements(database: BenchMysql, sql: CapturedSql): RawStatements 
   return {
     async claim(key, token) {
       const inserted = await pool.query(sql.claim.sql, [SCOPE, key, FINGERPRINT, token, LEASE_MS, RETENTION_MS]);
-      if (affected(inserted) !== 1 || rows(await pool.query(readBack.sql, [SCOPE, key, token])).length !== 1) throw new Error('[bench] raw claim lost');
+      if (affected(inserted) !== 1 || rows(await pool.query(readBack.sql, [SCOPE, key, token])).length !== 1)
+        throw new Error('[bench] raw claim lost');
     },
     async complete(key, token) {
-      if (affected(await pool.query(sql.complete.sql, ['success', 200, BODY, SCOPE, key, token])) !== 1) throw new Error('[bench] raw complete lost');
+      if (affected(await pool.query(sql.complete.sql, ['success', 200, BODY, SCOPE, key, token])) !== 1)
+        throw new Error('[bench] raw complete lost');
     },
     async selectByKey(key) {
-      if (rows(await pool.query('SELECT * FROM `idem_keys` WHERE `scope` = ? AND `key` = ?', [SCOPE, key])).length !== 1) throw new Error('[bench] raw select found nothing');
+      if (
+        rows(await pool.query('SELECT * FROM `idem_keys` WHERE `scope` = ? AND `key` = ?', [SCOPE, key])).length !== 1
+      )
+        throw new Error('[bench] raw select found nothing');
     },
     async replayStatements(key) {
-      if (rows(await pool.query(sql.read.sql, [SCOPE, key])).length !== 1) throw new Error('[bench] raw read found nothing');
+      if (rows(await pool.query(sql.read.sql, [SCOPE, key])).length !== 1)
+        throw new Error('[bench] raw read found nothing');
     },
   };
 }

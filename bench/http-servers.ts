@@ -6,7 +6,11 @@
  * inserts a ledger row per charge) with idem, and the same procedure without it.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { makeIdempotent, IdempotencyAlreadyInProgressError, IdempotencyConfig } from '@aws-lambda-powertools/idempotency';
+import {
+  makeIdempotent,
+  IdempotencyAlreadyInProgressError,
+  IdempotencyConfig,
+} from '@aws-lambda-powertools/idempotency';
 import { CachePersistenceLayer } from '@aws-lambda-powertools/idempotency/cache';
 import { Idempotency, IdempotencyError as NodeIdempotencyError, IdempotencyErrorCodes } from '@node-idempotency/core';
 import { MemoryStorageAdapter } from '@node-idempotency/storage-adapter-memory';
@@ -14,7 +18,15 @@ import { RedisStorageAdapter } from '@node-idempotency/storage-adapter-redis';
 import { createClient } from '@redis/client';
 import { initTRPC } from '@trpc/server';
 import { createHTTPHandler } from '@trpc/server/adapters/standalone';
-import { createEngine, defaultFingerprint, formatScope, IdempotencyError, MissingKeyError, parseIdempotencyKey, IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
+import {
+  createEngine,
+  defaultFingerprint,
+  formatScope,
+  IdempotencyError,
+  MissingKeyError,
+  parseIdempotencyKey,
+  IDEMPOTENT_REPLAYED_HEADER,
+} from '@idem/core';
 import { createDrizzleStore } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
 import { accountOf } from '../examples/payments/src/account.ts';
@@ -103,13 +115,27 @@ interface ParsedRequest {
 type Reply = { status: number; body: unknown; headers?: Record<string, string> };
 
 /** A plain node:http server: body parsing, input check and replies shared by every plain variant. */
-function plain(handle: (request: ParsedRequest) => Promise<Reply>, close: () => Promise<void> = async () => {}): VariantServer {
+function plain(
+  handle: (request: ParsedRequest) => Promise<Reply>,
+  close: () => Promise<void> = async () => {},
+): VariantServer {
   const server = createServer((req, res) => {
     void (async () => {
       const input = parsePayment(await readBody(req));
-      if (!input) return send(res, { status: 400, body: { error: 'amount must be a positive integer and currency 3 uppercase letters' } });
+      if (!input)
+        return send(res, {
+          status: 400,
+          body: { error: 'amount must be a positive integer and currency 3 uppercase letters' },
+        });
       try {
-        send(res, await handle({ account: accountOf(req.headers.authorization), keyHeader: req.headers['idempotency-key'], input }));
+        send(
+          res,
+          await handle({
+            account: accountOf(req.headers.authorization),
+            keyHeader: req.headers['idempotency-key'],
+            input,
+          }),
+        );
       } catch (error) {
         send(res, { status: 500, body: { error: error instanceof Error ? error.message : String(error) } });
       }
@@ -127,12 +153,16 @@ async function idemEngine(url: string): Promise<VariantServer> {
       try {
         const key = parseIdempotencyKey(keyHeader);
         if (key === undefined) throw new MissingKeyError();
-        const result = await engine.execute({ scope: formatScope('payments.create', account), key, fingerprint: defaultFingerprint(input) }, () => charge(account, input));
+        const result = await engine.execute(
+          { scope: formatScope('payments.create', account), key, fingerprint: defaultFingerprint(input) },
+          () => charge(account, input),
+        );
         const headers = result.replayed ? { [IDEMPOTENT_REPLAYED_HEADER]: 'true' } : undefined;
         if (result.ok) return { status: 200, body: result.value, ...(headers ? { headers } : {}) };
         return { status: 500, body: { error: String(result.error) } };
       } catch (error) {
-        if (error instanceof IdempotencyError) return { status: error.status, body: error.toProblem(), headers: error.headers() };
+        if (error instanceof IdempotencyError)
+          return { status: error.status, body: error.toProblem(), headers: error.headers() };
         throw error;
       }
     },
@@ -156,12 +186,17 @@ async function powertools(config: ServerConfig): Promise<VariantServer> {
   const client = await createClient({ url: config.redisUrl }).connect();
   const idempotencyConfig = new IdempotencyConfig({ eventKeyJmesPath: '[account, key]', expiresAfterSeconds: 86_400 });
   const leaseContext = { getRemainingTimeInMillis: () => 30_000 };
-  idempotencyConfig.registerLambdaContext(leaseContext as unknown as Parameters<IdempotencyConfig['registerLambdaContext']>[0]);
-  const chargeOnce = makeIdempotent(async (request: { account: string; key: string; input: Payment }) => charge(request.account, request.input), {
-    persistenceStore: new CachePersistenceLayer({ client }),
-    config: idempotencyConfig,
-    keyPrefix: `${config.redisPrefix}powertools`,
-  });
+  idempotencyConfig.registerLambdaContext(
+    leaseContext as unknown as Parameters<IdempotencyConfig['registerLambdaContext']>[0],
+  );
+  const chargeOnce = makeIdempotent(
+    async (request: { account: string; key: string; input: Payment }) => charge(request.account, request.input),
+    {
+      persistenceStore: new CachePersistenceLayer({ client }),
+      config: idempotencyConfig,
+      keyPrefix: `${config.redisPrefix}powertools`,
+    },
+  );
   return plain(
     async ({ account, keyHeader, input }) => {
       const key = typeof keyHeader === 'string' ? keyHeader.trim() : '';
@@ -169,7 +204,8 @@ async function powertools(config: ServerConfig): Promise<VariantServer> {
       try {
         return { status: 200, body: await chargeOnce({ account, key, input }) };
       } catch (error) {
-        if (error instanceof IdempotencyAlreadyInProgressError) return { status: 409, body: { error: error.message }, headers: { 'Retry-After': '1' } };
+        if (error instanceof IdempotencyAlreadyInProgressError)
+          return { status: 409, body: { error: error.message }, headers: { 'Retry-After': '1' } };
         throw error;
       }
     },
@@ -180,16 +216,35 @@ async function powertools(config: ServerConfig): Promise<VariantServer> {
 }
 
 /** `@node-idempotency/core`: `onRequest` before the handler, `onResponse` after it. */
-function nodeIdempotency(storage: ConstructorParameters<typeof Idempotency>[0], redisPrefix: string, disconnect: () => Promise<void>): VariantServer {
-  const idempotency = new Idempotency(storage, { cacheKeyPrefix: `${redisPrefix}node-idempotency`, enforceIdempotency: true, cacheTTLMS: 86_400_000 });
+function nodeIdempotency(
+  storage: ConstructorParameters<typeof Idempotency>[0],
+  redisPrefix: string,
+  disconnect: () => Promise<void>,
+): VariantServer {
+  const idempotency = new Idempotency(storage, {
+    cacheKeyPrefix: `${redisPrefix}node-idempotency`,
+    enforceIdempotency: true,
+    cacheTTLMS: 86_400_000,
+  });
   return plain(async ({ account, keyHeader, input }) => {
     // The principal is part of the path so that keys are scoped per account, as idem's are (S1).
-    const request = { method: 'POST', path: `/${account}/payments.create`, headers: { 'idempotency-key': keyHeader }, body: { ...input } };
+    const request = {
+      method: 'POST',
+      path: `/${account}/payments.create`,
+      headers: { 'idempotency-key': keyHeader },
+      body: { ...input },
+    };
     try {
       const stored = await idempotency.onRequest(request);
-      if (stored) return { status: Number(stored.additional?.status ?? 200), body: stored.body, headers: { [IDEMPOTENT_REPLAYED_HEADER]: 'true' } };
+      if (stored)
+        return {
+          status: Number(stored.additional?.status ?? 200),
+          body: stored.body,
+          headers: { [IDEMPOTENT_REPLAYED_HEADER]: 'true' },
+        };
     } catch (error) {
-      if (error instanceof NodeIdempotencyError) return { status: nodeIdempotencyStatus(error.code), body: { error: error.message } };
+      if (error instanceof NodeIdempotencyError)
+        return { status: nodeIdempotencyStatus(error.code), body: { error: error.message } };
       throw error;
     }
     const body = charge(account, input);
@@ -226,10 +281,18 @@ async function trpcBare(url: string): Promise<VariantServer> {
   const t = initTRPC.context<{ account: string }>().create({ isDev: false });
   const router = t.router({
     payments: t.router({
-      create: t.procedure.input(paymentInput).mutation(({ input, ctx }) => channel.charge({ account: ctx.account, amount: input.amount, currency: input.currency })),
+      create: t.procedure
+        .input(paymentInput)
+        .mutation(({ input, ctx }) =>
+          channel.charge({ account: ctx.account, amount: input.amount, currency: input.currency }),
+        ),
     }),
   });
-  const handler = createHTTPHandler({ router, createContext: ({ req }) => ({ account: accountOf(req.headers.authorization) }), basePath: '/trpc/' });
+  const handler = createHTTPHandler({
+    router,
+    createContext: ({ req }) => ({ account: accountOf(req.headers.authorization) }),
+    basePath: '/trpc/',
+  });
   const server = createServer((req, res) => void handler(req, res));
   return { server, close: () => database.close() };
 }
@@ -246,7 +309,12 @@ function readBody(req: IncomingMessage): Promise<string> {
 function parsePayment(text: string): Payment | undefined {
   try {
     const value = JSON.parse(text) as Partial<Payment>;
-    if (Number.isInteger(value.amount) && (value.amount as number) > 0 && typeof value.currency === 'string' && /^[A-Z]{3}$/.test(value.currency)) {
+    if (
+      Number.isInteger(value.amount) &&
+      (value.amount as number) > 0 &&
+      typeof value.currency === 'string' &&
+      /^[A-Z]{3}$/.test(value.currency)
+    ) {
       return { amount: value.amount as number, currency: value.currency };
     }
   } catch {

@@ -17,9 +17,18 @@ import { HTTP_VARIANTS, type HttpVariant, type ServerConfig } from './http-serve
 const PAYMENT = JSON.stringify({ amount: 1200, currency: 'EUR' });
 const HEADERS = { 'content-type': 'application/json', authorization: 'Bearer acct_42' };
 /** Variants whose replay is measured (bare has nothing to replay; the tRPC rows cover the example). */
-const REPLAY_VARIANTS: readonly HttpVariant[] = ['idem engine, SQLite', 'idem engine, PostgreSQL', 'powertools, Redis', 'node-idempotency, memory', 'node-idempotency, Redis'];
+const REPLAY_VARIANTS: readonly HttpVariant[] = [
+  'idem engine, SQLite',
+  'idem engine, PostgreSQL',
+  'powertools, Redis',
+  'node-idempotency, memory',
+  'node-idempotency, Redis',
+];
 /** What each tRPC + idem row is also compared with: the same procedure without idem, same database. */
-const TRPC_BARE: Partial<Record<HttpVariant, HttpVariant>> = { 'tRPC + idem, SQLite': 'tRPC bare, SQLite', 'tRPC + idem, PostgreSQL': 'tRPC bare, PostgreSQL' };
+const TRPC_BARE: Partial<Record<HttpVariant, HttpVariant>> = {
+  'tRPC + idem, SQLite': 'tRPC bare, SQLite',
+  'tRPC + idem, PostgreSQL': 'tRPC bare, PostgreSQL',
+};
 
 export interface HttpOptions {
   quick: boolean;
@@ -81,7 +90,13 @@ export async function runHttp({ quick }: HttpOptions): Promise<HttpResult> {
       const postgres = variant.includes('PostgreSQL') ? await openBenchPostgres() : undefined;
       if (sqlite) databases.push(sqlite);
       if (postgres) databases.push(postgres);
-      const config: ServerConfig = { variant, sqliteUrl: sqlite ? `file:${sqlite.file}` : '', postgresUrl: postgres?.url ?? '', redisUrl: REDIS_URL, redisPrefix };
+      const config: ServerConfig = {
+        variant,
+        sqliteUrl: sqlite ? `file:${sqlite.file}` : '',
+        postgresUrl: postgres?.url ?? '',
+        redisUrl: REDIS_URL,
+        redisPrefix,
+      };
       servers.push(await startServer(config));
     }
 
@@ -99,11 +114,19 @@ export async function runHttp({ quick }: HttpOptions): Promise<HttpResult> {
           const prefix = `${runTag}-${round}-${connections}-${HTTP_VARIANTS.indexOf(server.variant)}`;
           const fresh = () => `${prefix}-${(keyCounter++).toString(36)}`;
           await load(server, connections, warmupSeconds, fresh);
-          push(samples, sampleKey(server.variant, 'fresh', connections), await load(server, connections, durationSeconds, fresh));
+          push(
+            samples,
+            sampleKey(server.variant, 'fresh', connections),
+            await load(server, connections, durationSeconds, fresh),
+          );
           if (REPLAY_VARIANTS.includes(server.variant)) {
             const fixed = `${prefix}-replay`;
             await post(server, fixed);
-            push(samples, sampleKey(server.variant, 'replay', connections), await load(server, connections, durationSeconds, () => fixed));
+            push(
+              samples,
+              sampleKey(server.variant, 'replay', connections),
+              await load(server, connections, durationSeconds, () => fixed),
+            );
           }
         }
       }
@@ -154,7 +177,12 @@ function pathOf(variant: HttpVariant): string {
   return variant.startsWith('tRPC') ? '/trpc/payments.create' : '/charge';
 }
 
-async function load(server: RunningServer, connections: number, seconds: number, nextKey: () => string): Promise<Sample> {
+async function load(
+  server: RunningServer,
+  connections: number,
+  seconds: number,
+  nextKey: () => string,
+): Promise<Sample> {
   // autocannon's histogram keeps whole milliseconds; loopback latencies need the fractions.
   const latencies: number[] = [];
   const result = await new Promise<autocannon.Result>((resolve, reject) => {
@@ -200,13 +228,20 @@ async function checkReplay(server: RunningServer, key: string): Promise<string> 
 }
 
 function post(server: RunningServer, key: string): Promise<Response> {
-  return fetch(`http://127.0.0.1:${server.port}${pathOf(server.variant)}`, { method: 'POST', headers: { ...HEADERS, 'idempotency-key': key }, body: PAYMENT });
+  return fetch(`http://127.0.0.1:${server.port}${pathOf(server.variant)}`, {
+    method: 'POST',
+    headers: { ...HEADERS, 'idempotency-key': key },
+    body: PAYMENT,
+  });
 }
 
 const SERVER_ENTRY = fileURLToPath(new URL('./http-server-process.ts', import.meta.url));
 
 function startServer(config: ServerConfig): Promise<RunningServer> {
-  const child = fork(SERVER_ENTRY, [JSON.stringify(config)], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(SERVER_ENTRY, [JSON.stringify(config)], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`[bench] ${config.variant} did not start within 30 s`)), 30_000);
     child.once('message', (message) => {

@@ -63,7 +63,10 @@ export type RoundTimes = Record<string, number[]>;
  * Runs `warmupRounds` untimed rounds, then `rounds` rounds in which every variant runs one batch,
  * the order rotating each round so that no variant always follows the same neighbour.
  */
-export async function interleave(variants: readonly Variant[], { rounds, warmupRounds = 1 }: { rounds: number; warmupRounds?: number }): Promise<RoundTimes> {
+export async function interleave(
+  variants: readonly Variant[],
+  { rounds, warmupRounds = 1 }: { rounds: number; warmupRounds?: number },
+): Promise<RoundTimes> {
   const times: RoundTimes = Object.fromEntries(variants.map((variant) => [variant.name, [] as number[]]));
   for (let round = -warmupRounds; round < rounds; round++) {
     for (let i = 0; i < variants.length; i++) {

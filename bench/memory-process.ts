@@ -33,7 +33,11 @@ const engine = createEngine({ store: createDrizzleStore(database.db) });
 const fingerprint = defaultFingerprint({ amount: 1200, currency: 'EUR' });
 let counter = 0;
 const execute = () =>
-  engine.execute({ scope: `acct_${counter % 100}/payments.create`, key: randomUUID(), fingerprint }, () => ({ id: `pay_${++counter}`, amount: 1200, currency: 'EUR' }));
+  engine.execute({ scope: `acct_${counter % 100}/payments.create`, key: randomUUID(), fingerprint }, () => ({
+    id: `pay_${++counter}`,
+    amount: 1200,
+    currency: 'EUR',
+  }));
 
 const sample = (ops: number): MemorySample => {
   collect();

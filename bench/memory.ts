@@ -54,7 +54,12 @@ export async function runMemory({ quick, stores }: MemoryOptions): Promise<Memor
     const database = store === 'sqlite' ? await openBenchSqlite() : await openBenchPostgres();
     try {
       const url = database.dialect === 'sqlite' ? `file:${database.file}` : database.url;
-      const config: MemoryRunConfig = { url, warmup: quick ? 2000 : WARMUP_OPS, ops: quick ? 20_000 : 100_000, sampleEvery: quick ? 2000 : 10_000 };
+      const config: MemoryRunConfig = {
+        url,
+        warmup: quick ? 2000 : WARMUP_OPS,
+        ops: quick ? 20_000 : 100_000,
+        sampleEvery: quick ? 2000 : 10_000,
+      };
       const samples = await runChild(config);
       const first = samples[0]!;
       const last = samples[samples.length - 1]!;
@@ -65,11 +70,22 @@ export async function runMemory({ quick, stores }: MemoryOptions): Promise<Memor
         store,
         warmup: config.warmup,
         ops: config.ops,
-        samples: samples.map((s) => ({ ops: s.ops, rssMiB: s.rssBytes / MIB, heapUsedMiB: s.heapUsedBytes / MIB, heapTotalMiB: s.heapTotalBytes / MIB })),
+        samples: samples.map((s) => ({
+          ops: s.ops,
+          rssMiB: s.rssBytes / MIB,
+          heapUsedMiB: s.heapUsedBytes / MIB,
+          heapTotalMiB: s.heapTotalBytes / MIB,
+        })),
         rssGrowth,
         rssGrowthSecondHalf: (last.rssBytes - middle.rssBytes) / middle.rssBytes,
-        rssSlopeMiBPer10k: slope(xs, samples.map((s) => s.rssBytes / MIB)),
-        heapSlopeMiBPer10k: slope(xs, samples.map((s) => s.heapUsedBytes / MIB)),
+        rssSlopeMiBPer10k: slope(
+          xs,
+          samples.map((s) => s.rssBytes / MIB),
+        ),
+        heapSlopeMiBPer10k: slope(
+          xs,
+          samples.map((s) => s.heapUsedBytes / MIB),
+        ),
         target: { ratio: 1 + rssGrowth, atMost: 1.1, met: rssGrowth < 0.1 },
       });
     } finally {
@@ -80,12 +96,17 @@ export async function runMemory({ quick, stores }: MemoryOptions): Promise<Memor
 }
 
 function runChild(config: MemoryRunConfig): Promise<MemorySample[]> {
-  const child = fork(ENTRY, [JSON.stringify(config)], { execArgv: ['--expose-gc', `--min-semi-space-size=${SEMI_SPACE_MIB}`, '--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(ENTRY, [JSON.stringify(config)], {
+    execArgv: ['--expose-gc', `--min-semi-space-size=${SEMI_SPACE_MIB}`, '--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   return new Promise((resolve, reject) => {
     let samples: MemorySample[] | undefined;
     child.once('message', (message) => {
       samples = message as MemorySample[];
     });
-    child.once('exit', (code) => (samples ? resolve(samples) : reject(new Error(`[bench] the memory run exited with ${code}`))));
+    child.once('exit', (code) =>
+      samples ? resolve(samples) : reject(new Error(`[bench] the memory run exited with ${code}`)),
+    );
   });
 }

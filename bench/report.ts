@@ -27,24 +27,52 @@ export function table(headers: readonly string[], rows: ReadonlyArray<readonly s
 }
 
 const fixed = (value: number, digits: number) => (Number.isFinite(value) ? value.toFixed(digits) : '—');
-const micros = (value: number | undefined) => (value === undefined ? '—' : value >= 100 ? fixed(value, 0) : fixed(value, 1));
+const micros = (value: number | undefined) =>
+  value === undefined ? '—' : value >= 100 ? fixed(value, 0) : fixed(value, 1);
 const ratio = (value: number) => `${fixed(value, 2)}×`;
-const spread = (r: { median: number; p25: number; p75: number }) => `**${ratio(r.median)}** (${fixed(r.p25, 2)}–${fixed(r.p75, 2)})`;
+const spread = (r: { median: number; p25: number; p75: number }) =>
+  `**${ratio(r.median)}** (${fixed(r.p25, 2)}–${fixed(r.p75, 2)})`;
 const verdict = (target: Target) => `${target.met ? 'met' : 'missed'} (≤ ${target.atMost})`;
-const STORE_NAMES: Record<string, string> = { sqlite: 'SQLite', postgres: 'PostgreSQL', mysql: 'MySQL', libsql: 'SQLite (libsql)', 'postgres-js': 'PostgreSQL (postgres-js)' };
+const STORE_NAMES: Record<string, string> = {
+  sqlite: 'SQLite',
+  postgres: 'PostgreSQL',
+  mysql: 'MySQL',
+  libsql: 'SQLite (libsql)',
+  'postgres-js': 'PostgreSQL (postgres-js)',
+};
 const storeName = (store: string) => STORE_NAMES[store] ?? store;
 const thousands = (value: number) => Math.round(value).toLocaleString('en-US');
 
 export function renderMachine(notes: MachineNotes): string {
   return table(
     ['date', 'cpus', 'memory', 'load avg (1/5/15 min) at start', 'node', 'PostgreSQL', 'SQLite', 'MySQL', 'Redis'],
-    [[notes.date, `${notes.cpus} × ${notes.cpuModel}`, `${fixed(notes.memoryGiB, 1)} GiB`, notes.loadAverage.map((l) => fixed(l, 2)).join(' / '), notes.node, notes.postgres, notes.sqlite, notes.mysql, notes.redis]],
+    [
+      [
+        notes.date,
+        `${notes.cpus} × ${notes.cpuModel}`,
+        `${fixed(notes.memoryGiB, 1)} GiB`,
+        notes.loadAverage.map((l) => fixed(l, 2)).join(' / '),
+        notes.node,
+        notes.postgres,
+        notes.sqlite,
+        notes.mysql,
+        notes.redis,
+      ],
+    ],
   );
 }
 
 export function renderFloor(results: readonly FloorResult[]): string {
   const fresh = table(
-    ['store', '(a) raw claim + complete, µs', 'Drizzle store claim + complete, µs', '(b) engine fresh, µs', 'store / a', '**b / a** (p25–p75)', 'target'],
+    [
+      'store',
+      '(a) raw claim + complete, µs',
+      'Drizzle store claim + complete, µs',
+      '(b) engine fresh, µs',
+      'store / a',
+      '**b / a** (p25–p75)',
+      'target',
+    ],
     results.map((r) => [
       storeName(r.store),
       micros(r.microsPerOp['raw claim + complete']),
@@ -56,7 +84,16 @@ export function renderFloor(results: readonly FloorResult[]): string {
     ]),
   );
   const replay = table(
-    ['store', 'raw SELECT by key, µs', 'raw replay statement (SQLite, MySQL: the read; PostgreSQL: claim-or-read), µs', 'Drizzle store replay claim, µs', '(c) engine replay, µs', 'raw replay statement / SELECT', '**c / SELECT** (p25–p75)', 'target'],
+    [
+      'store',
+      'raw SELECT by key, µs',
+      'raw replay statement (SQLite, MySQL: the read; PostgreSQL: claim-or-read), µs',
+      'Drizzle store replay claim, µs',
+      '(c) engine replay, µs',
+      'raw replay statement / SELECT',
+      '**c / SELECT** (p25–p75)',
+      'target',
+    ],
     results.map((r) => [
       storeName(r.store),
       micros(r.microsPerOp['raw SELECT by key']),
@@ -68,7 +105,9 @@ export function renderFloor(results: readonly FloorResult[]): string {
       verdict(r.targets.replayVsOneStatement),
     ]),
   );
-  const shape = results.map((r) => `${storeName(r.store)}: ${r.rounds} rounds × ${r.opsPerBatch} ops per variant`).join('; ');
+  const shape = results
+    .map((r) => `${storeName(r.store)}: ${r.rounds} rounds × ${r.opsPerBatch} ops per variant`)
+    .join('; ');
   return `### 1. Floor vs engine, per operation (one connection, sequential)\n\nFresh path:\n\n${fresh}\n\nReplay path:\n\n${replay}\n\nMedians of per-batch µs/op; ratios are medians of per-round ratios (p25–p75 across rounds). ${shape}.`;
 }
 
@@ -96,7 +135,17 @@ export function renderHttp(result: HttpResult): string {
 
 export function renderScale(result: ScaleResult): string {
   const claims = table(
-    ['store', 'rows in the big table', 'bulk fill, s', 'claim, empty table, µs', 'claim, big table, µs', '**big / empty** (p25–p75)', 'target', 'raw INSERT alone: empty → big, µs', 'raw big / empty (p25–p75)'],
+    [
+      'store',
+      'rows in the big table',
+      'bulk fill, s',
+      'claim, empty table, µs',
+      'claim, big table, µs',
+      '**big / empty** (p25–p75)',
+      'target',
+      'raw INSERT alone: empty → big, µs',
+      'raw big / empty (p25–p75)',
+    ],
     result.claims.map((c) => [
       storeName(c.store),
       thousands(c.rowsInBigTable),
@@ -110,7 +159,14 @@ export function renderScale(result: ScaleResult): string {
     ]),
   );
   const sweeps = table(
-    ['store', 'expired rows swept', 'sweep, rows/s (median batch)', 'sweep, rows/s (all batches)', 'naive row-by-row, rows/s', '**sweep / naive**'],
+    [
+      'store',
+      'expired rows swept',
+      'sweep, rows/s (median batch)',
+      'sweep, rows/s (all batches)',
+      'naive row-by-row, rows/s',
+      '**sweep / naive**',
+    ],
     result.sweeps.map((s) => [
       storeName(s.store),
       thousands(s.sweepOverall.rows),
@@ -120,7 +176,12 @@ export function renderScale(result: ScaleResult): string {
       `**${fixed(s.speedup, 1)}×**`,
     ]),
   );
-  const shape = result.sweeps.map((s) => `${storeName(s.store)}: ${s.rounds} rounds of one ${s.batchSize}-row sweep batch and ${s.naiveRowsPerRound} naive rows`).join('; ');
+  const shape = result.sweeps
+    .map(
+      (s) =>
+        `${storeName(s.store)}: ${s.rounds} rounds of one ${s.batchSize}-row sweep batch and ${s.naiveRowsPerRound} naive rows`,
+    )
+    .join('; ');
   return `### 3. Scale\n\nClaim latency (\`store.claim\`, fresh key) with half archived, half expired rows vs an empty table:\n\n${claims}\n\nSweep (\`store.sweep({ batchSize: 1000 })\`) vs a naive loop (SELECT one expired row, UPDATE it; raw prepared statements):\n\n${sweeps}\n\n${shape}.`;
 }
 

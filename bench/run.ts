@@ -11,7 +11,15 @@ import { cpus, loadavg, totalmem } from 'node:os';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { createClient } from '@redis/client';
-import { adminQuery, MYSQL_URL, mysqlVersion, openBenchSqlite, postgresReachable, POSTGRES_URL, REDIS_URL } from './databases.ts';
+import {
+  adminQuery,
+  MYSQL_URL,
+  mysqlVersion,
+  openBenchSqlite,
+  postgresReachable,
+  POSTGRES_URL,
+  REDIS_URL,
+} from './databases.ts';
 import { renderCommits, runCommits } from './commits.ts';
 import { runFloor } from './floor.ts';
 import { runHttp } from './http.ts';
@@ -26,7 +34,10 @@ const STORES = ['sqlite', 'postgres'] as const;
 const FLOOR_STORES = ['sqlite', 'libsql', 'postgres', 'postgres-js'] as const;
 
 const { values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } } });
-const only = (values.only ?? PARTS.join(',')).split(',').map((part) => part.trim()).filter(Boolean);
+const only = (values.only ?? PARTS.join(','))
+  .split(',')
+  .map((part) => part.trim())
+  .filter(Boolean);
 const unknown = only.filter((part) => !(PARTS as readonly string[]).includes(part));
 if (unknown.length > 0) {
   console.error(`[bench] unknown part(s) ${unknown.join(', ')}; choose from ${PARTS.join(', ')}`);
@@ -42,7 +53,9 @@ if (!(await postgresReachable())) {
 
 const started = Date.now();
 const machine = await machineNotes();
-console.log(`## idem benchmarks${quick ? ' (--quick: fewer rounds, smaller tables — for development, not for the README)' : ''}\n`);
+console.log(
+  `## idem benchmarks${quick ? ' (--quick: fewer rounds, smaller tables — for development, not for the README)' : ''}\n`,
+);
 console.log(renderMachine(machine));
 
 const results: Partial<Record<Part, unknown>> & { seconds?: Partial<Record<Part, number>> } = { seconds: {} };
@@ -52,7 +65,10 @@ for (const part of parts) {
   let section: string;
   switch (part) {
     case 'floor': {
-      const result = await runFloor({ quick, stores: machine.mysql === 'unreachable' ? FLOOR_STORES : [...FLOOR_STORES, 'mysql'] });
+      const result = await runFloor({
+        quick,
+        stores: machine.mysql === 'unreachable' ? FLOOR_STORES : [...FLOOR_STORES, 'mysql'],
+      });
       results.floor = result;
       section = renderFloor(result);
       break;
@@ -88,11 +104,16 @@ for (const part of parts) {
 
 const totalSeconds = (Date.now() - started) / 1000;
 const loadAverageAtEnd = loadavg();
-console.log(`[bench] load average (1/5/15 min) at the end: ${loadAverageAtEnd.map((load) => load.toFixed(2)).join(' / ')}`);
+console.log(
+  `[bench] load average (1/5/15 min) at the end: ${loadAverageAtEnd.map((load) => load.toFixed(2)).join(' / ')}`,
+);
 const directory = fileURLToPath(new URL('./results/', import.meta.url));
 mkdirSync(directory, { recursive: true });
 const file = `${directory}${machine.date.replaceAll(':', '-')}${quick ? '-quick' : ''}.json`;
-writeFileSync(file, `${JSON.stringify({ machine, loadAverageAtEnd, quick, parts, totalSeconds, ...results }, null, 2)}\n`);
+writeFileSync(
+  file,
+  `${JSON.stringify({ machine, loadAverageAtEnd, quick, parts, totalSeconds, ...results }, null, 2)}\n`,
+);
 console.log(`[bench] ${parts.join(', ')} in ${Math.round(totalSeconds)} s; results in ${file}`);
 
 async function machineNotes(): Promise<MachineNotes> {
@@ -101,7 +122,8 @@ async function machineNotes(): Promise<MachineNotes> {
   await sqlite.close();
   const postgres = String((await adminQuery('SHOW server_version')).rows[0]?.server_version ?? '?');
   const mysql = await mysqlVersion();
-  if (mysql === undefined) console.warn(`[bench] MySQL is not reachable at ${MYSQL_URL} (set MYSQL_URL): the floor part skips it`);
+  if (mysql === undefined)
+    console.warn(`[bench] MySQL is not reachable at ${MYSQL_URL} (set MYSQL_URL): the floor part skips it`);
   let redis = 'unreachable';
   try {
     const client = await createClient({ url: REDIS_URL }).connect();

@@ -101,7 +101,8 @@ async function claimLatency(store: 'sqlite' | 'postgres', quick: boolean): Promi
       const insert = rawInsert(target);
       return async () => {
         const start = process.hrtime.bigint();
-        for (let i = 0; i < claimsPerBatch; i++) await insert(`acct_${i % SCOPES}/payments.create`, randomUUID(), randomUUID());
+        for (let i = 0; i < claimsPerBatch; i++)
+          await insert(`acct_${i % SCOPES}/payments.create`, randomUUID(), randomUUID());
         return nanosSince(start) / claimsPerBatch;
       };
     };
@@ -199,7 +200,11 @@ async function sweepThroughput(store: 'sqlite' | 'postgres', quick: boolean): Pr
  * random keys: a share archived by an earlier sweep (no body), the rest completed but expired,
  * still holding their body. One statement, then statistics (and a WAL checkpoint on SQLite).
  */
-async function fillExpired(database: BenchDatabase, rows: number, { archivedShare }: { archivedShare: number }): Promise<void> {
+async function fillExpired(
+  database: BenchDatabase,
+  rows: number,
+  { archivedShare }: { archivedShare: number },
+): Promise<void> {
   const archivedEvery = archivedShare <= 0 ? 0 : Math.round(1 / archivedShare);
   if (database.dialect === 'postgres') {
     const archived = archivedEvery === 0 ? 'false' : `i % ${archivedEvery} = 0`;
@@ -262,8 +267,12 @@ function rawInsert(database: BenchDatabase): (scope: string, key: string, token:
 /** What a hand-written sweeper does: find one expired row, archive it, repeat (raw prepared statements, one transaction each). */
 function naiveArchiver(database: BenchDatabase): () => Promise<void> | void {
   if (database.dialect === 'sqlite') {
-    const next = database.client.prepare(`SELECT scope, key FROM idem_keys WHERE state <> 'archived' AND expires_at <= ? ORDER BY expires_at LIMIT 1`);
-    const archive = database.client.prepare(`UPDATE idem_keys SET state = 'archived', archived_at = ?, body = NULL WHERE scope = ? AND key = ?`);
+    const next = database.client.prepare(
+      `SELECT scope, key FROM idem_keys WHERE state <> 'archived' AND expires_at <= ? ORDER BY expires_at LIMIT 1`,
+    );
+    const archive = database.client.prepare(
+      `UPDATE idem_keys SET state = 'archived', archived_at = ?, body = NULL WHERE scope = ? AND key = ?`,
+    );
     return () => {
       const now = Date.now();
       const row = next.get(now) as { scope: string; key: string } | undefined;
@@ -279,6 +288,10 @@ function naiveArchiver(database: BenchDatabase): () => Promise<void> | void {
     });
     const row = found.rows[0];
     if (!row) throw new Error('[bench] naive sweeper ran out of expired rows');
-    await pool.query({ name: 'bench:naive-archive', text: `UPDATE idem_keys SET state = 'archived', archived_at = now(), body = NULL WHERE scope = $1 AND key = $2`, values: [row.scope, row.key] });
+    await pool.query({
+      name: 'bench:naive-archive',
+      text: `UPDATE idem_keys SET state = 'archived', archived_at = now(), body = NULL WHERE scope = $1 AND key = $2`,
+      values: [row.scope, row.key],
+    });
   };
 }

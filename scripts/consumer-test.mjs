@@ -40,10 +40,18 @@ function log(line) {
 /** Runs a command; resolves with its output, rejects with the output in the message. */
 function run(command, args, { cwd, env, timeout = 600_000 } = {}) {
   return new Promise((resolve, reject) => {
-    execFile(command, args, { cwd, env: { ...process.env, ...env }, timeout, maxBuffer: 64 * 1024 * 1024 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`${command} ${args.join(' ')} failed (${error.code ?? error.signal}):\n${stdout}\n${stderr}`));
-      else resolve({ stdout, stderr });
-    });
+    execFile(
+      command,
+      args,
+      { cwd, env: { ...process.env, ...env }, timeout, maxBuffer: 64 * 1024 * 1024 },
+      (error, stdout, stderr) => {
+        if (error)
+          reject(
+            new Error(`${command} ${args.join(' ')} failed (${error.code ?? error.signal}):\n${stdout}\n${stderr}`),
+          );
+        else resolve({ stdout, stderr });
+      },
+    );
   });
 }
 
@@ -83,7 +91,8 @@ async function startServer(command, args, { cwd, env, url }) {
   child.stderr.on('data', (chunk) => (output += chunk));
   const deadline = Date.now() + 60_000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`${command} ${args.join(' ')} exited with ${child.exitCode}:\n${output}`);
+    if (child.exitCode !== null)
+      throw new Error(`${command} ${args.join(' ')} exited with ${child.exitCode}:\n${output}`);
     try {
       await fetch(url);
       break;
@@ -104,8 +113,16 @@ async function startServer(command, args, { cwd, env, url }) {
 }
 
 async function post(url, body, headers = {}) {
-  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
-  return { status: response.status, replayed: response.headers.get('idempotent-replayed'), text: await response.text() };
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+  return {
+    status: response.status,
+    replayed: response.headers.get('idempotent-replayed'),
+    text: await response.text(),
+  };
 }
 
 /**
@@ -121,11 +138,23 @@ async function assertReplay(label, url, body, otherBody, { graphql = false } = {
   log(`  ${label}: first ${first.status} replayed=${first.replayed} ${first.text}`);
   log(`  ${label}: retry ${second.status} replayed=${second.replayed} ${second.text}`);
   log(`  ${label}: other payload ${reused.status} ${reused.text.slice(0, 120)}…`);
-  assert(first.status === 200 && first.replayed === null, `${label}: the first request should execute, got ${first.status} replayed=${first.replayed}`);
-  assert(second.status === 200 && second.replayed === 'true', `${label}: the retry should be a replay, got ${second.status} replayed=${second.replayed}`);
-  const same = graphql ? JSON.stringify(JSON.parse(second.text).data) === JSON.stringify(JSON.parse(first.text).data) : second.text === first.text;
+  assert(
+    first.status === 200 && first.replayed === null,
+    `${label}: the first request should execute, got ${first.status} replayed=${first.replayed}`,
+  );
+  assert(
+    second.status === 200 && second.replayed === 'true',
+    `${label}: the retry should be a replay, got ${second.status} replayed=${second.replayed}`,
+  );
+  const same = graphql
+    ? JSON.stringify(JSON.parse(second.text).data) === JSON.stringify(JSON.parse(first.text).data)
+    : second.text === first.text;
   assert(same, `${label}: the replay should repeat the first answer`);
-  if (graphql) assert(JSON.parse(second.text).extensions?.idempotency?.replayed === true, `${label}: a GraphQL replay carries extensions.idempotency.replayed`);
+  if (graphql)
+    assert(
+      JSON.parse(second.text).extensions?.idempotency?.replayed === true,
+      `${label}: a GraphQL replay carries extensions.idempotency.replayed`,
+    );
   assert(reused.status === 422, `${label}: another payload with the same key should answer 422, got ${reused.status}`);
   return key;
 }
@@ -141,7 +170,10 @@ function readmeBlock(readme, heading) {
 
 /** Replaces `from` in a README snippet; the test fails if the README no longer says it. */
 function patch(source, from, to, what) {
-  assert(source.includes(from), `the README's ${what} no longer contains ${JSON.stringify(from)}: update scripts/consumer-test.mjs`);
+  assert(
+    source.includes(from),
+    `the README's ${what} no longer contains ${JSON.stringify(from)}: update scripts/consumer-test.mjs`,
+  );
   return source.replaceAll(from, to);
 }
 
@@ -150,14 +182,21 @@ async function pack() {
   mkdirSync(tarballs);
   const files = {};
   for (const name of PACKAGES) {
-    const { stdout } = await run('npm', ['pack', '--silent', '--pack-destination', tarballs], { cwd: join(ROOT, 'packages', name) });
+    const { stdout } = await run('npm', ['pack', '--silent', '--pack-destination', tarballs], {
+      cwd: join(ROOT, 'packages', name),
+    });
     const file = stdout.trim().split('\n').pop();
     files[`@idem/${name}`] = `file:${join(tarballs, file)}`;
     const { stdout: listing } = await run('tar', ['-tzf', join(tarballs, file)]);
     const shipped = listing.trim().split('\n');
-    const stray = shipped.filter((path) => !/^package\/(dist\/.*\.(js|d\.ts)|package\.json|README\.md|LICENSE)$/.test(path));
+    const stray = shipped.filter(
+      (path) => !/^package\/(dist\/.*\.(js|d\.ts)|package\.json|README\.md|LICENSE)$/.test(path),
+    );
     assert(stray.length === 0, `@idem/${name} ships files outside dist/, README and LICENSE: ${stray.join(', ')}`);
-    assert(!shipped.some((path) => /\.ts$/.test(path) && !/\.d\.ts$/.test(path)), `@idem/${name} ships TypeScript sources`);
+    assert(
+      !shipped.some((path) => /\.ts$/.test(path) && !/\.d\.ts$/.test(path)),
+      `@idem/${name} ships TypeScript sources`,
+    );
     log(`  packed @idem/${name}: ${file}, ${shipped.length} files`);
   }
   return files;
@@ -370,45 +409,91 @@ async function main() {
   if (installed) {
     const port = { trpc: await freePort(), yoga: await freePort() };
     let trpcKey;
-    await step("(a) README quick starts and client snippet compile with the user's tsc (NodeNext, strict; and with exactOptionalPropertyTypes, noPropertyAccessFromIndexSignature, noUncheckedIndexedAccess)", async () => {
-      const trpc = patch(readmeBlock(readme, '## Quick start: tRPC'), '.listen(3000)', ".listen(Number(process.env['PORT']))", 'tRPC quick start');
-      const yoga = patch(readmeBlock(readme, '## Quick start: GraphQL Yoga'), '.listen(4000)', ".listen(Number(process.env['PORT']))", 'Yoga quick start');
-      // biome-ignore lint/suspicious/noTemplateCurlyInString: the replacement is TypeScript source with a template literal
-      let client = patch(readmeBlock(readme, '## Clients that know the shelf life'), "'http://localhost:3000'", "`http://127.0.0.1:${process.env['PORT']}`", 'client snippet');
-      // The snippet builds a client for the quick start's AppRouter; the test then calls it.
-      client = `import type { AppRouter } from './trpc.js';\n${client}\nconsole.log(JSON.stringify(await trpc.createOrder.mutate({ amount: 7 })));\n`;
-      writeFileSync(join(nodeApp, 'src/trpc.ts'), trpc);
-      writeFileSync(join(nodeApp, 'src/yoga.ts'), yoga);
-      writeFileSync(join(nodeApp, 'src/client.ts'), client);
-      await run('npx', ['--no-install', 'tsc', '-p', '.'], { cwd: nodeApp });
-      // A stricter user: idem's declarations must not add errors under the flags strict leaves off.
-      writeFileSync(
-        join(nodeApp, 'tsconfig.strict.json'),
-        JSON.stringify({
-          extends: './tsconfig.json',
-          compilerOptions: { noEmit: true, exactOptionalPropertyTypes: true, noPropertyAccessFromIndexSignature: true, noUncheckedIndexedAccess: true, noImplicitOverride: true },
-        }),
-      );
-      await run('npx', ['--no-install', 'tsc', '-p', 'tsconfig.strict.json'], { cwd: nodeApp });
-    });
+    await step(
+      "(a) README quick starts and client snippet compile with the user's tsc (NodeNext, strict; and with exactOptionalPropertyTypes, noPropertyAccessFromIndexSignature, noUncheckedIndexedAccess)",
+      async () => {
+        const trpc = patch(
+          readmeBlock(readme, '## Quick start: tRPC'),
+          '.listen(3000)',
+          ".listen(Number(process.env['PORT']))",
+          'tRPC quick start',
+        );
+        const yoga = patch(
+          readmeBlock(readme, '## Quick start: GraphQL Yoga'),
+          '.listen(4000)',
+          ".listen(Number(process.env['PORT']))",
+          'Yoga quick start',
+        );
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: the replacement is TypeScript source with a template literal
+        let client = patch(
+          readmeBlock(readme, '## Clients that know the shelf life'),
+          "'http://localhost:3000'",
+          "`http://127.0.0.1:${process.env['PORT']}`",
+          'client snippet',
+        );
+        // The snippet builds a client for the quick start's AppRouter; the test then calls it.
+        client = `import type { AppRouter } from './trpc.js';\n${client}\nconsole.log(JSON.stringify(await trpc.createOrder.mutate({ amount: 7 })));\n`;
+        writeFileSync(join(nodeApp, 'src/trpc.ts'), trpc);
+        writeFileSync(join(nodeApp, 'src/yoga.ts'), yoga);
+        writeFileSync(join(nodeApp, 'src/client.ts'), client);
+        await run('npx', ['--no-install', 'tsc', '-p', '.'], { cwd: nodeApp });
+        // A stricter user: idem's declarations must not add errors under the flags strict leaves off.
+        writeFileSync(
+          join(nodeApp, 'tsconfig.strict.json'),
+          JSON.stringify({
+            extends: './tsconfig.json',
+            compilerOptions: {
+              noEmit: true,
+              exactOptionalPropertyTypes: true,
+              noPropertyAccessFromIndexSignature: true,
+              noUncheckedIndexedAccess: true,
+              noImplicitOverride: true,
+            },
+          }),
+        );
+        await run('npx', ['--no-install', 'tsc', '-p', 'tsconfig.strict.json'], { cwd: nodeApp });
+      },
+    );
 
-    await step('(a) the compiled tRPC quick start runs on plain Node and replays over HTTP; the README client calls it', async () => {
-      const server = await startServer(process.execPath, ['dist/trpc.js'], { cwd: nodeApp, env: { PORT: String(port.trpc) }, url: `http://127.0.0.1:${port.trpc}/` });
-      try {
-        trpcKey = await assertReplay('tRPC quick start', `http://127.0.0.1:${port.trpc}/createOrder`, { amount: 42 }, { amount: 43 });
-        const { stdout } = await run(process.execPath, ['dist/client.js'], { cwd: nodeApp, env: { PORT: String(port.trpc) }, timeout: 30_000 });
-        log(`  README client: ${stdout.trim()}`);
-        assert(JSON.parse(stdout).amount === 7, 'the README client should create an order of 7');
-      } finally {
-        await server.stop();
-      }
-    });
+    await step(
+      '(a) the compiled tRPC quick start runs on plain Node and replays over HTTP; the README client calls it',
+      async () => {
+        const server = await startServer(process.execPath, ['dist/trpc.js'], {
+          cwd: nodeApp,
+          env: { PORT: String(port.trpc) },
+          url: `http://127.0.0.1:${port.trpc}/`,
+        });
+        try {
+          trpcKey = await assertReplay(
+            'tRPC quick start',
+            `http://127.0.0.1:${port.trpc}/createOrder`,
+            { amount: 42 },
+            { amount: 43 },
+          );
+          const { stdout } = await run(process.execPath, ['dist/client.js'], {
+            cwd: nodeApp,
+            env: { PORT: String(port.trpc) },
+            timeout: 30_000,
+          });
+          log(`  README client: ${stdout.trim()}`);
+          assert(JSON.parse(stdout).amount === 7, 'the README client should create an order of 7');
+        } finally {
+          await server.stop();
+        }
+      },
+    );
 
     await step('(a) the compiled Yoga quick start runs on plain Node and replays over HTTP', async () => {
-      const server = await startServer(process.execPath, ['dist/yoga.js'], { cwd: nodeApp, env: { PORT: String(port.yoga) }, url: `http://127.0.0.1:${port.yoga}/graphql?query=%7Bok%7D` });
+      const server = await startServer(process.execPath, ['dist/yoga.js'], {
+        cwd: nodeApp,
+        env: { PORT: String(port.yoga) },
+        url: `http://127.0.0.1:${port.yoga}/graphql?query=%7Bok%7D`,
+      });
       try {
         const mutation = (amount) => ({ query: `mutation { createOrder(amount: ${amount}) { id amount } }` });
-        await assertReplay('Yoga quick start', `http://127.0.0.1:${port.yoga}/graphql`, mutation(42), mutation(43), { graphql: true });
+        await assertReplay('Yoga quick start', `http://127.0.0.1:${port.yoga}/graphql`, mutation(42), mutation(43), {
+          graphql: true,
+        });
       } finally {
         await server.stop();
       }
@@ -424,13 +509,26 @@ async function main() {
       // @idem/core/conformance imports vitest, an optional peer the app does not have: that
       // entry must fail with a clear "cannot find vitest", and every other entry must load.
       const withoutConformance = entries.filter((entry) => entry !== '@idem/core/conformance');
-      writeFileSync(join(nodeApp, 'entries.cjs'), `for (const entry of ${JSON.stringify(withoutConformance)}) { const m = require(entry); if (Object.keys(m).length === 0) throw new Error(entry + ' exports nothing'); console.log('require', entry, Object.keys(m).length); }\n`);
-      writeFileSync(join(nodeApp, 'entries.mjs'), `for (const entry of ${JSON.stringify(withoutConformance)}) { const m = await import(entry); if (Object.keys(m).length === 0) throw new Error(entry + ' exports nothing'); console.log('import', entry, Object.keys(m).length); }\n`);
+      writeFileSync(
+        join(nodeApp, 'entries.cjs'),
+        `for (const entry of ${JSON.stringify(withoutConformance)}) { const m = require(entry); if (Object.keys(m).length === 0) throw new Error(entry + ' exports nothing'); console.log('require', entry, Object.keys(m).length); }\n`,
+      );
+      writeFileSync(
+        join(nodeApp, 'entries.mjs'),
+        `for (const entry of ${JSON.stringify(withoutConformance)}) { const m = await import(entry); if (Object.keys(m).length === 0) throw new Error(entry + ' exports nothing'); console.log('import', entry, Object.keys(m).length); }\n`,
+      );
       const cjs = await run(process.execPath, ['entries.cjs'], { cwd: nodeApp });
       const esm = await run(process.execPath, ['entries.mjs'], { cwd: nodeApp });
       for (const line of `${cjs.stdout}${esm.stdout}`.trim().split('\n')) log(`  ${line}`);
-      const conformance = await run(process.execPath, ['-e', "import('@idem/core/conformance').then(() => console.log('loaded'), (e) => console.log(e.code))"], { cwd: nodeApp });
-      assert(conformance.stdout.trim() === 'ERR_MODULE_NOT_FOUND', `@idem/core/conformance without vitest should fail to resolve vitest, got ${conformance.stdout}`);
+      const conformance = await run(
+        process.execPath,
+        ['-e', "import('@idem/core/conformance').then(() => console.log('loaded'), (e) => console.log(e.code))"],
+        { cwd: nodeApp },
+      );
+      assert(
+        conformance.stdout.trim() === 'ERR_MODULE_NOT_FOUND',
+        `@idem/core/conformance without vitest should fail to resolve vitest, got ${conformance.stdout}`,
+      );
       log(`  @idem/core/conformance without vitest: ${conformance.stdout.trim()} (vitest is its optional peer)`);
     });
 
@@ -442,31 +540,52 @@ async function main() {
       const key = trpcKey.slice(1, -1);
       const explain = await run('npx', ['--no-install', 'idem', 'explain', key], { cwd: nodeApp, env });
       for (const line of explain.stdout.trim().split('\n')) log(`  ${line}`);
-      assert(explain.stdout.includes(key) && /\b200\b/.test(explain.stdout), 'idem explain should show the stored 200 of the quick start key');
-      const json = JSON.parse((await run('npx', ['--no-install', 'idem', 'explain', key, '--json'], { cwd: nodeApp, env })).stdout);
+      assert(
+        explain.stdout.includes(key) && /\b200\b/.test(explain.stdout),
+        'idem explain should show the stored 200 of the quick start key',
+      );
+      const json = JSON.parse(
+        (await run('npx', ['--no-install', 'idem', 'explain', key, '--json'], { cwd: nodeApp, env })).stdout,
+      );
       assert(JSON.stringify(json).includes(key), 'idem explain --json should name the key');
     });
   }
 
   let nextInstalled = false;
-  await step(`npm install of the tarballs into a Next.js ${NEXT_VERSION} App Router app (drizzle-orm ${version('drizzle-orm')})`, async () => {
-    await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: next });
-    nextInstalled = true;
-  });
+  await step(
+    `npm install of the tarballs into a Next.js ${NEXT_VERSION} App Router app (drizzle-orm ${version('drizzle-orm')})`,
+    async () => {
+      await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: next });
+      nextInstalled = true;
+    },
+  );
   if (nextInstalled) {
     for (const bundler of ['turbopack', 'webpack']) {
       await step(`(d) next build (${bundler}) and next start answer a replay through fetchRequestHandler`, async () => {
         rmSync(join(next, '.next'), { recursive: true, force: true });
-        const build = await run('npx', ['--no-install', 'next', 'build', bundler === 'webpack' ? '--webpack' : '--turbopack'], { cwd: next, env: { NEXT_TELEMETRY_DISABLED: '1', IDEM_DB: join(next, `build-${bundler}.db`) } });
+        const build = await run(
+          'npx',
+          ['--no-install', 'next', 'build', bundler === 'webpack' ? '--webpack' : '--turbopack'],
+          { cwd: next, env: { NEXT_TELEMETRY_DISABLED: '1', IDEM_DB: join(next, `build-${bundler}.db`) } },
+        );
         assert(build.stdout.includes('/api/trpc/[trpc]'), `next build did not list the tRPC route:\n${build.stdout}`);
         const port = await freePort();
-        const server = await startServer('npx', ['--no-install', 'next', 'start', '-p', String(port), '-H', '127.0.0.1'], {
-          cwd: next,
-          env: { NEXT_TELEMETRY_DISABLED: '1', IDEM_DB: join(next, `${bundler}.db`) },
-          url: `http://127.0.0.1:${port}/`,
-        });
+        const server = await startServer(
+          'npx',
+          ['--no-install', 'next', 'start', '-p', String(port), '-H', '127.0.0.1'],
+          {
+            cwd: next,
+            env: { NEXT_TELEMETRY_DISABLED: '1', IDEM_DB: join(next, `${bundler}.db`) },
+            url: `http://127.0.0.1:${port}/`,
+          },
+        );
         try {
-          await assertReplay(`Next.js ${bundler}`, `http://127.0.0.1:${port}/api/trpc/createOrder`, { amount: 42 }, { amount: 43 });
+          await assertReplay(
+            `Next.js ${bundler}`,
+            `http://127.0.0.1:${port}/api/trpc/createOrder`,
+            { amount: 42 },
+            { amount: 43 },
+          );
         } finally {
           await server.stop();
         }

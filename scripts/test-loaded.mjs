@@ -83,11 +83,17 @@ for (let i = 0; i < BURNERS; i++) burners.push(spawn(process.execPath, ['-e', bu
 
 const args = process.argv.slice(2);
 const files = args.length > 0 ? args : TIMING_SENSITIVE;
-console.log(`[test:loaded] ${BURNERS} CPU-bound processes on ${availableParallelism()} cores; vitest run ${args.length > 0 ? args.join(' ') : `${files.length} timing-sensitive files`}`);
+console.log(
+  `[test:loaded] ${BURNERS} CPU-bound processes on ${availableParallelism()} cores; vitest run ${args.length > 0 ? args.join(' ') : `${files.length} timing-sensitive files`}`,
+);
 const started = Date.now();
 vitest = spawn(process.execPath, [VITEST, 'run', ...files], { cwd: ROOT, stdio: 'inherit' });
-const code = await new Promise((resolve) => vitest.once('exit', (exitCode, signal) => resolve(exitCode ?? (signal ? 1 : 0))));
+const code = await new Promise((resolve) =>
+  vitest.once('exit', (exitCode, signal) => resolve(exitCode ?? (signal ? 1 : 0))),
+);
 const load = loadavg()[0].toFixed(1);
 stopBurners();
-console.log(`[test:loaded] vitest exited with ${code} after ${Math.round((Date.now() - started) / 1000)} s (load average ${load} at the end)`);
+console.log(
+  `[test:loaded] vitest exited with ${code} after ${Math.round((Date.now() - started) / 1000)} s (load average ${load} at the end)`,
+);
 process.exit(code);

@@ -6,7 +6,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApolloClient, ApolloLink, HttpLink, InMemoryCache, gql } from '@apollo/client';
 import { RetryLink } from '@apollo/client/link/retry';
-import { idempotencyLink, RetentionWindowExceededError, RetriesExhaustedError, type IdempotencyLinkOptions, type RetryNotice } from '@idem/envelop/apollo';
+import {
+  idempotencyLink,
+  RetentionWindowExceededError,
+  RetriesExhaustedError,
+  type IdempotencyLinkOptions,
+  type RetryNotice,
+} from '@idem/envelop/apollo';
 import { createIdempotentFetch } from '@idem/envelop/client';
 import { keysOf, PAY, startPayments, type Payment, type PaymentsUnderTest } from './support/payments.ts';
 
@@ -26,14 +32,24 @@ function recordingRetryLink(max = 5, delayMs = 10) {
   return { link, retries };
 }
 
-function apolloClient(payments: PaymentsUnderTest, options: Partial<IdempotencyLinkOptions> = {}, retryLink: { max?: number; delayMs?: number } = {}) {
+function apolloClient(
+  payments: PaymentsUnderTest,
+  options: Partial<IdempotencyLinkOptions> = {},
+  retryLink: { max?: number; delayMs?: number } = {},
+) {
   const retry = recordingRetryLink(retryLink.max, retryLink.delayMs);
   const notices: RetryNotice[] = [];
   const client = new ApolloClient({
     cache: new InMemoryCache(),
     link: ApolloLink.from([
       retry.link,
-      idempotencyLink({ policyUrl: payments.policyUrl, maxAttempts: 2, initialDelayMs: 10, onRetry: (notice) => notices.push(notice), ...options }),
+      idempotencyLink({
+        policyUrl: payments.policyUrl,
+        maxAttempts: 2,
+        initialDelayMs: 10,
+        onRetry: (notice) => notices.push(notice),
+        ...options,
+      }),
       new HttpLink({ uri: payments.graphqlUrl }),
     ]),
   });
@@ -52,7 +68,10 @@ describe('Apollo Client 4 with RetryLink and idempotencyLink, against the paymen
     const from = payments.proxy.requests.length;
     payments.proxy.dropNextResponses(3);
 
-    const { data } = await client.mutate<{ createPayment: Payment }>({ mutation: PAY_DOCUMENT, variables: { input: { amount: 1101, currency: 'EUR' } } });
+    const { data } = await client.mutate<{ createPayment: Payment }>({
+      mutation: PAY_DOCUMENT,
+      variables: { input: { amount: 1101, currency: 'EUR' } },
+    });
 
     const requests = payments.graphqlRequests(from);
     expect(requests.map((request) => [request.dropped, request.replayed])).toEqual([
@@ -88,8 +107,13 @@ describe('Apollo Client 4 with RetryLink and idempotencyLink, against the paymen
   it('K4: a mutation whose root field carries its own argument key passes through: no header key, no retries', async () => {
     const { client, notices } = apolloClient(payments);
     const from = payments.proxy.requests.length;
-    const ARGUMENT_KEY = gql('mutation Pay($input: PaymentInput!, $key: String) { createPayment(input: $input, idempotencyKey: $key) { id } }');
-    await client.mutate({ mutation: ARGUMENT_KEY, variables: { input: { amount: 1108, currency: 'EUR' }, key: 'field-1108' } });
+    const ARGUMENT_KEY = gql(
+      'mutation Pay($input: PaymentInput!, $key: String) { createPayment(input: $input, idempotencyKey: $key) { id } }',
+    );
+    await client.mutate({
+      mutation: ARGUMENT_KEY,
+      variables: { input: { amount: 1108, currency: 'EUR' }, key: 'field-1108' },
+    });
     expect(payments.graphqlRequests(from).map((request) => request.idempotencyKey)).toEqual([undefined]);
     expect(notices).toEqual([]);
     expect(await payments.charges(1108)).toHaveLength(1);
@@ -99,17 +123,31 @@ describe('Apollo Client 4 with RetryLink and idempotencyLink, against the paymen
     const { client } = apolloClient(payments);
     const from = payments.proxy.requests.length;
     payments.proxy.dropNextResponses(1);
-    await client.mutate({ mutation: PAY_DOCUMENT, variables: { input: { amount: 1103, currency: 'EUR' } }, context: { idempotencyKey: 'order-1103' } });
+    await client.mutate({
+      mutation: PAY_DOCUMENT,
+      variables: { input: { amount: 1103, currency: 'EUR' } },
+      context: { idempotencyKey: 'order-1103' },
+    });
     expect(keysOf(payments.graphqlRequests(from))).toEqual(['"order-1103"']);
     expect(await payments.charges(1103)).toHaveLength(1);
   });
 
   it('F3: a 422 (the same key with another payload) is the answer: not retried by the link nor by RetryLink', async () => {
     const { client, retries } = apolloClient(payments);
-    await client.mutate({ mutation: PAY_DOCUMENT, variables: { input: { amount: 1104, currency: 'EUR' } }, context: { idempotencyKey: 'order-1104' } });
+    await client.mutate({
+      mutation: PAY_DOCUMENT,
+      variables: { input: { amount: 1104, currency: 'EUR' } },
+      context: { idempotencyKey: 'order-1104' },
+    });
     const from = payments.proxy.requests.length;
-    const reused = client.mutate({ mutation: PAY_DOCUMENT, variables: { input: { amount: 1105, currency: 'EUR' } }, context: { idempotencyKey: 'order-1104' } });
-    await expect(reused).rejects.toMatchObject({ errors: [expect.objectContaining({ extensions: expect.objectContaining({ code: 'IDEMPOTENCY_KEY_REUSED' }) })] });
+    const reused = client.mutate({
+      mutation: PAY_DOCUMENT,
+      variables: { input: { amount: 1105, currency: 'EUR' } },
+      context: { idempotencyKey: 'order-1104' },
+    });
+    await expect(reused).rejects.toMatchObject({
+      errors: [expect.objectContaining({ extensions: expect.objectContaining({ code: 'IDEMPOTENCY_KEY_REUSED' }) })],
+    });
     expect(payments.graphqlRequests(from).map((request) => request.status)).toEqual([422]);
     expect(retries).toEqual([]);
     expect(await payments.charges(1105)).toHaveLength(0);
@@ -119,20 +157,40 @@ describe('Apollo Client 4 with RetryLink and idempotencyLink, against the paymen
     const { client } = apolloClient(payments);
     const noRetryLink = new ApolloClient({
       cache: new InMemoryCache(),
-      link: ApolloLink.from([idempotencyLink({ policyUrl: payments.policyUrl, maxAttempts: 2, initialDelayMs: 10 }), new HttpLink({ uri: payments.graphqlUrl })]),
+      link: ApolloLink.from([
+        idempotencyLink({ policyUrl: payments.policyUrl, maxAttempts: 2, initialDelayMs: 10 }),
+        new HttpLink({ uri: payments.graphqlUrl }),
+      ]),
     });
     const variables = { input: { amount: 1107, currency: 'EUR' } };
     payments.proxy.dropNextResponses(2);
-    const failure = (await noRetryLink.mutate({ mutation: PAY_DOCUMENT, variables }).catch((error: unknown) => error)) as RetriesExhaustedError;
+    const failure = (await noRetryLink
+      .mutate({ mutation: PAY_DOCUMENT, variables })
+      .catch((error: unknown) => error)) as RetriesExhaustedError;
     expect(failure).toBeInstanceOf(RetriesExhaustedError);
 
     const from = payments.proxy.requests.length;
-    await client.mutate({ mutation: PAY_DOCUMENT, variables, context: { idempotencyKey: failure.key, idempotencyFirstAttemptAt: failure.firstAttemptAt } });
-    expect(payments.graphqlRequests(from).map((request) => [request.idempotencyKey, request.replayed])).toEqual([[`"${failure.key}"`, true]]);
+    await client.mutate({
+      mutation: PAY_DOCUMENT,
+      variables,
+      context: { idempotencyKey: failure.key, idempotencyFirstAttemptAt: failure.firstAttemptAt },
+    });
+    expect(payments.graphqlRequests(from).map((request) => [request.idempotencyKey, request.replayed])).toEqual([
+      [`"${failure.key}"`, true],
+    ]);
 
     const longAgo = failure.firstAttemptAt - failure.retentionMs;
-    const late = client.mutate({ mutation: PAY_DOCUMENT, variables, context: { idempotencyKey: failure.key, idempotencyFirstAttemptAt: longAgo } });
-    await expect(late).rejects.toMatchObject({ name: 'RetentionWindowExceededError', key: failure.key, firstAttemptAt: longAgo, attempts: 0 });
+    const late = client.mutate({
+      mutation: PAY_DOCUMENT,
+      variables,
+      context: { idempotencyKey: failure.key, idempotencyFirstAttemptAt: longAgo },
+    });
+    await expect(late).rejects.toMatchObject({
+      name: 'RetentionWindowExceededError',
+      key: failure.key,
+      firstAttemptAt: longAgo,
+      attempts: 0,
+    });
     expect(payments.graphqlRequests(from)).toHaveLength(1);
     expect(await payments.charges(1107)).toHaveLength(1);
   });
@@ -141,7 +199,13 @@ describe('Apollo Client 4 with RetryLink and idempotencyLink, against the paymen
     const retry = recordingRetryLink();
     const client = new ApolloClient({
       cache: new InMemoryCache(),
-      link: ApolloLink.from([retry.link, new HttpLink({ uri: payments.graphqlUrl, fetch: createIdempotentFetch({ policyUrl: payments.policyUrl, maxAttempts: 2, initialDelayMs: 10 }) })]),
+      link: ApolloLink.from([
+        retry.link,
+        new HttpLink({
+          uri: payments.graphqlUrl,
+          fetch: createIdempotentFetch({ policyUrl: payments.policyUrl, maxAttempts: 2, initialDelayMs: 10 }),
+        }),
+      ]),
     });
     const from = payments.proxy.requests.length;
     payments.proxy.dropNextResponses(3);
@@ -168,27 +232,38 @@ describe('Apollo Client 4 while the first request is still running', () => {
   it.each([
     ['a result (application/graphql-response+json)', 3101, {}],
     ['a ServerError (application/json)', 3102, { accept: 'application/json' }],
-  ])("E3: a second client with the same key meets 409 as %s, waits the server's Retry-After and gets the replay", async (_, amount, headers) => {
-    const notices: RetryNotice[] = [];
-    const client = new ApolloClient({
-      cache: new InMemoryCache(),
-      link: ApolloLink.from([idempotencyLink({ policyUrl: payments.policyUrl, onRetry: (notice) => notices.push(notice) }), new HttpLink({ uri: payments.graphqlUrl, headers })]),
-    });
-    const key = `order-${amount}`;
-    const pay = () => client.mutate<{ createPayment: Payment }>({ mutation: PAY_DOCUMENT, variables: { input: { amount, currency: 'EUR' } }, context: { idempotencyKey: key } });
-    const from = payments.proxy.requests.length;
-    const first = pay();
-    await payments.waitForEvent((event) => event.type === 'claimed' && event.key === key);
-    const second = await pay();
+  ])(
+    "E3: a second client with the same key meets 409 as %s, waits the server's Retry-After and gets the replay",
+    async (_, amount, headers) => {
+      const notices: RetryNotice[] = [];
+      const client = new ApolloClient({
+        cache: new InMemoryCache(),
+        link: ApolloLink.from([
+          idempotencyLink({ policyUrl: payments.policyUrl, onRetry: (notice) => notices.push(notice) }),
+          new HttpLink({ uri: payments.graphqlUrl, headers }),
+        ]),
+      });
+      const key = `order-${amount}`;
+      const pay = () =>
+        client.mutate<{ createPayment: Payment }>({
+          mutation: PAY_DOCUMENT,
+          variables: { input: { amount, currency: 'EUR' } },
+          context: { idempotencyKey: key },
+        });
+      const from = payments.proxy.requests.length;
+      const first = pay();
+      await payments.waitForEvent((event) => event.type === 'claimed' && event.key === key);
+      const second = await pay();
 
-    expect(second.data).toEqual((await first).data);
-    expect(notices[0]).toMatchObject({ reason: 'in_progress' });
-    expect(notices[0]!.delayMs).toBeGreaterThanOrEqual(1000); // Retry-After: 1
-    const statuses = payments.graphqlRequests(from).map((request) => [request.status, request.replayed]);
-    expect(statuses).toContainEqual([409, false]);
-    expect(statuses.at(-1)).toEqual([200, true]);
-    expect(await payments.charges(amount)).toHaveLength(1);
-  });
+      expect(second.data).toEqual((await first).data);
+      expect(notices[0]).toMatchObject({ reason: 'in_progress' });
+      expect(notices[0]!.delayMs).toBeGreaterThanOrEqual(1000); // Retry-After: 1
+      const statuses = payments.graphqlRequests(from).map((request) => [request.status, request.replayed]);
+      expect(statuses).toContainEqual([409, false]);
+      expect(statuses.at(-1)).toEqual([200, true]);
+      expect(await payments.charges(amount)).toHaveLength(1);
+    },
+  );
 });
 
 describe('Apollo Client 4 past the published retention', () => {
@@ -201,11 +276,17 @@ describe('Apollo Client 4 past the published retention', () => {
 
   it('R2: every answer lost — the link stops at the deadline, and RetryLink calling it again after the deadline is refused without a request', async () => {
     // idem waits at most 400 ms, so it stops within 400 ms of the deadline; RetryLink calls again 500 ms later, past it.
-    const { client, retries } = apolloClient(payments, { maxAttempts: Number.POSITIVE_INFINITY, initialDelayMs: 200, maxDelayMs: 400 }, { max: 3, delayMs: 500 });
+    const { client, retries } = apolloClient(
+      payments,
+      { maxAttempts: Number.POSITIVE_INFINITY, initialDelayMs: 200, maxDelayMs: 400 },
+      { max: 3, delayMs: 500 },
+    );
     const from = payments.proxy.requests.length;
     payments.proxy.dropNextResponses(1000);
 
-    const failure = await client.mutate({ mutation: PAY_DOCUMENT, variables: { input: { amount: 1201, currency: 'EUR' } } }).catch((error: unknown) => error);
+    const failure = await client
+      .mutate({ mutation: PAY_DOCUMENT, variables: { input: { amount: 1201, currency: 'EUR' } } })
+      .catch((error: unknown) => error);
     payments.proxy.stopDropping();
 
     const requests = payments.graphqlRequests(from);

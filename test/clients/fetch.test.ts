@@ -5,7 +5,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GraphQLClient } from 'graphql-request';
-import { createIdempotentFetch, RetentionWindowExceededError, RetriesExhaustedError, type IdempotentFetchOptions } from '@idem/envelop/client';
+import {
+  createIdempotentFetch,
+  RetentionWindowExceededError,
+  RetriesExhaustedError,
+  type IdempotentFetchOptions,
+} from '@idem/envelop/client';
 import { keysOf, PAY, startPayments, type Payment, type PaymentsUnderTest } from './support/payments.ts';
 
 /** A mutation as a plain `fetch` sends it. */
@@ -18,7 +23,13 @@ function payRequest(amount: number, headers: Record<string, string> = {}): Reque
 }
 
 /** The caller's own retry layer: sends the same request again after a `RetriesExhaustedError`, up to `times` more. */
-async function retryingCaller(fetch: typeof globalThis.fetch, url: string, init: RequestInit, times: number, seen: unknown[] = []): Promise<Response> {
+async function retryingCaller(
+  fetch: typeof globalThis.fetch,
+  url: string,
+  init: RequestInit,
+  times: number,
+  seen: unknown[] = [],
+): Promise<Response> {
   for (let retries = 0; ; retries++) {
     try {
       return await fetch(url, init);
@@ -31,7 +42,8 @@ async function retryingCaller(fetch: typeof globalThis.fetch, url: string, init:
 
 describe('createIdempotentFetch against the payments example', () => {
   let payments: PaymentsUnderTest;
-  const idemFetch = (options: Partial<IdempotentFetchOptions> = {}) => createIdempotentFetch({ policyUrl: payments.policyUrl, maxAttempts: 2, initialDelayMs: 10, ...options });
+  const idemFetch = (options: Partial<IdempotentFetchOptions> = {}) =>
+    createIdempotentFetch({ policyUrl: payments.policyUrl, maxAttempts: 2, initialDelayMs: 10, ...options });
   beforeAll(async () => {
     payments = await startPayments();
   });
@@ -60,7 +72,12 @@ describe('createIdempotentFetch against the payments example', () => {
       const client = new GraphQLClient(payments.graphqlUrl, { fetch: idemFetch() });
       const from = payments.proxy.requests.length;
       payments.proxy.dropNextResponses(3);
-      const pay = () => client.request({ document: PAY, variables: { input: { amount: 4102, currency: 'EUR' } }, requestHeaders: { 'Idempotency-Key': 'order-4102' } });
+      const pay = () =>
+        client.request({
+          document: PAY,
+          variables: { input: { amount: 4102, currency: 'EUR' } },
+          requestHeaders: { 'Idempotency-Key': 'order-4102' },
+        });
 
       await expect(pay()).rejects.toBeInstanceOf(RetriesExhaustedError);
       await pay();
@@ -132,7 +149,12 @@ describe('createIdempotentFetch past the published retention', () => {
   afterAll(() => payments?.close());
 
   it("R2: every answer lost — the fetch stops at the deadline; the caller's retries of the same request keep the key and deadline, and send nothing once it has passed", async () => {
-    const fetch = createIdempotentFetch({ policyUrl: payments.policyUrl, maxAttempts: Number.POSITIVE_INFINITY, initialDelayMs: 200, maxDelayMs: 400 });
+    const fetch = createIdempotentFetch({
+      policyUrl: payments.policyUrl,
+      maxAttempts: Number.POSITIVE_INFINITY,
+      initialDelayMs: 200,
+      maxDelayMs: 400,
+    });
     const from = payments.proxy.requests.length;
     payments.proxy.dropNextResponses(1000);
 
@@ -145,10 +167,13 @@ describe('createIdempotentFetch past the published retention', () => {
     payments.proxy.stopDropping();
     const later = await fetch(payments.graphqlUrl, payRequest(4301)).catch((error: unknown) => error);
 
-    for (const refusal of [again, later]) expect(refusal).toMatchObject({ name: 'RetentionWindowExceededError', key, deadline });
+    for (const refusal of [again, later])
+      expect(refusal).toMatchObject({ name: 'RetentionWindowExceededError', key, deadline });
     expect((later as RetentionWindowExceededError).attempts).toBe(0);
     const requests = payments.graphqlRequests(from);
-    expect(requests).toHaveLength((first as RetentionWindowExceededError).attempts + (again as RetentionWindowExceededError).attempts);
+    expect(requests).toHaveLength(
+      (first as RetentionWindowExceededError).attempts + (again as RetentionWindowExceededError).attempts,
+    );
     expect(keysOf(requests)).toEqual([`"${key}"`]);
     expect(await payments.charges(4301)).toHaveLength(1);
   });

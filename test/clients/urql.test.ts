@@ -6,7 +6,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, cacheExchange, fetchExchange, type CombinedError, type Exchange } from '@urql/core';
 import { retryExchange } from '@urql/exchange-retry';
-import { idempotencyExchange, RetentionWindowExceededError, RetriesExhaustedError, type IdempotencyExchangeOptions } from '@idem/envelop/urql';
+import {
+  idempotencyExchange,
+  RetentionWindowExceededError,
+  RetriesExhaustedError,
+  type IdempotencyExchangeOptions,
+} from '@idem/envelop/urql';
 import { keysOf, PAY, startPayments, type Payment, type PaymentsUnderTest } from './support/payments.ts';
 
 /**
@@ -35,7 +40,13 @@ const ORDERS: Record<string, (retry: Exchange, idem: Exchange) => Exchange[]> = 
   'idempotencyExchange before retryExchange': (retry, idem) => [cacheExchange, idem, retry, fetchExchange],
 };
 
-function urqlClient(payments: PaymentsUnderTest, order: keyof typeof ORDERS, options: Partial<IdempotencyExchangeOptions> = {}, maxNumberAttempts = 2, delayMs = 10) {
+function urqlClient(
+  payments: PaymentsUnderTest,
+  order: keyof typeof ORDERS,
+  options: Partial<IdempotencyExchangeOptions> = {},
+  maxNumberAttempts = 2,
+  delayMs = 10,
+) {
   const retry = recordingRetryExchange(maxNumberAttempts, delayMs);
   const idem = idempotencyExchange({ policyUrl: payments.policyUrl, maxAttempts: 2, initialDelayMs: 10, ...options });
   const client = new Client({ url: payments.graphqlUrl, exchanges: ORDERS[order]!(retry.exchange, idem) });
@@ -57,7 +68,9 @@ describe('urql 6 with retryExchange and idempotencyExchange, against the payment
       const from = payments.proxy.requests.length;
       payments.proxy.dropNextResponses(3);
 
-      const result = await client.mutation<{ createPayment: Payment }>(PAY, { input: { amount, currency: 'EUR' } }).toPromise();
+      const result = await client
+        .mutation<{ createPayment: Payment }>(PAY, { input: { amount, currency: 'EUR' } })
+        .toPromise();
 
       expect(result.error).toBeUndefined();
       const requests = payments.graphqlRequests(from);
@@ -95,9 +108,17 @@ describe('urql 6 with retryExchange and idempotencyExchange, against the payment
     const { client } = urqlClient(payments, 'retryExchange before idempotencyExchange');
     const from = payments.proxy.requests.length;
     payments.proxy.dropNextResponses(1);
-    await client.mutation(PAY, { input: { amount: 2301, currency: 'EUR' } }, { idempotencyKey: 'order-2301' }).toPromise();
+    await client
+      .mutation(PAY, { input: { amount: 2301, currency: 'EUR' } }, { idempotencyKey: 'order-2301' })
+      .toPromise();
     payments.proxy.dropNextResponses(1);
-    await client.mutation(PAY, { input: { amount: 2302, currency: 'EUR' } }, { fetchOptions: { headers: { 'Idempotency-Key': 'order-2302' } } }).toPromise();
+    await client
+      .mutation(
+        PAY,
+        { input: { amount: 2302, currency: 'EUR' } },
+        { fetchOptions: { headers: { 'Idempotency-Key': 'order-2302' } } },
+      )
+      .toPromise();
     expect(keysOf(payments.graphqlRequests(from))).toEqual(['"order-2301"', '"order-2302"']);
     expect(await payments.charges(2301)).toHaveLength(1);
     expect(await payments.charges(2302)).toHaveLength(1);
@@ -105,9 +126,13 @@ describe('urql 6 with retryExchange and idempotencyExchange, against the payment
 
   it('F3: a 422 (the same key with another payload) is the result: not retried', async () => {
     const { client, networkErrors } = urqlClient(payments, 'retryExchange before idempotencyExchange');
-    await client.mutation(PAY, { input: { amount: 2401, currency: 'EUR' } }, { idempotencyKey: 'order-2401' }).toPromise();
+    await client
+      .mutation(PAY, { input: { amount: 2401, currency: 'EUR' } }, { idempotencyKey: 'order-2401' })
+      .toPromise();
     const from = payments.proxy.requests.length;
-    const reused = await client.mutation(PAY, { input: { amount: 2402, currency: 'EUR' } }, { idempotencyKey: 'order-2401' }).toPromise();
+    const reused = await client
+      .mutation(PAY, { input: { amount: 2402, currency: 'EUR' } }, { idempotencyKey: 'order-2401' })
+      .toPromise();
     expect(reused.error?.graphQLErrors[0]?.extensions['code']).toBe('IDEMPOTENCY_KEY_REUSED');
     expect(payments.graphqlRequests(from).map((request) => request.status)).toEqual([422]);
     expect(networkErrors).toEqual([]);
@@ -122,13 +147,24 @@ describe('urql 6 with retryExchange and idempotencyExchange, against the payment
     expect(failure).toBeInstanceOf(RetriesExhaustedError);
 
     const from = payments.proxy.requests.length;
-    const resumed = await client.mutation(PAY, variables, { idempotencyKey: failure.key, idempotencyFirstAttemptAt: failure.firstAttemptAt }).toPromise();
+    const resumed = await client
+      .mutation(PAY, variables, { idempotencyKey: failure.key, idempotencyFirstAttemptAt: failure.firstAttemptAt })
+      .toPromise();
     expect(resumed.error).toBeUndefined();
-    expect(payments.graphqlRequests(from).map((request) => [request.idempotencyKey, request.replayed])).toEqual([[`"${failure.key}"`, true]]);
+    expect(payments.graphqlRequests(from).map((request) => [request.idempotencyKey, request.replayed])).toEqual([
+      [`"${failure.key}"`, true],
+    ]);
 
     const longAgo = failure.firstAttemptAt - failure.retentionMs;
-    const late = await client.mutation(PAY, variables, { idempotencyKey: failure.key, idempotencyFirstAttemptAt: longAgo }).toPromise();
-    expect(late.error?.networkError).toMatchObject({ name: 'RetentionWindowExceededError', key: failure.key, firstAttemptAt: longAgo, attempts: 0 });
+    const late = await client
+      .mutation(PAY, variables, { idempotencyKey: failure.key, idempotencyFirstAttemptAt: longAgo })
+      .toPromise();
+    expect(late.error?.networkError).toMatchObject({
+      name: 'RetentionWindowExceededError',
+      key: failure.key,
+      firstAttemptAt: longAgo,
+      attempts: 0,
+    });
     expect(payments.graphqlRequests(from)).toHaveLength(1);
     expect(await payments.charges(2303)).toHaveLength(1);
   });
@@ -136,7 +172,9 @@ describe('urql 6 with retryExchange and idempotencyExchange, against the payment
   it('refuses a key that is not one (K3) as the result’s networkError, without sending anything', async () => {
     const { client } = urqlClient(payments, 'retryExchange before idempotencyExchange', {}, 1);
     const from = payments.proxy.requests.length;
-    const result = await client.mutation(PAY, { input: { amount: 2501, currency: 'EUR' } }, { idempotencyKey: 'not "a" key' }).toPromise();
+    const result = await client
+      .mutation(PAY, { input: { amount: 2501, currency: 'EUR' } }, { idempotencyKey: 'not "a" key' })
+      .toPromise();
     expect(result.error?.networkError).toMatchObject({ name: 'InvalidKeyError', code: 'idempotency_key_invalid' });
     expect(payments.graphqlRequests(from)).toEqual([]);
   });
@@ -150,24 +188,33 @@ describe('urql 6 past the published retention', () => {
   });
   afterAll(() => payments?.close());
 
-  it.each(Object.keys(ORDERS).map((order, index) => [order, 2601 + index] as const))('R2 (%s): every answer lost — idem stops at the deadline, and retryExchange re-sending the operation after it is refused without a request', async (order, amount) => {
-    // idem waits at most 400 ms, so it stops within 400 ms of the deadline; retryExchange re-sends 500 ms later, past it.
-    const { client, networkErrors } = urqlClient(payments, order, { maxAttempts: Number.POSITIVE_INFINITY, initialDelayMs: 200, maxDelayMs: 400 }, 3, 500);
-    const from = payments.proxy.requests.length;
-    payments.proxy.dropNextResponses(1000);
+  it.each(Object.keys(ORDERS).map((order, index) => [order, 2601 + index] as const))(
+    'R2 (%s): every answer lost — idem stops at the deadline, and retryExchange re-sending the operation after it is refused without a request',
+    async (order, amount) => {
+      // idem waits at most 400 ms, so it stops within 400 ms of the deadline; retryExchange re-sends 500 ms later, past it.
+      const { client, networkErrors } = urqlClient(
+        payments,
+        order,
+        { maxAttempts: Number.POSITIVE_INFINITY, initialDelayMs: 200, maxDelayMs: 400 },
+        3,
+        500,
+      );
+      const from = payments.proxy.requests.length;
+      payments.proxy.dropNextResponses(1000);
 
-    const result = await client.mutation(PAY, { input: { amount, currency: 'EUR' } }).toPromise();
-    payments.proxy.stopDropping();
+      const result = await client.mutation(PAY, { input: { amount, currency: 'EUR' } }).toPromise();
+      payments.proxy.stopDropping();
 
-    const requests = payments.graphqlRequests(from);
-    expect(requests.length).toBeGreaterThan(1);
-    const calls = networkErrors as RetentionWindowExceededError[];
-    expect(calls).toHaveLength(3);
-    expect(calls.at(-1)).toBe(result.error?.networkError);
-    expect(calls.every((error) => error instanceof RetentionWindowExceededError)).toBe(true);
-    expect(keysOf(requests)).toEqual([`"${calls[0]!.key}"`]);
-    expect(new Set(calls.map((error) => `${error.key} ${error.deadline}`)).size).toBe(1);
-    expect(calls.map((error) => error.attempts)).toEqual([requests.length, 0, 0]);
-    expect(await payments.charges(amount)).toHaveLength(1);
-  });
+      const requests = payments.graphqlRequests(from);
+      expect(requests.length).toBeGreaterThan(1);
+      const calls = networkErrors as RetentionWindowExceededError[];
+      expect(calls).toHaveLength(3);
+      expect(calls.at(-1)).toBe(result.error?.networkError);
+      expect(calls.every((error) => error instanceof RetentionWindowExceededError)).toBe(true);
+      expect(keysOf(requests)).toEqual([`"${calls[0]!.key}"`]);
+      expect(new Set(calls.map((error) => `${error.key} ${error.deadline}`)).size).toBe(1);
+      expect(calls.map((error) => error.attempts)).toEqual([requests.length, 0, 0]);
+      expect(await payments.charges(amount)).toHaveLength(1);
+    },
+  );
 });

@@ -66,7 +66,8 @@ function extractLinks(text: string): Link[] {
       };
       if (token.type === 'link_open') add(token.attrGet('href'));
       else if (token.type === 'image') add(token.attrGet('src'));
-      else if (token.type === 'html_inline' || token.type === 'html_block') attributeValues(token.content, 'href|src').forEach(add);
+      else if (token.type === 'html_inline' || token.type === 'html_block')
+        attributeValues(token.content, 'href|src').forEach(add);
       if (token.children) visit(token.children, range);
       if (token.map) map = range;
     }
@@ -89,7 +90,10 @@ function extractAnchors(text: string): Set<string> {
     const children = token.children ?? [];
     for (const child of children) if (child.type === 'html_inline') collectIds(child.content);
     if (tokens[index - 1]?.type === 'heading_open') {
-      const heading = children.filter((child) => child.type === 'text' || child.type === 'code_inline').map((child) => child.content).join('');
+      const heading = children
+        .filter((child) => child.type === 'text' || child.type === 'code_inline')
+        .map((child) => child.content)
+        .join('');
       anchors.add(slugger.slug(heading));
     }
   });
@@ -105,7 +109,12 @@ function safeDecode(value: string): string {
 }
 
 /** What is wrong with each link of `file` (a repository path), as `file:line: target — reason`. */
-function checkLinks(file: string, text: string, repository: Repository, anchorsOf: (file: string) => Set<string> | undefined): string[] {
+function checkLinks(
+  file: string,
+  text: string,
+  repository: Repository,
+  anchorsOf: (file: string) => Set<string> | undefined,
+): string[] {
   const problems: string[] = [];
   for (const { target, line } of extractLinks(text)) {
     const report = (reason: string) => problems.push(`${file}:${line}: ${target} — ${reason}`);
@@ -122,7 +131,9 @@ function checkLinks(file: string, text: string, repository: Repository, anchorsO
     if (pathPart !== '') {
       const decoded = safeDecode(pathPart);
       // GitHub resolves a leading `/` from the repository root.
-      resolved = path.posix.normalize(decoded.startsWith('/') ? decoded.slice(1) : path.posix.join(path.posix.dirname(file), decoded)).replace(/\/+$/, '');
+      resolved = path.posix
+        .normalize(decoded.startsWith('/') ? decoded.slice(1) : path.posix.join(path.posix.dirname(file), decoded))
+        .replace(/\/+$/, '');
       if (resolved === '..' || resolved.startsWith('../') || path.posix.isAbsolute(resolved)) {
         report('points outside the repository');
         continue;
@@ -141,7 +152,9 @@ function checkLinks(file: string, text: string, repository: Repository, anchorsO
 }
 
 function git(root: string, ...args: string[]): string[] {
-  return execFileSync('git', args, { cwd: root, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 }).split('\0').filter(Boolean);
+  return execFileSync('git', args, { cwd: root, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 })
+    .split('\0')
+    .filter(Boolean);
 }
 
 function openRepository(): { markdownFiles: string[]; repository: Repository } {
@@ -152,7 +165,8 @@ function openRepository(): { markdownFiles: string[]; repository: Repository } {
   const files = new Set(git(root, 'ls-files', '-z', '--cached', '--others', '--exclude-standard'));
   const folders = new Set<string>();
   for (const file of files) {
-    for (let folder = path.posix.dirname(file); folder !== '.'; folder = path.posix.dirname(folder)) folders.add(folder);
+    for (let folder = path.posix.dirname(file); folder !== '.'; folder = path.posix.dirname(folder))
+      folders.add(folder);
   }
   const markdownFiles = git(root, 'ls-files', '-z', '*.md');
   const texts = new Map<string, string | undefined>();
@@ -178,7 +192,9 @@ describe('links in the Markdown', () => {
   it('every relative link and image of a tracked Markdown file leads inside the repository, anchors included', () => {
     const { markdownFiles, repository } = openRepository();
     const anchorsOf = anchorLookup(repository);
-    const problems = markdownFiles.flatMap((file) => checkLinks(file, repository.read(file) ?? '', repository, anchorsOf));
+    const problems = markdownFiles.flatMap((file) =>
+      checkLinks(file, repository.read(file) ?? '', repository, anchorsOf),
+    );
 
     expect(markdownFiles).toContain('docs/spec.md');
     expect(problems, `broken links:\n${problems.join('\n')}`).toEqual([]);
@@ -187,7 +203,32 @@ describe('links in the Markdown', () => {
   it('every rule id of the spec can be linked as docs/spec.md#<id>', () => {
     const { repository } = openRepository();
     const anchors = anchorLookup(repository)('docs/spec.md');
-    const ids = ['k1', 'k2', 'k3', 'k4', 'k5', 's1', 'f1', 'f2', 'f3', 'e1', 'e2', 'e3', 'e4', 'e5', 'e6', 'e7', 'r1', 'r2', 'r3', 'r4', 'x1', 'x2', 'x3', 'a1'];
+    const ids = [
+      'k1',
+      'k2',
+      'k3',
+      'k4',
+      'k5',
+      's1',
+      'f1',
+      'f2',
+      'f3',
+      'e1',
+      'e2',
+      'e3',
+      'e4',
+      'e5',
+      'e6',
+      'e7',
+      'r1',
+      'r2',
+      'r3',
+      'r4',
+      'x1',
+      'x2',
+      'x3',
+      'a1',
+    ];
     expect(ids.filter((id) => !anchors?.has(id))).toEqual([]);
   });
 
@@ -209,8 +250,15 @@ describe('links in the Markdown', () => {
       '',
       '[r]: docs/also-gone.md',
     ].join('\n');
-    const texts: Record<string, string> = { 'README.md': text, 'docs/spec.md': '# Spec\n\n### <a id="e4"></a>E4. Once started, stored\n' };
-    const repository: Repository = { files: new Set(Object.keys(texts)), folders: new Set(['docs']), read: (file) => texts[file] };
+    const texts: Record<string, string> = {
+      'README.md': text,
+      'docs/spec.md': '# Spec\n\n### <a id="e4"></a>E4. Once started, stored\n',
+    };
+    const repository: Repository = {
+      files: new Set(Object.keys(texts)),
+      folders: new Set(['docs']),
+      read: (file) => texts[file],
+    };
 
     expect(checkLinks('README.md', text, repository, anchorLookup(repository))).toEqual([
       'README.md:6: docs/gone.md — no such file or folder in the repository (docs/gone.md)',

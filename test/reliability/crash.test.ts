@@ -40,91 +40,114 @@ async function retryUntilNotConflict(call: () => Promise<Answer>): Promise<Retri
   throw new Error('[reliability] still 409 after 15 s');
 }
 
-describe.each(SHARED_DATABASES)('E6 on $label: SIGKILL mid-handler, retry at another process', ({ label, available, open }) => {
-  const fleet = new ExampleFleet();
-  let database: SharedDatabase;
+describe.each(SHARED_DATABASES)(
+  'E6 on $label: SIGKILL mid-handler, retry at another process',
+  ({ label, available, open }) => {
+    const fleet = new ExampleFleet();
+    let database: SharedDatabase;
 
-  beforeAll(async () => {
-    if (available) database = await open();
-  });
+    beforeAll(async () => {
+      if (available) database = await open();
+    });
 
-  afterAll(async () => {
-    await fleet.killAll();
-    await database?.close();
-  });
+    afterAll(async () => {
+      await fleet.killAll();
+      await database?.close();
+    });
 
-  it.skipIf(!available)(
-    `E6: after a SIGKILL mid-handler, retries at another process get 409 + Retry-After until the ${LEASE} lease the store recorded passes, then one takeover executes (staleTakeover, takeovers 1) and the ledger holds one charge per key`,
-    async () => {
-      const account = 'acct_crash';
-      const input = { amount: 700, currency: 'EUR' };
-      const cases: Array<{ endpoint: PaymentEndpoint; keyIn: 'header' | 'input'; key: string }> = [
-        { endpoint: trpcPayments, keyIn: 'header', key: `crash-trpc-${randomUUID()}` },
-        { endpoint: graphqlPayments, keyIn: 'input', key: `crash-gql-${randomUUID()}` },
-      ];
-      const call = (server: ExampleServer, { endpoint, keyIn, key }: (typeof cases)[number]) => endpoint.create(server.url, input, { key, keyIn, account });
+    it.skipIf(!available)(
+      `E6: after a SIGKILL mid-handler, retries at another process get 409 + Retry-After until the ${LEASE} lease the store recorded passes, then one takeover executes (staleTakeover, takeovers 1) and the ledger holds one charge per key`,
+      async () => {
+        const account = 'acct_crash';
+        const input = { amount: 700, currency: 'EUR' };
+        const cases: Array<{ endpoint: PaymentEndpoint; keyIn: 'header' | 'input'; key: string }> = [
+          { endpoint: trpcPayments, keyIn: 'header', key: `crash-trpc-${randomUUID()}` },
+          { endpoint: graphqlPayments, keyIn: 'input', key: `crash-gql-${randomUUID()}` },
+        ];
+        const call = (server: ExampleServer, { endpoint, keyIn, key }: (typeof cases)[number]) =>
+          endpoint.create(server.url, input, { key, keyIn, account });
 
-      const [doomed, successor] = await Promise.all([
-        fleet.start({ databaseUrl: database.url, lease: LEASE, channelDelayMs: 5000, name: 'payments (to be killed)' }),
-        fleet.start({ databaseUrl: database.url, lease: LEASE, channelDelayMs: 100, name: 'payments (successor)' }),
-      ]);
-      const inFlight = cases.map((c) => call(doomed, c).then(
-        (answer) => `answered ${answer.status}`,
-        (error: unknown) => `failed: ${error instanceof Error ? (error.cause instanceof Error ? error.cause.message : error.message) : String(error)}`,
-      ));
-      for (const { key } of cases) await doomed.waitForEvent((event) => event.type === 'claimed' && event.key === key);
-      await doomed.kill('SIGKILL');
-      const killedAt = Date.now();
-      // The clients of the dead process never got an answer.
-      expect((await Promise.all(inFlight)).every((outcome) => outcome.startsWith('failed'))).toBe(true);
-
-      const claims = await Promise.all(cases.map(({ endpoint, keyIn, key }) => database.store.get(endpoint.scope(account, keyIn), key)));
-      for (const claim of claims) expect(claim).toMatchObject({ state: 'processing', generation: 1, takeovers: 0 });
-
-      const leaseUntil = claims.map((claim) => claim!.leaseUntil.getTime());
-
-      const retried = await Promise.all(cases.map((c) => retryUntilNotConflict(() => call(successor, c))));
-
-      const report = cases.map(({ endpoint }, i) => ({
-        database: label,
-        endpoint: endpoint.name,
-        conflicts: retried[i]!.conflicts.length,
-        retryAfter: [...new Set(retried[i]!.conflicts.map((conflict) => conflict.retryAfter))],
-        firstSuccessAfterLeaseMs: retried[i]!.finalAt - leaseUntil[i]!,
-        firstRetryAfterKillMs: (retried[i]!.conflicts[0]?.at ?? retried[i]!.finalAt) - killedAt,
-      }));
-      console.info(`[reliability] crash ${JSON.stringify(report)}`);
-
-      const payments = [];
-      for (const [i, { endpoint, keyIn, key }] of cases.entries()) {
-        const { conflicts, final, finalAt } = retried[i]!;
-        expect(conflicts.length, `${endpoint.name}: 409s while the lease lasted`).toBeGreaterThan(0);
-        for (const conflict of conflicts) {
-          expect(conflict.retryAfter).toMatch(/^[1-9]\d*$/);
-          expect(conflict.at).toBeLessThan(leaseUntil[i]! + CLOCK_SLACK_MS);
-        }
-        expect(final.status, final.text).toBe(200);
-        expect(final.replayed).toBe(false);
-        expect(finalAt).toBeGreaterThanOrEqual(leaseUntil[i]! - CLOCK_SLACK_MS);
-
-        const takeover = await successor.waitForEvent((event) => event.type === 'staleTakeover' && event.key === key);
-        expect(takeover).toMatchObject({ scope: endpoint.scope(account, keyIn), generation: 1, takeovers: 1 });
-        expect(await database.store.timeline(endpoint.scope(account, keyIn), key)).toEqual([
-          expect.objectContaining({ generation: 1, state: 'completed', status: 200, outcomeKind: 'success', takeovers: 1 }),
+        const [doomed, successor] = await Promise.all([
+          fleet.start({
+            databaseUrl: database.url,
+            lease: LEASE,
+            channelDelayMs: 5000,
+            name: 'payments (to be killed)',
+          }),
+          fleet.start({ databaseUrl: database.url, lease: LEASE, channelDelayMs: 100, name: 'payments (successor)' }),
         ]);
+        const inFlight = cases.map((c) =>
+          call(doomed, c).then(
+            (answer) => `answered ${answer.status}`,
+            (error: unknown) =>
+              `failed: ${error instanceof Error ? (error.cause instanceof Error ? error.cause.message : error.message) : String(error)}`,
+          ),
+        );
+        for (const { key } of cases)
+          await doomed.waitForEvent((event) => event.type === 'claimed' && event.key === key);
+        await doomed.kill('SIGKILL');
+        const killedAt = Date.now();
+        // The clients of the dead process never got an answer.
+        expect((await Promise.all(inFlight)).every((outcome) => outcome.startsWith('failed'))).toBe(true);
 
-        const replay = await call(successor, cases[i]!);
-        expect(replay.status).toBe(200);
-        expect(replay.replayed).toBe(true);
-        expect(endpoint.payment(replay)).toEqual(endpoint.payment(final));
-        payments.push(endpoint.payment(final)!);
-      }
+        const claims = await Promise.all(
+          cases.map(({ endpoint, keyIn, key }) => database.store.get(endpoint.scope(account, keyIn), key)),
+        );
+        for (const claim of claims) expect(claim).toMatchObject({ state: 'processing', generation: 1, takeovers: 0 });
 
-      // The killed process never reached the channel's insert: one charge per key, the takeover's.
-      // (The two takeovers ran concurrently: compare without their order.)
-      const byId = (a: { id: string }, b: { id: string }) => a.id.localeCompare(b.id);
-      expect((await ledger(successor.url)).sort(byId)).toEqual(payments.map(({ id }) => ({ id, amount: 700, currency: 'EUR' })).sort(byId));
-    },
-    180_000,
-  );
-});
+        const leaseUntil = claims.map((claim) => claim!.leaseUntil.getTime());
+
+        const retried = await Promise.all(cases.map((c) => retryUntilNotConflict(() => call(successor, c))));
+
+        const report = cases.map(({ endpoint }, i) => ({
+          database: label,
+          endpoint: endpoint.name,
+          conflicts: retried[i]!.conflicts.length,
+          retryAfter: [...new Set(retried[i]!.conflicts.map((conflict) => conflict.retryAfter))],
+          firstSuccessAfterLeaseMs: retried[i]!.finalAt - leaseUntil[i]!,
+          firstRetryAfterKillMs: (retried[i]!.conflicts[0]?.at ?? retried[i]!.finalAt) - killedAt,
+        }));
+        console.info(`[reliability] crash ${JSON.stringify(report)}`);
+
+        const payments = [];
+        for (const [i, { endpoint, keyIn, key }] of cases.entries()) {
+          const { conflicts, final, finalAt } = retried[i]!;
+          expect(conflicts.length, `${endpoint.name}: 409s while the lease lasted`).toBeGreaterThan(0);
+          for (const conflict of conflicts) {
+            expect(conflict.retryAfter).toMatch(/^[1-9]\d*$/);
+            expect(conflict.at).toBeLessThan(leaseUntil[i]! + CLOCK_SLACK_MS);
+          }
+          expect(final.status, final.text).toBe(200);
+          expect(final.replayed).toBe(false);
+          expect(finalAt).toBeGreaterThanOrEqual(leaseUntil[i]! - CLOCK_SLACK_MS);
+
+          const takeover = await successor.waitForEvent((event) => event.type === 'staleTakeover' && event.key === key);
+          expect(takeover).toMatchObject({ scope: endpoint.scope(account, keyIn), generation: 1, takeovers: 1 });
+          expect(await database.store.timeline(endpoint.scope(account, keyIn), key)).toEqual([
+            expect.objectContaining({
+              generation: 1,
+              state: 'completed',
+              status: 200,
+              outcomeKind: 'success',
+              takeovers: 1,
+            }),
+          ]);
+
+          const replay = await call(successor, cases[i]!);
+          expect(replay.status).toBe(200);
+          expect(replay.replayed).toBe(true);
+          expect(endpoint.payment(replay)).toEqual(endpoint.payment(final));
+          payments.push(endpoint.payment(final)!);
+        }
+
+        // The killed process never reached the channel's insert: one charge per key, the takeover's.
+        // (The two takeovers ran concurrently: compare without their order.)
+        const byId = (a: { id: string }, b: { id: string }) => a.id.localeCompare(b.id);
+        expect((await ledger(successor.url)).sort(byId)).toEqual(
+          payments.map(({ id }) => ({ id, amount: 700, currency: 'EUR' })).sort(byId),
+        );
+      },
+      180_000,
+    );
+  },
+);

@@ -23,7 +23,9 @@ const UNICODE_NOTE = [
   '💳🧾 👩‍👩‍👧‍👦 🏳️‍🌈 🇪🇺 𝔘𝔫𝔦𝔠𝔬𝔡𝔢',
   '"quoted" \\back\\slash\\ \t tab \n newline \u0000 nul \u001F \u007F \u2028 \u2029',
   'lone \uD800 surrogate',
-].join(' | ').repeat(20);
+]
+  .join(' | ')
+  .repeat(20);
 
 interface Recorded {
   title: string;
@@ -53,10 +55,32 @@ describe.each(SHARED_DATABASES)('durability on $label', ({ label, available, ope
   it.skipIf(!available)(
     'E2/E4: outcomes stored before a SIGKILL replay byte-identical from the restarted server, with Idempotent-Replayed: true (tRPC 200 and 500, GraphQL operation and field units)',
     async () => {
-      const cases: Array<{ title: string; endpoint: PaymentEndpoint; keyIn: 'header' | 'input'; input: PaymentInput; extension?: Record<string, unknown> }> = [
-        { title: 'tRPC 200, header key', endpoint: trpcPayments, keyIn: 'header', input: { amount: 4200, currency: 'EUR' } },
-        { title: 'tRPC 500 (amount 13), input-field key', endpoint: trpcPayments, keyIn: 'input', input: { amount: 13, currency: 'JPY' } },
-        { title: 'GraphQL, header key (operation unit)', endpoint: graphqlPayments, keyIn: 'header', input: { amount: 990, currency: 'CHF' }, extension: { replayed: true } },
+      const cases: Array<{
+        title: string;
+        endpoint: PaymentEndpoint;
+        keyIn: 'header' | 'input';
+        input: PaymentInput;
+        extension?: Record<string, unknown>;
+      }> = [
+        {
+          title: 'tRPC 200, header key',
+          endpoint: trpcPayments,
+          keyIn: 'header',
+          input: { amount: 4200, currency: 'EUR' },
+        },
+        {
+          title: 'tRPC 500 (amount 13), input-field key',
+          endpoint: trpcPayments,
+          keyIn: 'input',
+          input: { amount: 13, currency: 'JPY' },
+        },
+        {
+          title: 'GraphQL, header key (operation unit)',
+          endpoint: graphqlPayments,
+          keyIn: 'header',
+          input: { amount: 990, currency: 'CHF' },
+          extension: { replayed: true },
+        },
         {
           title: 'GraphQL error (amount 13), argument key (field unit)',
           endpoint: graphqlPayments,
@@ -89,14 +113,22 @@ describe.each(SHARED_DATABASES)('durability on $label', ({ label, available, ope
         expect([replay.replayed, again.replayed], title).toEqual([true, true]);
         expect(again.status, title).toBe(first.status);
         expect(again.headers.get('content-type'), title).toBe(first.headers.get('content-type'));
-        expect(again.bytes.equals(replay.bytes), `${title}: the replay after the restart is byte-identical to the one before`).toBe(true);
+        expect(
+          again.bytes.equals(replay.bytes),
+          `${title}: the replay after the restart is byte-identical to the one before`,
+        ).toBe(true);
         if (extension) expectGraphQLReplayOf(first, again, extension);
-        else expect(again.bytes.equals(first.bytes), `${title}: the replay is byte-identical to the first answer`).toBe(true);
+        else
+          expect(again.bytes.equals(first.bytes), `${title}: the replay is byte-identical to the first answer`).toBe(
+            true,
+          );
       }
       console.info(`[reliability] durability ${label} ${JSON.stringify(summary)}`);
 
       expect(recorded.map(({ first }) => first.status)).toEqual([200, 500, 200, 200]);
-      expect(recorded[3]!.first.body.errors[0].message).toBe('payment channel failed unexpectedly after charging 13 USD');
+      expect(recorded[3]!.first.body.errors[0].message).toBe(
+        'payment channel failed unexpectedly after charging 13 USD',
+      );
       // Nothing ran again after the restart: the ledger is what the first process charged.
       expect(await ledger(after.url)).toEqual(charged);
       expect(charged).toHaveLength(4);
@@ -111,7 +143,8 @@ describe.each(SHARED_DATABASES)('durability on $label', ({ label, available, ope
     async (endpoint) => {
       const key = `unicode-${randomUUID()}`;
       const input = { amount: 1, note: UNICODE_NOTE };
-      const call = (handler: Parameters<typeof endpoint.create>[0]) => endpoint.create(handler, IN_PROCESS, input, { key, account: 'acct_unicode' });
+      const call = (handler: Parameters<typeof endpoint.create>[0]) =>
+        endpoint.create(handler, IN_PROCESS, input, { key, account: 'acct_unicode' });
 
       const firstConnection = await openDatabase(database.url);
       const firstApp = createCountingApp({ store: createDrizzleStore(firstConnection.db) });

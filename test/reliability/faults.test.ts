@@ -51,11 +51,13 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
     app.gate.open();
   });
 
-  const eventOf = (type: IdempotencyEvent['type'], key: string) => (event: IdempotencyEvent) => event.type === type && event.key === key;
+  const eventOf = (type: IdempotencyEvent['type'], key: string) => (event: IdempotencyEvent) =>
+    event.type === type && event.key === key;
 
   describe.each(ORDER_ENDPOINTS)('$name', (endpoint) => {
     const account = `acct_${endpoint.name.toLowerCase()}`;
-    const create = (key: string, amount = 100) => endpoint.create(endpoint.handler(app), IN_PROCESS, { amount }, { key, account });
+    const create = (key: string, amount = 100) =>
+      endpoint.create(endpoint.handler(app), IN_PROCESS, { amount }, { key, account });
     const record = (key: string) => database.store.get(endpoint.scope(account), key);
 
     it('E5: PostgreSQL unreachable before the claim → 503 + Retry-After, the handler does not run, nothing is stored; the same key runs once it is back', async () => {
@@ -100,7 +102,9 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       expect(endpoint.order(replay)).toEqual(endpoint.order(first));
       expect(app.executions).toBe(before);
       const storeErrors = app.events.filter(eventOf('storeError', key));
-      console.info(`[reliability] fault (b) ${endpoint.name}: destroyed ${destroyed} connection(s) mid-handler; storeError events: ${storeErrors.length}`);
+      console.info(
+        `[reliability] fault (b) ${endpoint.name}: destroyed ${destroyed} connection(s) mid-handler; storeError events: ${storeErrors.length}`,
+      );
     });
 
     it('E7: the outcome write is cut on the wire → the client still gets the real outcome, retries within the lease get 409 (no second execution), the retried write lands once PostgreSQL answers, then replays', async () => {
@@ -113,13 +117,21 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       expect(first.status).toBe(200);
       expect(first.replayed).toBe(false);
       expect(endpoint.order(first)?.execution).toBe(before + 1);
-      await app.waitForEvent((event) => eventOf('storeError', key)(event) && event.type === 'storeError' && event.operation === 'complete' && event.willRetry);
+      await app.waitForEvent(
+        (event) =>
+          eventOf('storeError', key)(event) &&
+          event.type === 'storeError' &&
+          event.operation === 'complete' &&
+          event.willRetry,
+      );
       expect(proxy.stats.dropped).toBeGreaterThan(droppedBefore);
       expect(await record(key)).toMatchObject({ state: 'processing', outcome: null });
 
       const retries = [];
       for (let i = 0; i < 3; i++) retries.push(await create(key));
-      expect(retries.map((answer) => [answer.status, answer.retryAfter, endpoint.problemCode(answer)])).toEqual(Array(3).fill([409, '1', 'idempotency_request_in_progress']));
+      expect(retries.map((answer) => [answer.status, answer.retryAfter, endpoint.problemCode(answer)])).toEqual(
+        Array(3).fill([409, '1', 'idempotency_request_in_progress']),
+      );
       expect(app.executions).toBe(before + 1);
 
       proxy.clearDropRules();
@@ -131,7 +143,9 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       expect(app.executions).toBe(before + 1);
       expect(await record(key)).toMatchObject({ state: 'completed', takeovers: 0 });
       const failedWrites = app.events.filter(eventOf('storeError', key)).length;
-      console.info(`[reliability] fault (c) ${endpoint.name}: ${proxy.stats.dropped - droppedBefore} outcome write(s) cut, ${failedWrites} storeError event(s), 3 retries → 409, then the retried write landed; 1 execution`);
+      console.info(
+        `[reliability] fault (c) ${endpoint.name}: ${proxy.stats.dropped - droppedBefore} outcome write(s) cut, ${failedWrites} storeError event(s), 3 retries → 409, then the retried write landed; 1 execution`,
+      );
     });
 
     it('E7/E5: PostgreSQL goes away after the handler started → the client gets the real outcome, retries get 503 (fail closed, no execution), and once it is back the retried write lands and replays', async () => {
@@ -168,10 +182,16 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       const first = await create(key);
       expect(first.status).toBe(200);
       // While the engine still retries the write, the lease runs: the claim is not handed over (E7).
-      await app.waitForEvent((event) => event.type === 'storeError' && event.key === key && event.operation === 'complete' && event.willRetry);
+      await app.waitForEvent(
+        (event) =>
+          event.type === 'storeError' && event.key === key && event.operation === 'complete' && event.willRetry,
+      );
       const inside = await create(key);
       expect([inside.status, endpoint.problemCode(inside)]).toEqual([409, 'idempotency_request_in_progress']);
-      const gaveUp = await app.waitForEvent((event) => event.type === 'storeError' && event.key === key && !event.willRetry, LEASE_MS + 2000);
+      const gaveUp = await app.waitForEvent(
+        (event) => event.type === 'storeError' && event.key === key && !event.willRetry,
+        LEASE_MS + 2000,
+      );
       const claimed = await record(key);
       expect(claimed).toMatchObject({ state: 'processing', takeovers: 0 });
       const leaseLeft = claimed!.leaseUntil.getTime() - Date.now();
@@ -183,7 +203,9 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       expect(takenOver.replayed).toBe(false);
       expect(app.executions).toBe(before + 2);
       expect(endpoint.order(takenOver)?.execution).toBe(before + 2);
-      expect(app.events.filter(eventOf('staleTakeover', key))).toEqual([expect.objectContaining({ takeovers: 1, generation: 1 })]);
+      expect(app.events.filter(eventOf('staleTakeover', key))).toEqual([
+        expect.objectContaining({ takeovers: 1, generation: 1 }),
+      ]);
       const [timeline] = await database.store.timeline(endpoint.scope(account), key);
       expect(timeline).toMatchObject({ generation: 1, takeovers: 1, status: 200, state: 'completed' });
       console.info(
@@ -220,12 +242,17 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       proxy.dropWhenClientSends(COMPLETE_STATEMENT);
       try {
         expect((await create(key)).status).toBe(200);
-        const gaveUp = await app.waitForEvent((event) => event.type === 'storeError' && event.key === key && !event.willRetry, LEASE_MS + 2000);
+        const gaveUp = await app.waitForEvent(
+          (event) => event.type === 'storeError' && event.key === key && !event.willRetry,
+          LEASE_MS + 2000,
+        );
         const gaveUpAt = Date.now();
         const claimed = await record(key);
         const leaseLeft = claimed!.leaseUntil.getTime() - gaveUpAt;
         const attempts = app.events.filter((event) => event.type === 'storeError' && event.key === key).length;
-        console.info(`[reliability] E7 ${endpoint.name}: ${attempts} failed outcome writes; the last one ended ${leaseLeft} ms before the lease (${gaveUp.type})`);
+        console.info(
+          `[reliability] E7 ${endpoint.name}: ${attempts} failed outcome writes; the last one ended ${leaseLeft} ms before the lease (${gaveUp.type})`,
+        );
         expect(leaseLeft).toBeLessThan(400);
         expect(attempts).toBeGreaterThanOrEqual(3);
       } finally {

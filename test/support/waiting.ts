@@ -30,20 +30,30 @@ export interface WaitPastOptions {
 }
 
 /** Resolves once `clock` reads at least `marginMs` past `instant`, with that reading. */
-export async function waitPast(instant: Date, { clock = hostClock, marginMs = 1, timeoutMs = 60_000 }: WaitPastOptions = {}): Promise<Date> {
+export async function waitPast(
+  instant: Date,
+  { clock = hostClock, marginMs = 1, timeoutMs = 60_000 }: WaitPastOptions = {},
+): Promise<Date> {
   const target = instant.getTime() + marginMs;
   const giveUpAt = Date.now() + timeoutMs;
   for (;;) {
     const now = await clock();
     const left = target - now.getTime();
     if (left <= 0) return now;
-    if (Date.now() + left > giveUpAt) throw new Error(`[test] ${instant.toISOString()} is more than ${timeoutMs} ms away (clock: ${now.toISOString()})`);
+    if (Date.now() + left > giveUpAt)
+      throw new Error(
+        `[test] ${instant.toISOString()} is more than ${timeoutMs} ms away (clock: ${now.toISOString()})`,
+      );
     await sleep(Math.min(left, 1000));
   }
 }
 
 /** The live record of (scope, key); fails when there is none. */
-export async function liveRecord(store: Pick<IdempotencyStore, 'get'>, scope: string, key: string): Promise<IdempotencyRecord> {
+export async function liveRecord(
+  store: Pick<IdempotencyStore, 'get'>,
+  scope: string,
+  key: string,
+): Promise<IdempotencyRecord> {
   const record = await store.get(scope, key);
   if (!record) throw new Error(`[test] no record of key "${key}" in scope "${scope}"`);
   return record;
@@ -54,7 +64,12 @@ export async function liveRecord(store: Pick<IdempotencyStore, 'get'>, scope: st
  * it was. Retention counts from completion (R1: `complete` moves `expiresAt`), so a record still
  * processing is first waited for until its outcome is stored.
  */
-export async function untilExpired(store: Pick<IdempotencyStore, 'get'>, scope: string, key: string, options?: WaitPastOptions): Promise<IdempotencyRecord> {
+export async function untilExpired(
+  store: Pick<IdempotencyStore, 'get'>,
+  scope: string,
+  key: string,
+  options?: WaitPastOptions,
+): Promise<IdempotencyRecord> {
   const record = await pollUntil(async () => {
     const current = await liveRecord(store, scope, key);
     return current.state === 'processing' ? undefined : current;
@@ -64,7 +79,12 @@ export async function untilExpired(store: Pick<IdempotencyStore, 'get'>, scope: 
 }
 
 /** Waits until the lease the store recorded for (scope, key) has passed; returns the record as it was. */
-export async function untilLeaseEnds(store: Pick<IdempotencyStore, 'get'>, scope: string, key: string, options?: WaitPastOptions): Promise<IdempotencyRecord> {
+export async function untilLeaseEnds(
+  store: Pick<IdempotencyStore, 'get'>,
+  scope: string,
+  key: string,
+  options?: WaitPastOptions,
+): Promise<IdempotencyRecord> {
   const record = await liveRecord(store, scope, key);
   await waitPast(record.leaseUntil, options);
   return record;
@@ -76,7 +96,11 @@ export async function untilLeaseEnds(store: Pick<IdempotencyStore, 'get'>, scope
  */
 export async function pollUntil<T>(
   attempt: () => Promise<T | undefined> | T | undefined,
-  { intervalMs = 20, timeoutMs = 20_000, maxAttempts = 10_000 }: { intervalMs?: number; timeoutMs?: number; maxAttempts?: number } = {},
+  {
+    intervalMs = 20,
+    timeoutMs = 20_000,
+    maxAttempts = 10_000,
+  }: { intervalMs?: number; timeoutMs?: number; maxAttempts?: number } = {},
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (let round = 0; round < maxAttempts && Date.now() < deadline; round++) {
@@ -88,6 +112,10 @@ export async function pollUntil<T>(
 }
 
 /** The first of `events` that matches, as soon as it has been pushed (bounded by `timeoutMs`). */
-export function untilEvent<E, M extends E = E>(events: readonly E[], matches: ((event: E) => event is M) | ((event: E) => boolean), { timeoutMs = 20_000 } = {}): Promise<M> {
+export function untilEvent<E, M extends E = E>(
+  events: readonly E[],
+  matches: ((event: E) => event is M) | ((event: E) => boolean),
+  { timeoutMs = 20_000 } = {},
+): Promise<M> {
   return pollUntil(() => events.find(matches) as M | undefined, { intervalMs: 10, timeoutMs });
 }

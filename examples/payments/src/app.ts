@@ -1,7 +1,14 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createHTTPHandler } from '@trpc/server/adapters/standalone';
 import cors from 'cors';
-import { idempotencyCors, renderPolicyHtml, requestUrlOf, resolveDocumentationUrl, type IdempotencyEvent, type IdempotencyStore } from '@idem/core';
+import {
+  idempotencyCors,
+  renderPolicyHtml,
+  requestUrlOf,
+  resolveDocumentationUrl,
+  type IdempotencyEvent,
+  type IdempotencyStore,
+} from '@idem/core';
 import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
 import { accountOf, BadCredentialsError } from './account.ts';
 import { ADMIN_TIMELINE_PATH, serveTimeline } from './admin.ts';
@@ -67,11 +74,21 @@ export function createPaymentsApp({
   const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/', maxBodySize: maxBodyBytes });
   // One CORS configuration: Yoga applies it on /graphql (its `cors` option), the `cors` package
   // (as with tRPC's standalone adapter) everywhere else.
-  const corsConfiguration = corsOrigins.length > 0 ? idempotencyCors({ origin: corsOrigins, allowedHeaders: ['trpc-accept'] }) : undefined;
+  const corsConfiguration =
+    corsOrigins.length > 0 ? idempotencyCors({ origin: corsOrigins, allowedHeaders: ['trpc-accept'] }) : undefined;
   const applyCors = corsConfiguration ? cors(corsConfiguration) : undefined;
-  const { yoga, engine: graphqlEngine } = createPaymentsYoga({ ...shared, maxBodyBytes, cors: corsConfiguration ?? false });
+  const { yoga, engine: graphqlEngine } = createPaymentsYoga({
+    ...shared,
+    maxBodyBytes,
+    cors: corsConfiguration ?? false,
+  });
   // Published at its absolute URL, as problem bodies link to it (their `type` is this URL with a fragment per problem).
-  const policyFor = (req: IncomingMessage) => paymentsPolicy({ retentionMs, leaseMs, documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)) });
+  const policyFor = (req: IncomingMessage) =>
+    paymentsPolicy({
+      retentionMs,
+      leaseMs,
+      documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)),
+    });
 
   const route = (req: IncomingMessage, res: ServerResponse): void | Promise<void> => {
     let url: URL;
@@ -106,9 +123,11 @@ export function createPaymentsApp({
     }
     if (path.startsWith('/trpc/')) return trpc(req, res);
     if (path === '/graphql') return yoga(req, res);
-    if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD')) return sendPolicy(req, res, policyFor(req));
+    if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD'))
+      return sendPolicy(req, res, policyFor(req));
     if (path === '/healthz' && req.method === 'GET') return health(store, res);
-    if (adminToken !== undefined && path === ADMIN_TIMELINE_PATH && req.method === 'GET') return serveTimeline(req, res, { store, token: adminToken, url });
+    if (adminToken !== undefined && path === ADMIN_TIMELINE_PATH && req.method === 'GET')
+      return serveTimeline(req, res, { store, token: adminToken, url });
     sendProblem(res, 404, 'Not Found', `No route for ${req.method} ${path}`);
   };
 
@@ -126,12 +145,18 @@ export function createPaymentsApp({
       failed();
     }
   });
-  return { server, store, channel, drain: () => Promise.all([trpcEngine.drain(), graphqlEngine.drain()]).then(() => undefined) };
+  return {
+    server,
+    store,
+    channel,
+    drain: () => Promise.all([trpcEngine.drain(), graphqlEngine.drain()]).then(() => undefined),
+  };
 }
 
 function sendPolicy(req: IncomingMessage, res: ServerResponse, policy: ReturnType<typeof paymentsPolicy>): void {
   const accept = req.headers.accept ?? '';
-  if (/application\/(problem\+)?json/i.test(accept) && !/text\/html/i.test(accept)) send(res, 200, 'application/json', JSON.stringify(policy, null, 2));
+  if (/application\/(problem\+)?json/i.test(accept) && !/text\/html/i.test(accept))
+    send(res, 200, 'application/json', JSON.stringify(policy, null, 2));
   else send(res, 200, 'text/html; charset=utf-8', renderPolicyHtml(policy));
 }
 
@@ -141,7 +166,15 @@ async function health(store: IdempotencyStore, res: ServerResponse): Promise<voi
     send(res, 200, 'application/json', JSON.stringify({ status: 'ok' }));
   } catch (error) {
     res.setHeader('Retry-After', '2');
-    send(res, 503, 'application/json', JSON.stringify({ status: 'unavailable', detail: `store unreachable: ${error instanceof Error ? error.message : String(error)}` }));
+    send(
+      res,
+      503,
+      'application/json',
+      JSON.stringify({
+        status: 'unavailable',
+        detail: `store unreachable: ${error instanceof Error ? error.message : String(error)}`,
+      }),
+    );
   }
 }
 

@@ -46,11 +46,15 @@ export class PaymentChannel {
         : sql`CREATE TABLE IF NOT EXISTS payments_ledger (seq integer PRIMARY KEY AUTOINCREMENT, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at text NOT NULL, downstream_key text UNIQUE)`,
     );
     const columns = pg
-      ? await this.#all(sql`SELECT column_name AS name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'payments_ledger'`)
+      ? await this.#all(
+          sql`SELECT column_name AS name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'payments_ledger'`,
+        )
       : await this.#all(sql`SELECT name FROM pragma_table_info('payments_ledger')`);
     if (!(columns as Array<{ name: string }>).some((column) => column.name === 'downstream_key')) {
       await this.#run(sql`ALTER TABLE payments_ledger ADD COLUMN downstream_key text`);
-      await this.#run(sql`CREATE UNIQUE INDEX IF NOT EXISTS payments_ledger_downstream_key ON payments_ledger (downstream_key)`);
+      await this.#run(
+        sql`CREATE UNIQUE INDEX IF NOT EXISTS payments_ledger_downstream_key ON payments_ledger (downstream_key)`,
+      );
     }
   }
 
@@ -62,28 +66,52 @@ export class PaymentChannel {
    * write through: the idem transaction in atomic mode.
    */
   async charge(
-    { account, amount, currency, downstreamKey }: { account: string; amount: number; currency: string; downstreamKey?: string | undefined },
+    {
+      account,
+      amount,
+      currency,
+      downstreamKey,
+    }: { account: string; amount: number; currency: string; downstreamKey?: string | undefined },
     db: DrizzleDatabase = this.#db,
   ): Promise<Charge> {
     if (this.#delayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.#delayMs));
-    const charge: Charge = { id: `pay_${randomUUID().replaceAll('-', '')}`, amount, currency, createdAt: new Date().toISOString() };
+    const charge: Charge = {
+      id: `pay_${randomUUID().replaceAll('-', '')}`,
+      amount,
+      currency,
+      createdAt: new Date().toISOString(),
+    };
     const key = downstreamKey ?? null;
     const inserted = await this.#all(
       sql`INSERT INTO payments_ledger (id, account, amount, currency, created_at, downstream_key) VALUES (${charge.id}, ${account}, ${amount}, ${currency}, ${charge.createdAt}, ${key}) ON CONFLICT (downstream_key) DO NOTHING RETURNING id`,
       db,
     );
     if (inserted.length === 0 && key !== null) {
-      const [earlier] = (await this.#all(sql`SELECT id, amount, currency, created_at FROM payments_ledger WHERE downstream_key = ${key}`, db)) as Array<{ id: string; amount: number | string; currency: string; created_at: string | Date }>;
-      if (earlier) return { id: earlier.id, amount: Number(earlier.amount), currency: earlier.currency, createdAt: new Date(earlier.created_at).toISOString() };
+      const [earlier] = (await this.#all(
+        sql`SELECT id, amount, currency, created_at FROM payments_ledger WHERE downstream_key = ${key}`,
+        db,
+      )) as Array<{ id: string; amount: number | string; currency: string; created_at: string | Date }>;
+      if (earlier)
+        return {
+          id: earlier.id,
+          amount: Number(earlier.amount),
+          currency: earlier.currency,
+          createdAt: new Date(earlier.created_at).toISOString(),
+        };
     }
-    if (amount === FAILING_AMOUNT) throw new Error(`payment channel failed unexpectedly after charging ${amount} ${currency}`);
+    if (amount === FAILING_AMOUNT)
+      throw new Error(`payment channel failed unexpectedly after charging ${amount} ${currency}`);
     return charge;
   }
 
   /** Every charge the channel saw, oldest first. */
   async ledger(): Promise<LedgerEntry[]> {
     const rows = await this.#all(sql`SELECT id, amount, currency FROM payments_ledger ORDER BY seq`);
-    return (rows as Array<{ id: string; amount: number | string; currency: string }>).map((row) => ({ id: row.id, amount: Number(row.amount), currency: row.currency }));
+    return (rows as Array<{ id: string; amount: number | string; currency: string }>).map((row) => ({
+      id: row.id,
+      amount: Number(row.amount),
+      currency: row.currency,
+    }));
   }
 
   #isPg(db: DrizzleDatabase = this.#db): boolean {
@@ -98,7 +126,9 @@ export class PaymentChannel {
   }
 
   async #all(query: SQL, db: DrizzleDatabase = this.#db): Promise<unknown[]> {
-    return this.#isPg(db) ? (await (db as PgLike).execute(query)).rows : retrySqliteBusy(() => (db as SqliteLike).all(query));
+    return this.#isPg(db)
+      ? (await (db as PgLike).execute(query)).rows
+      : retrySqliteBusy(() => (db as SqliteLike).all(query));
   }
 }
 

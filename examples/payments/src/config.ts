@@ -1,5 +1,9 @@
 import { idempotencyCors, toMilliseconds } from '@idem/core';
-import { DatabaseUrlError, parseDatabaseUrl as parseStoreDatabaseUrl, type DatabaseLocation } from '@idem/drizzle/connect';
+import {
+  DatabaseUrlError,
+  parseDatabaseUrl as parseStoreDatabaseUrl,
+  type DatabaseLocation,
+} from '@idem/drizzle/connect';
 import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -43,7 +47,9 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
   const database = resolveFrom(parseDatabaseUrl(env.DATABASE_URL), env.INIT_CWD);
   const atomic = flag('IDEM_ATOMIC', env.IDEM_ATOMIC);
   if (atomic && database.dialect !== 'postgres') {
-    throw new ConfigError('IDEM_ATOMIC needs PostgreSQL: the adapters run asynchronous resolvers, which a SQLite transaction cannot span');
+    throw new ConfigError(
+      'IDEM_ATOMIC needs PostgreSQL: the adapters run asynchronous resolvers, which a SQLite transaction cannot span',
+    );
   }
   return {
     port: integer('PORT', env.PORT, 3000, { min: 0, max: 65535 }),
@@ -52,9 +58,15 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
     leaseMs: duration('IDEM_LEASE', env.IDEM_LEASE, '30s'),
     channelDelayMs: integer('CHANNEL_DELAY_MS', env.CHANNEL_DELAY_MS, 0, { min: 0, max: 600_000 }),
     atomic,
-    maxBodyBytes: integer('MAX_BODY_BYTES', env.MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, { min: 1, max: 100 * 1024 * 1024 }),
+    maxBodyBytes: integer('MAX_BODY_BYTES', env.MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, {
+      min: 1,
+      max: 100 * 1024 * 1024,
+    }),
     corsOrigins: origins('CORS_ORIGIN', env.CORS_ORIGIN),
-    checkoutPort: env.CHECKOUT_PORT === undefined || env.CHECKOUT_PORT.trim() === '' ? undefined : integer('CHECKOUT_PORT', env.CHECKOUT_PORT, 0, { min: 0, max: 65535 }),
+    checkoutPort:
+      env.CHECKOUT_PORT === undefined || env.CHECKOUT_PORT.trim() === ''
+        ? undefined
+        : integer('CHECKOUT_PORT', env.CHECKOUT_PORT, 0, { min: 0, max: 65535 }),
     checkoutApiUrl: apiUrl('CHECKOUT_API_URL', env.CHECKOUT_API_URL),
     adminToken: env.ADMIN_TOKEN === undefined || env.ADMIN_TOKEN.trim() === '' ? undefined : env.ADMIN_TOKEN.trim(),
   };
@@ -62,12 +74,17 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
 
 /** A comma-separated list of origins (`http://localhost:3001,https://shop.example.com`), checked as idempotencyCors checks them. */
 function origins(name: string, value: string | undefined): string[] {
-  const list = (value ?? '').split(',').map((each) => each.trim()).filter(Boolean);
+  const list = (value ?? '')
+    .split(',')
+    .map((each) => each.trim())
+    .filter(Boolean);
   if (list.length === 0) return [];
   try {
     idempotencyCors({ origin: list });
   } catch (error) {
-    throw new ConfigError(`${name} must be a comma-separated list of origins such as http://localhost:3001: ${(error as Error).message.replace('[idem] idempotencyCors: ', '')}`);
+    throw new ConfigError(
+      `${name} must be a comma-separated list of origins such as http://localhost:3001: ${(error as Error).message.replace('[idem] idempotencyCors: ', '')}`,
+    );
   }
   return list;
 }
@@ -86,7 +103,14 @@ function apiUrl(name: string, value: string | undefined): string | undefined {
  * from the example's folder, where npm runs the script.
  */
 function resolveFrom(database: DatabaseLocation, initCwd: string | undefined): DatabaseLocation {
-  if (database.dialect !== 'sqlite' || !('path' in database) || !initCwd || database.path === ':memory:' || isAbsolute(database.path)) return database;
+  if (
+    database.dialect !== 'sqlite' ||
+    !('path' in database) ||
+    !initCwd ||
+    database.path === ':memory:' ||
+    isAbsolute(database.path)
+  )
+    return database;
   return { ...database, path: resolve(initCwd, database.path) };
 }
 
@@ -111,14 +135,21 @@ export function parseDatabaseUrl(value: string | undefined): ExampleConfig['data
     throw error;
   }
   // The store runs on MySQL too, but this example's ledger (channel.ts) speaks SQLite and PostgreSQL only.
-  if (database.dialect === 'mysql') throw new ConfigError(`DATABASE_URL "${value?.trim()}" is MySQL: this example runs on SQLite or PostgreSQL`);
+  if (database.dialect === 'mysql')
+    throw new ConfigError(`DATABASE_URL "${value?.trim()}" is MySQL: this example runs on SQLite or PostgreSQL`);
   return database;
 }
 
-function integer(name: string, value: string | undefined, fallback: number, { min, max }: { min: number; max: number }): number {
+function integer(
+  name: string,
+  value: string | undefined,
+  fallback: number,
+  { min, max }: { min: number; max: number },
+): number {
   if (value === undefined || value.trim() === '') return fallback;
   const n = Number(value);
-  if (!Number.isInteger(n) || n < min || n > max) throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got "${value}"`);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got "${value}"`);
   return n;
 }
 

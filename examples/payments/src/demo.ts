@@ -91,7 +91,14 @@ class ExampleServer {
   constructor(databaseFile: string) {
     this.#child = spawn(process.execPath, ['--import', 'tsx', MAIN], {
       cwd: ROOT,
-      env: { ...process.env, PORT: '0', DATABASE_URL: `file:${databaseFile}`, IDEM_TTL: `${RETENTION_MS / 1000}s`, IDEM_LEASE: '30s', CHANNEL_DELAY_MS: String(CHANNEL_DELAY_MS) },
+      env: {
+        ...process.env,
+        PORT: '0',
+        DATABASE_URL: `file:${databaseFile}`,
+        IDEM_TTL: `${RETENTION_MS / 1000}s`,
+        IDEM_LEASE: '30s',
+        CHANNEL_DELAY_MS: String(CHANNEL_DELAY_MS),
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.#exited = new Promise((resolve) => this.#child.once('exit', (code) => resolve(code)));
@@ -109,9 +116,15 @@ class ExampleServer {
       });
     });
     const exited = this.#exited.then((code) => {
-      throw new DemoFailure(`the example exited with ${code} before listening: ${this.#stderr.join(' ') || 'no output'}`);
+      throw new DemoFailure(
+        `the example exited with ${code} before listening: ${this.#stderr.join(' ') || 'no output'}`,
+      );
     });
-    this.url = await within(60_000, Promise.race([listening, exited]), 'the example did not print "listening on" within 60 s');
+    this.url = await within(
+      60_000,
+      Promise.race([listening, exited]),
+      'the example did not print "listening on" within 60 s',
+    );
     return this.url;
   }
 
@@ -158,9 +171,16 @@ function showLedger(entries: LedgerEntry[]): void {
   for (const entry of entries) detail(`  ${entry.id}  ${entry.amount} ${entry.currency}`);
 }
 
-function runIdem(args: string[], databaseFile: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function runIdem(
+  args: string[],
+  databaseFile: string,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [IDEM_BIN, ...args], { cwd: ROOT, env: { ...process.env, DATABASE_URL: `file:${databaseFile}` }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [IDEM_BIN, ...args], {
+      cwd: ROOT,
+      env: { ...process.env, DATABASE_URL: `file:${databaseFile}` },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk) => (stdout += chunk));
@@ -177,8 +197,13 @@ function runIdem(args: string[], databaseFile: string): Promise<{ code: number |
 async function storedExpiry(key: string, databaseFile: string): Promise<number> {
   const explain = await runIdem(['explain', key, '--scope', SCOPE, '--json'], databaseFile);
   expect(explain.code === 0, `idem explain --json exited with ${explain.code}: ${explain.stderr.trim()}`);
-  const generations = (JSON.parse(explain.stdout) as { scopes: Array<{ generations: Array<{ expiresAt: string }> }> }).scopes[0]?.generations ?? [];
-  expect(generations.length === 1, `idem explain --json lists ${generations.length} generations of the key, expected 1`);
+  const generations =
+    (JSON.parse(explain.stdout) as { scopes: Array<{ generations: Array<{ expiresAt: string }> }> }).scopes[0]
+      ?.generations ?? [];
+  expect(
+    generations.length === 1,
+    `idem explain --json lists ${generations.length} generations of the key, expected 1`,
+  );
   return Date.parse(generations[0]!.expiresAt);
 }
 
@@ -210,7 +235,10 @@ async function demo(server: ExampleServer, databaseFile: string): Promise<void> 
   await Promise.all([sleep(CLIENT_TIMEOUT_MS), server.event('claimed')]);
   abort.abort();
   const first = await pending;
-  if (!(first instanceof Error)) throw new DemoFailure(`the first call was answered ${first.status} within ${CLIENT_TIMEOUT_MS} ms; the channel should still be charging`);
+  if (!(first instanceof Error))
+    throw new DemoFailure(
+      `the first call was answered ${first.status} within ${CLIENT_TIMEOUT_MS} ms; the channel should still be charging`,
+    );
   expect(abort.signal.aborted, `the first call failed: ${first.message}`);
   step('   No answer: the client timed out. On the server the charge goes on.');
 
@@ -232,7 +260,10 @@ async function demo(server: ExampleServer, databaseFile: string): Promise<void> 
   step(`3. Retry after the first call completed, still inside the ${RETENTION_MS / 1000}s retention.`);
   const replay = await createPayment(url, key);
   expect(replay.status === 200, `the retry inside the retention answered ${replay.status}, expected 200`);
-  expect(replay.headers.get('idempotent-replayed') === 'true', 'the retry inside the retention was not replayed (no Idempotent-Replayed: true)');
+  expect(
+    replay.headers.get('idempotent-replayed') === 'true',
+    'the retry inside the retention was not replayed (no Idempotent-Replayed: true)',
+  );
   const payment = replay.body.result.data as { id: string };
   detail(`200, Idempotent-Replayed: true: the stored response, payment ${payment.id} (E2).`);
   entries = await ledger(url);
@@ -243,17 +274,27 @@ async function demo(server: ExampleServer, databaseFile: string): Promise<void> 
   const expiresAt = await storedExpiry(key, databaseFile);
   const wait = expiresAt + PAST_RETENTION_MS - Date.now();
   step(`   The client keeps backing off; it waits ${(Math.max(0, wait) / 1000).toFixed(2)}s more, past the retention.`);
-  detail(`(The server keeps the key until ${at(new Date(expiresAt).toISOString())}: the database clock at completion plus ${RETENTION_MS / 1000}s.)`);
+  detail(
+    `(The server keeps the key until ${at(new Date(expiresAt).toISOString())}: the database clock at completion plus ${RETENTION_MS / 1000}s.)`,
+  );
   if (wait > 0) await sleep(wait);
-  step(`4. Retry ${(PAST_RETENTION_MS / 1000).toFixed(1)}s after the retention ended. Past its retention the key counts as new:`);
+  step(
+    `4. Retry ${(PAST_RETENTION_MS / 1000).toFixed(1)}s after the retention ended. Past its retention the key counts as new:`,
+  );
   const again = await createPayment(url, key);
   expect(again.status === 200, `the retry after the retention answered ${again.status}, expected 200`);
-  expect(again.headers.get('idempotent-replayed') === null, 'the retry after the retention was replayed; expected a new execution');
+  expect(
+    again.headers.get('idempotent-replayed') === null,
+    'the retry after the retention was replayed; expected a new execution',
+  );
   const second = again.body.result.data as { id: string };
   expect(second.id !== payment.id, 'the retry after the retention returned the first payment');
   detail(`200, no Idempotent-Replayed: executed as a new request, payment ${second.id}.`);
   entries = await ledger(url);
-  expect(entries.length === 2, `the ledger has ${entries.length} entries after the retry past the retention, expected 2`);
+  expect(
+    entries.length === 2,
+    `the ledger has ${entries.length} entries after the retry past the retention, expected 2`,
+  );
   showLedger(entries);
   detail('This is the incident: two charges, one key.');
   say();
@@ -262,19 +303,33 @@ async function demo(server: ExampleServer, databaseFile: string): Promise<void> 
   say();
   const reused = await server.event('expiredKeyReused');
   expect(reused.key === key && reused.scope === SCOPE, 'the expiredKeyReused event names another key or scope');
-  const previous = reused.previous as { generation: number; firstSeenAt: string; completedAt: string; expiresAt: string; status: number };
-  expect(previous.status === 200 && reused.generation === 2, `the expiredKeyReused event says generation ${reused.generation} after a ${previous.status}`);
+  const previous = reused.previous as {
+    generation: number;
+    firstSeenAt: string;
+    completedAt: string;
+    expiresAt: string;
+    status: number;
+  };
+  expect(
+    previous.status === 200 && reused.generation === 2,
+    `the expiredKeyReused event says generation ${reused.generation} after a ${previous.status}`,
+  );
   say('   The server emitted, when the late retry arrived:');
   say(`   [idem] ${JSON.stringify(reused)}`);
   say(`   generation ${previous.generation} was first seen at ${at(previous.firstSeenAt)},`);
   say(`   completed with ${previous.status} at ${at(previous.completedAt)},`);
-  say(`   and its retention ended at ${at(previous.expiresAt)}; the key then ran again as generation ${reused.generation}.`);
+  say(
+    `   and its retention ended at ${at(previous.expiresAt)}; the key then ran again as generation ${reused.generation}.`,
+  );
   say();
   const args = ['explain', key, '--scope', SCOPE];
   say(`   $ DATABASE_URL=file:${databaseFile} npx idem ${args.join(' ')}`);
   const explain = await runIdem(args, databaseFile);
   expect(explain.code === 0, `idem explain exited with ${explain.code}: ${explain.stderr.trim()}`);
-  expect(/2 generations/.test(explain.stdout) && /^1 .*\n2 /m.test(explain.stdout), 'idem explain did not list two generations');
+  expect(
+    /2 generations/.test(explain.stdout) && /^1 .*\n2 /m.test(explain.stdout),
+    'idem explain did not list two generations',
+  );
   expect(/executed again as generation 2/.test(explain.stdout), 'idem explain did not explain the second execution');
   for (const line of explain.stdout.trimEnd().split('\n')) say(line === '' ? '' : `   ${line}`);
   say();
@@ -292,7 +347,9 @@ async function demo(server: ExampleServer, databaseFile: string): Promise<void> 
 async function clientThatKnowsTheShelfLife(url: string): Promise<void> {
   say('6. The same flaky network, with a client that knows the shelf life: idempotencyLink() from @idem/trpc/client.');
   say(`   It reads the retention from ${url}/idempotency, keeps one key across its retries,`);
-  say(`   and, as in step 1, it gives up on each attempt after ${CLIENT_TIMEOUT_MS} ms (the client never learns the outcome).`);
+  say(
+    `   and, as in step 1, it gives up on each attempt after ${CLIENT_TIMEOUT_MS} ms (the client never learns the outcome).`,
+  );
   const before = (await ledger(url)).length;
   let attempts = 0;
   /** The server's answer to every attempt, which the client never sees: once all arrived, nothing is still charging. */
@@ -302,14 +359,23 @@ async function clientThatKnowsTheShelfLife(url: string): Promise<void> {
     // The request reaches the server; its answer never reaches the client in time.
     const headers = new Headers(init?.headers);
     headers.set('connection', 'close');
-    const answer = fetch(input, { ...init, headers }).then((response) => response.arrayBuffer()).catch(() => undefined);
+    const answer = fetch(input, { ...init, headers })
+      .then((response) => response.arrayBuffer())
+      .catch(() => undefined);
     answers.push(answer);
     await Promise.race([answer, sleep(CLIENT_TIMEOUT_MS)]);
     throw new TypeError(`fetch failed: no answer to attempt ${attempt} within ${CLIENT_TIMEOUT_MS} ms`);
   };
   const client = createTRPCClient<PaymentsRouter>({
     links: [
-      idempotencyLink({ policyUrl: `${url}/idempotency`, maxAttempts: 50, onRetry: (notice) => detail(`no answer (${notice.reason}); attempt ${notice.attempt} with the same key in ${(notice.delayMs / 1000).toFixed(2)}s`) }),
+      idempotencyLink({
+        policyUrl: `${url}/idempotency`,
+        maxAttempts: 50,
+        onRetry: (notice) =>
+          detail(
+            `no answer (${notice.reason}); attempt ${notice.attempt} with the same key in ${(notice.delayMs / 1000).toFixed(2)}s`,
+          ),
+      }),
       httpLink({ url: `${url}/trpc`, headers: ({ op }) => idempotencyHeaders(op), fetch: lossyFetch }),
     ],
   });
@@ -318,15 +384,23 @@ async function clientThatKnowsTheShelfLife(url: string): Promise<void> {
     () => undefined,
     (error: unknown) => error,
   );
-  const refusal = outcome instanceof Error && outcome.cause instanceof RetentionWindowExceededError ? outcome.cause : undefined;
-  expect(refusal, `the link did not stop with RetentionWindowExceededError: ${outcome instanceof Error ? outcome.message : String(outcome)}`);
-  detail(`after ${attempts} attempts in ${((performance.now() - started) / 1000).toFixed(2)}s the client stopped and said why:`);
+  const refusal =
+    outcome instanceof Error && outcome.cause instanceof RetentionWindowExceededError ? outcome.cause : undefined;
+  expect(
+    refusal,
+    `the link did not stop with RetentionWindowExceededError: ${outcome instanceof Error ? outcome.message : String(outcome)}`,
+  );
+  detail(
+    `after ${attempts} attempts in ${((performance.now() - started) / 1000).toFixed(2)}s the client stopped and said why:`,
+  );
   detail(`RetentionWindowExceededError (${refusal.code}): ${refusal.message}`);
   // The first attempt may still be charging on the server: count once the server answered every attempt.
   await within(30_000, Promise.all(answers), 'the server did not answer every attempt of the link within 30 s');
   const entries = await ledger(url);
   expect(entries.length === before + 1, `the ledger grew by ${entries.length - before}, expected exactly 1 charge`);
-  detail(`ledger: ${entries.length - before} new charge for this payment — charged once; the caller reconciles instead of charging again.`);
+  detail(
+    `ledger: ${entries.length - before} new charge for this payment — charged once; the caller reconciles instead of charging again.`,
+  );
 }
 
 async function main(): Promise<number> {

@@ -64,7 +64,16 @@ interface GraphQLContext {
 }
 
 /** GraphQL Yoga at `/graphql`: `createPayment` (idempotent) and `ledger`. */
-export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEvent, atomic = false, maxBodyBytes = DEFAULT_MAX_BODY_BYTES, cors = false }: PaymentsGraphQLOptions) {
+export function createPaymentsYoga({
+  store,
+  channel,
+  retentionMs,
+  leaseMs,
+  onEvent,
+  atomic = false,
+  maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
+  cors = false,
+}: PaymentsGraphQLOptions) {
   const idempotency = useYogaIdempotency({
     store,
     principal: (context: GraphQLContext) => accountOf(context.request.headers.get('authorization')),
@@ -88,12 +97,23 @@ export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEve
           createPayment: async (_, args: { input: { amount: number; currency: string } }, context) => {
             const parsed = paymentInput.safeParse(args.input);
             // Refused before the channel is called: the claim is released, nothing stored (E4).
-            if (!parsed.success) throw new HandlerNotStartedError(new GraphQLError(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '), { extensions: { code: 'BAD_USER_INPUT' } }));
+            if (!parsed.success)
+              throw new HandlerNotStartedError(
+                new GraphQLError(
+                  parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '),
+                  { extensions: { code: 'BAD_USER_INPUT' } },
+                ),
+              );
             const input = parsed.data;
             // The claim, with the store's transaction typed (atomic mode): `idempotencyClaim(context)` for the plugin's store.
             const claim = idempotency.claim(context);
             return channel.charge(
-              { account: accountOf(context.request.headers.get('authorization')), amount: input.amount, currency: input.currency, downstreamKey: claim?.deriveKey('channel') },
+              {
+                account: accountOf(context.request.headers.get('authorization')),
+                amount: input.amount,
+                currency: input.currency,
+                downstreamKey: claim?.deriveKey('channel'),
+              },
               claim?.tx,
             );
           },
@@ -103,7 +123,11 @@ export function createPaymentsYoga({ store, channel, retentionMs, leaseMs, onEve
     plugins: [
       maxTokensPlugin({ n: GRAPHQL_LIMITS.maxTokens }),
       // Reported as a validation error (400); thrown from a validation rule, Yoga would answer 200.
-      maxDepthPlugin({ n: GRAPHQL_LIMITS.maxDepth, propagateOnRejection: false, onReject: [(context, error) => context?.reportError(error)] }),
+      maxDepthPlugin({
+        n: GRAPHQL_LIMITS.maxDepth,
+        propagateOnRejection: false,
+        onReject: [(context, error) => context?.reportError(error)],
+      }),
       idempotency,
     ],
   });

@@ -29,17 +29,41 @@ async function main(): Promise<void> {
   // The checkout page, on its own port (another origin), calls the API: when CORS_ORIGIN is not
   // set, the API allows the page's origin.
   let apiPort = config.port;
-  const checkout = config.checkoutPort === undefined ? undefined : await createCheckoutServer({ apiUrl: () => config.checkoutApiUrl ?? `http://localhost:${apiPort}` });
+  const checkout =
+    config.checkoutPort === undefined
+      ? undefined
+      : await createCheckoutServer({ apiUrl: () => config.checkoutApiUrl ?? `http://localhost:${apiPort}` });
   const checkoutPort = checkout ? await listen(checkout, config.checkoutPort!) : undefined;
-  const corsOrigins = config.corsOrigins.length > 0 || checkoutPort === undefined ? config.corsOrigins : [`http://localhost:${checkoutPort}`, `http://127.0.0.1:${checkoutPort}`];
-  const app = createPaymentsApp({ db: database.db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, atomic: config.atomic, maxBodyBytes: config.maxBodyBytes, corsOrigins, adminToken: config.adminToken, onEvent: logEvent });
+  const corsOrigins =
+    config.corsOrigins.length > 0 || checkoutPort === undefined
+      ? config.corsOrigins
+      : [`http://localhost:${checkoutPort}`, `http://127.0.0.1:${checkoutPort}`];
+  const app = createPaymentsApp({
+    db: database.db,
+    retentionMs: config.retentionMs,
+    leaseMs: config.leaseMs,
+    channelDelayMs: config.channelDelayMs,
+    atomic: config.atomic,
+    maxBodyBytes: config.maxBodyBytes,
+    corsOrigins,
+    adminToken: config.adminToken,
+    onEvent: logEvent,
+  });
   await app.channel.migrate();
   const port = await listen(app.server, config.port);
   apiPort = port;
-  console.log(`[payments] listening on http://localhost:${port} (tRPC /trpc, GraphQL /graphql, policy /idempotency) — store ${database.description}`);
-  if (checkoutPort !== undefined) console.log(`[payments] checkout page on http://localhost:${checkoutPort} (calls ${config.checkoutApiUrl ?? `http://localhost:${port}`})`);
+  console.log(
+    `[payments] listening on http://localhost:${port} (tRPC /trpc, GraphQL /graphql, policy /idempotency) — store ${database.description}`,
+  );
+  if (checkoutPort !== undefined)
+    console.log(
+      `[payments] checkout page on http://localhost:${checkoutPort} (calls ${config.checkoutApiUrl ?? `http://localhost:${port}`})`,
+    );
   if (corsOrigins.length > 0) console.log(`[payments] CORS: browsers on ${corsOrigins.join(', ')} may call the API`);
-  if (config.adminToken !== undefined) console.log(`[payments] admin: http://localhost:${port}/admin/timeline?scope=<account>/payments.create&key=<key> (ADMIN_TOKEN)`);
+  if (config.adminToken !== undefined)
+    console.log(
+      `[payments] admin: http://localhost:${port}/admin/timeline?scope=<account>/payments.create&key=<key> (ADMIN_TOKEN)`,
+    );
 
   const shutdown = async () => {
     app.server.close();
@@ -72,7 +96,11 @@ function oneLine(error: unknown): string {
     const message = current instanceof Error ? current.message : String(current);
     // node-postgres rejects with an AggregateError (empty message) when every address refused.
     const inner = (current as { errors?: unknown }).errors;
-    const text = message || (Array.isArray(inner) ? inner.map((each) => (each instanceof Error ? each.message : String(each))).join('; ') : '');
+    const text =
+      message ||
+      (Array.isArray(inner)
+        ? inner.map((each) => (each instanceof Error ? each.message : String(each))).join('; ')
+        : '');
     const cause = (current as { cause?: unknown }).cause;
     if ((text === '' || text.startsWith('Failed query:')) && cause !== undefined && cause !== null) {
       current = cause;

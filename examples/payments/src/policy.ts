@@ -4,7 +4,15 @@ import { createPolicyDocument, type PolicyDocument } from '@idem/core';
  * The published retention policy of this server (draft §2.3, SPEC R4), generated from the
  * configuration the two endpoints run with.
  */
-export function paymentsPolicy({ retentionMs, leaseMs, documentationUrl }: { retentionMs: number; leaseMs: number; documentationUrl: string }): PolicyDocument {
+export function paymentsPolicy({
+  retentionMs,
+  leaseMs,
+  documentationUrl,
+}: {
+  retentionMs: number;
+  leaseMs: number;
+  documentationUrl: string;
+}): PolicyDocument {
   const common = { required: true, retentionMs, leaseMs, expiredReuse: 'execute' as const };
   return createPolicyDocument({
     title: 'Idempotency policy — payments example',
@@ -16,7 +24,8 @@ export function paymentsPolicy({ retentionMs, leaseMs, documentationUrl }: { ret
         transport: 'trpc',
         operation: 'payments.create',
         keySources: ['Idempotency-Key header', 'input field idempotencyKey'],
-        stored: 'the output { id, amount, currency, createdAt }, or the error (tRPC code, message, HTTP status), INTERNAL_SERVER_ERROR included',
+        stored:
+          'the output { id, amount, currency, createdAt }, or the error (tRPC code, message, HTTP status), INTERNAL_SERVER_ERROR included',
         fingerprint: 'SHA-256 of the validated input { amount, currency }; the idempotencyKey field is left out',
       },
       {
@@ -24,9 +33,15 @@ export function paymentsPolicy({ retentionMs, leaseMs, documentationUrl }: { ret
         endpoint: 'GraphQL Mutation.createPayment (POST /graphql)',
         transport: 'graphql',
         operation: 'Mutation.createPayment',
-        keySources: ['Idempotency-Key header (the whole mutation operation is one record)', 'argument idempotencyKey', 'directive @idempotent(key:)'],
-        stored: 'header key: the whole result (data and errors); argument or directive key: the field value or its error',
-        fingerprint: 'header key: the normalized operation document and its variables; argument key: the field arguments (key left out) and its effective selection (@skip/@include applied, the values of the variables it reads)',
+        keySources: [
+          'Idempotency-Key header (the whole mutation operation is one record)',
+          'argument idempotencyKey',
+          'directive @idempotent(key:)',
+        ],
+        stored:
+          'header key: the whole result (data and errors); argument or directive key: the field value or its error',
+        fingerprint:
+          'header key: the normalized operation document and its variables; argument key: the field arguments (key left out) and its effective selection (@skip/@include applied, the values of the variables it reads)',
       },
     ],
   });

@@ -32,7 +32,14 @@ export interface PaymentsRouterOptions {
 }
 
 /** tRPC, plain JSON: `payments.create` (idempotent mutation) and `payments.ledger` (query). */
-export function createPaymentsRouter({ store, channel, retentionMs, leaseMs, onEvent, atomic = false }: PaymentsRouterOptions) {
+export function createPaymentsRouter({
+  store,
+  channel,
+  retentionMs,
+  leaseMs,
+  onEvent,
+  atomic = false,
+}: PaymentsRouterOptions) {
   // isDev: false keeps stack traces out of error responses.
   const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
   const idempotent = idempotency({
@@ -52,7 +59,15 @@ export function createPaymentsRouter({ store, channel, retentionMs, leaseMs, onE
           const claim = idempotencyClaim(ctx);
           // The channel deduplicates by a key derived from ours (a re-execution after a lease
           // takeover charges once); in atomic mode its ledger row is written in idem's transaction.
-          return channel.charge({ account: ctx.account, amount: input.amount, currency: input.currency, downstreamKey: claim?.deriveKey('channel') }, claim?.tx);
+          return channel.charge(
+            {
+              account: ctx.account,
+              amount: input.amount,
+              currency: input.currency,
+              downstreamKey: claim?.deriveKey('channel'),
+            },
+            claim?.tx,
+          );
         }),
       ledger: t.procedure.query(() => channel.ledger()),
     }),

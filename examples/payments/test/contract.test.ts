@@ -13,7 +13,19 @@ import { openDatabase } from '@idem/drizzle/connect';
 import type { PaymentsStore } from '../src/trpc.ts';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteConnection, openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
-import { get, graphql, ledger, migrateExample, mutate, newKey, startExample, trpcClient, type LedgerEntry, type Reply, type RunningExample } from './http.ts';
+import {
+  get,
+  graphql,
+  ledger,
+  migrateExample,
+  mutate,
+  newKey,
+  startExample,
+  trpcClient,
+  type LedgerEntry,
+  type Reply,
+  type RunningExample,
+} from './http.ts';
 import { pollUntil, untilExpired } from '../../../test/support/waiting.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
@@ -57,7 +69,9 @@ const databases: Array<{ name: string; open(): Promise<Database> }> = [
         db: target.db,
         url: target.url,
         async startUnreachable() {
-          const database = await openDatabase('postgres://postgres@127.0.0.1:1/payments', { connectionTimeoutMillis: 1000 });
+          const database = await openDatabase('postgres://postgres@127.0.0.1:1/payments', {
+            connectionTimeoutMillis: 1000,
+          });
           const example = await startExample(database.db, ENV);
           return { ...example, release: () => database.close() };
         },
@@ -76,9 +90,14 @@ interface Run {
 function idem(args: string[], databaseUrl: string): Promise<Run> {
   return new Promise((resolve) => {
     // A bound for a hung CLI, not a speed check: on a loaded machine one start (node + tsx) takes 10 s or more.
-    execFile(process.execPath, [IDEM_BIN, ...args], { cwd: ROOT, env: { ...process.env, DATABASE_URL: databaseUrl }, timeout: 60_000 }, (error, stdout, stderr) => {
-      resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      [IDEM_BIN, ...args],
+      { cwd: ROOT, env: { ...process.env, DATABASE_URL: databaseUrl }, timeout: 60_000 },
+      (error, stdout, stderr) => {
+        resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -88,7 +107,8 @@ const withKey = (key: string, headers: Record<string, string> = {}) => ({ 'idemp
 const PAYMENT_FIELDS = 'id amount currency createdAt';
 const CREATE_WITH_HEADER_KEY = `mutation Pay($input: PaymentInput!) { createPayment(input: $input) { ${PAYMENT_FIELDS} } }`;
 const CREATE_WITH_ARGUMENT_KEY = `mutation Pay($input: PaymentInput!, $key: String) { createPayment(input: $input, idempotencyKey: $key) { ${PAYMENT_FIELDS} } }`;
-const createWithDirective = (key: string) => `mutation Pay($input: PaymentInput!) { createPayment(input: $input) @idempotent(key: ${JSON.stringify(key)}) { ${PAYMENT_FIELDS} } }`;
+const createWithDirective = (key: string) =>
+  `mutation Pay($input: PaymentInput!) { createPayment(input: $input) @idempotent(key: ${JSON.stringify(key)}) { ${PAYMENT_FIELDS} } }`;
 
 /**
  * The real store, whose outcome writes wait while `hold()` is in force: the first call stays
@@ -184,7 +204,15 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       const before = await ledger(url);
       const refused = await mutate(url, 'payments.create', { ...PAYMENT, idempotencyKey: newKey() }, withKey(newKey()));
       expect(refused.status).toBe(400);
-      expect(refused.body.error.data).toMatchObject({ code: 'BAD_REQUEST', httpStatus: 400, idempotency: { code: 'idempotency_key_ambiguous', status: 400, type: `${url}/idempotency#idempotency_key_ambiguous` } });
+      expect(refused.body.error.data).toMatchObject({
+        code: 'BAD_REQUEST',
+        httpStatus: 400,
+        idempotency: {
+          code: 'idempotency_key_ambiguous',
+          status: 400,
+          type: `${url}/idempotency#idempotency_key_ambiguous`,
+        },
+      });
       expect(await newEntries(before)).toEqual([]);
     });
 
@@ -198,7 +226,13 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       expect(error).toBeInstanceOf(TRPCClientError);
       const data = (error as TRPCClientError<any>).data;
       expect(data).toMatchObject({ code: 'BAD_REQUEST', httpStatus: 400 });
-      expect(data.idempotency).toEqual({ type: `${url}/idempotency#idempotency_key_missing`, title: 'Idempotency-Key is missing', status: 400, detail: expect.any(String), code: 'idempotency_key_missing' });
+      expect(data.idempotency).toEqual({
+        type: `${url}/idempotency#idempotency_key_missing`,
+        title: 'Idempotency-Key is missing',
+        status: 400,
+        detail: expect.any(String),
+        code: 'idempotency_key_missing',
+      });
 
       const empty = await mutate(url, 'payments.create', PAYMENT, withKey('  '));
       expect(empty.status).toBe(400);
@@ -221,7 +255,10 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       ];
       for (const refused of refusals) {
         expect(refused.status, refused.text).toBe(400);
-        expect(refused.body.error.data.idempotency).toMatchObject({ code: 'idempotency_key_invalid', type: `${url}/idempotency#idempotency_key_invalid` });
+        expect(refused.body.error.data.idempotency).toMatchObject({
+          code: 'idempotency_key_invalid',
+          type: `${url}/idempotency#idempotency_key_invalid`,
+        });
       }
       expect(await newEntries(before)).toEqual([]);
 
@@ -236,7 +273,11 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       const first = await mutate(url, 'payments.create', PAYMENT, withKey(key));
       const reused = await mutate(url, 'payments.create', { ...PAYMENT, amount: 4300 }, withKey(key));
       expect(reused.status).toBe(422);
-      expect(reused.body.error.data).toMatchObject({ code: 'UNPROCESSABLE_CONTENT', httpStatus: 422, idempotency: { code: 'idempotency_key_reused', type: `${url}/idempotency#idempotency_key_reused` } });
+      expect(reused.body.error.data).toMatchObject({
+        code: 'UNPROCESSABLE_CONTENT',
+        httpStatus: 422,
+        idempotency: { code: 'idempotency_key_reused', type: `${url}/idempotency#idempotency_key_reused` },
+      });
       expect(reused.headers.get('idempotent-replayed')).toBeNull();
 
       const retry = await mutate(url, 'payments.create', PAYMENT, withKey(key));
@@ -250,7 +291,11 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       const key = newKey();
       const failed = await mutate(url, 'payments.create', { amount: 13, currency: 'EUR' }, withKey(key));
       expect(failed.status).toBe(500);
-      expect(failed.body.error.data).toMatchObject({ code: 'INTERNAL_SERVER_ERROR', httpStatus: 500, path: 'payments.create' });
+      expect(failed.body.error.data).toMatchObject({
+        code: 'INTERNAL_SERVER_ERROR',
+        httpStatus: 500,
+        path: 'payments.create',
+      });
       expect(failed.body.error.message).toMatch(/payment channel failed/);
       expect(failed.text).not.toMatch(/\bat .*\.ts:\d+/);
       expect(failed.headers.get('idempotent-replayed')).toBeNull();
@@ -270,7 +315,9 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       outcomes.hold();
       const pending = Array.from({ length: 5 }, () => mutate(held.url, 'payments.create', PAYMENT, withKey(key)));
       // Four answered 409 while the fifth's outcome write is held; then it may complete.
-      await pollUntil(() => (held.events.filter((event) => event.type === 'conflict' && event.key === key).length >= 4 ? true : undefined));
+      await pollUntil(() =>
+        held.events.filter((event) => event.type === 'conflict' && event.key === key).length >= 4 ? true : undefined,
+      );
       outcomes.release();
       const replies = await Promise.all(pending);
       const succeeded = replies.filter((reply) => reply.status === 200);
@@ -279,7 +326,14 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       expect(conflicts).toHaveLength(4);
       for (const conflict of conflicts) {
         expect(Number(conflict.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-        expect(conflict.body.error.data).toMatchObject({ code: 'CONFLICT', httpStatus: 409, idempotency: { code: 'idempotency_request_in_progress', type: `${held.url}/idempotency#idempotency_request_in_progress` } });
+        expect(conflict.body.error.data).toMatchObject({
+          code: 'CONFLICT',
+          httpStatus: 409,
+          idempotency: {
+            code: 'idempotency_request_in_progress',
+            type: `${held.url}/idempotency#idempotency_request_in_progress`,
+          },
+        });
       }
       const created = payment(succeeded[0]!);
       expect(await newEntries(before)).toEqual([{ id: created.id, amount: 4200, currency: 'EUR' }]);
@@ -293,7 +347,11 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
     it('E4: an input the schema refuses (amount 0, currency "eur") is a 400 that is not stored: the same key then executes the valid payment', async () => {
       const before = await ledger(url);
       const key = newKey();
-      for (const input of [{ amount: 0, currency: 'EUR' }, { amount: 4200, currency: 'eur' }, { amount: 4.5, currency: 'EUR' }]) {
+      for (const input of [
+        { amount: 0, currency: 'EUR' },
+        { amount: 4200, currency: 'eur' },
+        { amount: 4.5, currency: 'EUR' },
+      ]) {
         const refused = await mutate(url, 'payments.create', input, withKey(key));
         expect(refused.status, JSON.stringify(input)).toBe(400);
         expect(refused.body.error.data.code).toBe('BAD_REQUEST');
@@ -323,11 +381,9 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
         expect(payment(retry).id).toBe(created[index]);
       }
       expect((await newEntries(before)).map((entry) => entry.id)).toEqual(created);
-      expect(server.events.filter((event) => event.type === 'claimed' && event.key === key).map((event) => event.scope)).toEqual([
-        'alice/payments.create',
-        'bob/payments.create',
-        'public/payments.create',
-      ]);
+      expect(
+        server.events.filter((event) => event.type === 'claimed' && event.key === key).map((event) => event.scope),
+      ).toEqual(['alice/payments.create', 'bob/payments.create', 'public/payments.create']);
     });
   });
 
@@ -335,18 +391,26 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
     it('E2/X3: with an Idempotency-Key header the mutation is one record: a retry replays its data with Idempotent-Replayed: true and extensions.idempotency.replayed; one ledger entry', async () => {
       const before = await ledger(url);
       const key = newKey();
-      const first = await graphql(url, CREATE_WITH_HEADER_KEY, { variables: { input: PAYMENT }, headers: withKey(key) });
+      const first = await graphql(url, CREATE_WITH_HEADER_KEY, {
+        variables: { input: PAYMENT },
+        headers: withKey(key),
+      });
       expect(first.status, first.text).toBe(200);
       const created = first.body.data.createPayment;
       expect(created).toEqual({ id: expect.any(String), amount: 4200, currency: 'EUR', createdAt: expect.any(String) });
       expect(first.headers.get('idempotent-replayed')).toBeNull();
 
-      const retry = await graphql(url, CREATE_WITH_HEADER_KEY, { variables: { input: PAYMENT }, headers: withKey(key) });
+      const retry = await graphql(url, CREATE_WITH_HEADER_KEY, {
+        variables: { input: PAYMENT },
+        headers: withKey(key),
+      });
       expect(retry.status).toBe(200);
       expect(retry.headers.get('idempotent-replayed')).toBe('true');
       expect(retry.body).toEqual({ data: first.body.data, extensions: { idempotency: { replayed: true } } });
       expect(await newEntries(before)).toEqual([{ id: created.id, amount: 4200, currency: 'EUR' }]);
-      expect(server.events.find((event) => event.type === 'replayed' && event.key === key)?.scope).toBe('public/mutation:createPayment');
+      expect(server.events.find((event) => event.type === 'replayed' && event.key === key)?.scope).toBe(
+        'public/mutation:createPayment',
+      );
     });
 
     it('K4: the idempotencyKey argument keys the field: a retry replays it; one ledger entry', async () => {
@@ -359,7 +423,9 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       expect(retry.body.data.createPayment).toEqual(created);
       expect(retry.body.extensions.idempotency).toMatchObject({ replayed: true, replayedFields: ['createPayment'] });
       expect(await newEntries(before)).toEqual([{ id: created.id, amount: 4200, currency: 'EUR' }]);
-      expect(server.events.find((event) => event.type === 'claimed' && event.key === key)?.scope).toBe('public/Mutation.createPayment');
+      expect(server.events.find((event) => event.type === 'claimed' && event.key === key)?.scope).toBe(
+        'public/Mutation.createPayment',
+      );
     });
 
     it('K4: the @idempotent(key:) directive keys the field like the argument does: a retry replays it; one ledger entry', async () => {
@@ -378,22 +444,38 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       const before = await ledger(url);
       const refused = await graphql(url, CREATE_WITH_HEADER_KEY, { variables: { input: PAYMENT } });
       expect(refused.status).toBe(400);
-      expect(refused.body.errors[0].extensions).toMatchObject({ code: 'IDEMPOTENCY_KEY_MISSING', idempotency: { code: 'idempotency_key_missing', type: `${url}/idempotency#idempotency_key_missing`, status: 400 } });
+      expect(refused.body.errors[0].extensions).toMatchObject({
+        code: 'IDEMPOTENCY_KEY_MISSING',
+        idempotency: {
+          code: 'idempotency_key_missing',
+          type: `${url}/idempotency#idempotency_key_missing`,
+          status: 400,
+        },
+      });
       expect(await newEntries(before)).toEqual([]);
     });
 
     it('F3/E4: with a header key, another amount is refused with 422, and amount 13 stores the channel error and replays it; one ledger entry each execution', async () => {
       const before = await ledger(url);
       const key = newKey();
-      const failed = await graphql(url, CREATE_WITH_HEADER_KEY, { variables: { input: { amount: 13, currency: 'EUR' } }, headers: withKey(key) });
+      const failed = await graphql(url, CREATE_WITH_HEADER_KEY, {
+        variables: { input: { amount: 13, currency: 'EUR' } },
+        headers: withKey(key),
+      });
       expect(failed.body.data).toBeNull();
       expect(failed.body.errors[0].message).toMatch(/payment channel failed/);
-      const replayed = await graphql(url, CREATE_WITH_HEADER_KEY, { variables: { input: { amount: 13, currency: 'EUR' } }, headers: withKey(key) });
+      const replayed = await graphql(url, CREATE_WITH_HEADER_KEY, {
+        variables: { input: { amount: 13, currency: 'EUR' } },
+        headers: withKey(key),
+      });
       expect(replayed.headers.get('idempotent-replayed')).toBe('true');
       expect(replayed.status).toBe(failed.status);
       expect(replayed.body).toEqual({ ...failed.body, extensions: { idempotency: { replayed: true } } });
 
-      const reused = await graphql(url, CREATE_WITH_HEADER_KEY, { variables: { input: PAYMENT }, headers: withKey(key) });
+      const reused = await graphql(url, CREATE_WITH_HEADER_KEY, {
+        variables: { input: PAYMENT },
+        headers: withKey(key),
+      });
       expect(reused.status).toBe(422);
       expect(reused.body.errors[0].extensions.idempotency.code).toBe('idempotency_key_reused');
       const added = await newEntries(before);
@@ -404,23 +486,36 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
     it('E4: an input the resolver refuses (amount 0) is not stored: the same key then executes the valid payment', async () => {
       const before = await ledger(url);
       const key = newKey();
-      const refused = await graphql(url, CREATE_WITH_ARGUMENT_KEY, { variables: { input: { amount: 0, currency: 'EUR' }, key } });
+      const refused = await graphql(url, CREATE_WITH_ARGUMENT_KEY, {
+        variables: { input: { amount: 0, currency: 'EUR' }, key },
+      });
       expect(refused.body.errors[0].extensions.code).toBe('BAD_USER_INPUT');
       expect(await newEntries(before)).toEqual([]);
 
       const accepted = await graphql(url, CREATE_WITH_ARGUMENT_KEY, { variables: { input: PAYMENT, key } });
       expect(accepted.headers.get('idempotent-replayed')).toBeNull();
-      expect(await newEntries(before)).toEqual([{ id: accepted.body.data.createPayment.id, amount: 4200, currency: 'EUR' }]);
+      expect(await newEntries(before)).toEqual([
+        { id: accepted.body.data.createPayment.id, amount: 4200, currency: 'EUR' },
+      ]);
     });
 
     it('S1: the same header key from alice and from public is two executions; neither replays the other', async () => {
       const before = await ledger(url);
       const key = newKey();
-      const alice = await graphql(url, CREATE_WITH_HEADER_KEY, { variables: { input: PAYMENT }, headers: withKey(key, bearer('alice')) });
-      const anonymous = await graphql(url, CREATE_WITH_HEADER_KEY, { variables: { input: PAYMENT }, headers: withKey(key) });
+      const alice = await graphql(url, CREATE_WITH_HEADER_KEY, {
+        variables: { input: PAYMENT },
+        headers: withKey(key, bearer('alice')),
+      });
+      const anonymous = await graphql(url, CREATE_WITH_HEADER_KEY, {
+        variables: { input: PAYMENT },
+        headers: withKey(key),
+      });
       expect(anonymous.headers.get('idempotent-replayed')).toBeNull();
       expect(anonymous.body.data.createPayment.id).not.toBe(alice.body.data.createPayment.id);
-      expect((await newEntries(before)).map((entry) => entry.id)).toEqual([alice.body.data.createPayment.id, anonymous.body.data.createPayment.id]);
+      expect((await newEntries(before)).map((entry) => entry.id)).toEqual([
+        alice.body.data.createPayment.id,
+        anonymous.body.data.createPayment.id,
+      ]);
     });
   });
 
@@ -429,9 +524,15 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       const before = await ledger(url);
       const key = newKey();
       const viaTrpc = payment(await mutate(url, 'payments.create', PAYMENT, withKey(key)));
-      const viaGraphql = await graphql(url, CREATE_WITH_HEADER_KEY, { variables: { input: PAYMENT }, headers: withKey(key) });
+      const viaGraphql = await graphql(url, CREATE_WITH_HEADER_KEY, {
+        variables: { input: PAYMENT },
+        headers: withKey(key),
+      });
       expect(viaGraphql.headers.get('idempotent-replayed')).toBeNull();
-      expect((await newEntries(before)).map((entry) => entry.id)).toEqual([viaTrpc.id, viaGraphql.body.data.createPayment.id]);
+      expect((await newEntries(before)).map((entry) => entry.id)).toEqual([
+        viaTrpc.id,
+        viaGraphql.body.data.createPayment.id,
+      ]);
 
       const fromGraphql = await graphql(url, '{ ledger { id amount currency } }');
       expect(fromGraphql.body.data.ledger).toEqual(await ledger(url));
@@ -454,13 +555,19 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       expect((await newEntries(before)).map((entry) => entry.id)).toEqual([first.id, second.id]);
 
       const reused = short.events.find((event) => event.type === 'expiredKeyReused' && event.key === key);
-      expect(reused).toMatchObject({ scope: 'retention/payments.create', generation: 2, previous: { generation: 1, status: 200, outcomeKind: 'success' } });
+      expect(reused).toMatchObject({
+        scope: 'retention/payments.create',
+        generation: 2,
+        previous: { generation: 1, status: 200, outcomeKind: 'success' },
+      });
       if (reused?.type !== 'expiredKeyReused') throw new Error('unreachable');
       expect(reused.previous.completedAt).toBeInstanceOf(Date);
       expect(reused.previous.expiresAt.getTime() - reused.previous.completedAt!.getTime()).toBe(1000);
     });
 
-    it('A1/R4: `idem explain` prints both generations of a reused key and `idem policy` the retention and lease the server ran with, from the example\'s database', { timeout: 120_000 }, async (context) => {
+    it("A1/R4: `idem explain` prints both generations of a reused key and `idem policy` the retention and lease the server ran with, from the example's database", {
+      timeout: 120_000,
+    }, async (context) => {
       if (database.url === undefined) context.skip('PGlite runs in this process only: no DATABASE_URL for the CLI');
       const key = newKey();
       const account = bearer('audit');
@@ -482,10 +589,30 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       expect(explain.stdout).toMatch(/executed again as generation 2/);
 
       expect(json.code, json.stderr).toBe(0);
-      const timeline = JSON.parse(json.stdout) as { scopes: Array<{ scope: string; generations: Array<{ generation: number; status: number; reusedAt: string | null }> }> };
-      expect(timeline.scopes.map((scope) => [scope.scope, scope.generations.map((generation) => [generation.generation, generation.status, generation.reusedAt !== null])])).toEqual([
+      const timeline = JSON.parse(json.stdout) as {
+        scopes: Array<{
+          scope: string;
+          generations: Array<{ generation: number; status: number; reusedAt: string | null }>;
+        }>;
+      };
+      expect(
+        timeline.scopes.map((scope) => [
+          scope.scope,
+          scope.generations.map((generation) => [
+            generation.generation,
+            generation.status,
+            generation.reusedAt !== null,
+          ]),
+        ]),
+      ).toEqual([
         ['audit-long/payments.create', [[1, 200, false]]],
-        ['audit/payments.create', [[1, 200, true], [2, 200, false]]],
+        [
+          'audit/payments.create',
+          [
+            [1, 200, true],
+            [2, 200, false],
+          ],
+        ],
       ]);
 
       expect(policy.code, policy.stderr).toBe(0);
@@ -505,14 +632,24 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       expect(trpc.endpoint).toMatch(/payments\.create/);
       expect(graphqlEndpoint.endpoint).toMatch(/createPayment/);
       for (const endpoint of policy.body.endpoints) {
-        expect(endpoint).toMatchObject({ required: true, retention: '30m', retentionMs: 1_800_000, lease: '45s', leaseMs: 45_000, expiredReuse: 'execute' });
+        expect(endpoint).toMatchObject({
+          required: true,
+          retention: '30m',
+          retentionMs: 1_800_000,
+          lease: '45s',
+          leaseMs: 45_000,
+          expiredReuse: 'execute',
+        });
         expect(endpoint.stored).toEqual(expect.any(String));
       }
       expect(trpc.keySources).toEqual(['Idempotency-Key header', 'input field idempotencyKey']);
       expect(graphqlEndpoint.keySources.join(' ')).toMatch(/header.*argument idempotencyKey.*@idempotent\(key:\)/);
 
       const shortPolicy = await get(short.url, '/idempotency', { accept: 'application/json' });
-      expect(shortPolicy.body.endpoints.map((endpoint: { retention: string }) => endpoint.retention)).toEqual(['1s', '1s']);
+      expect(shortPolicy.body.endpoints.map((endpoint: { retention: string }) => endpoint.retention)).toEqual([
+        '1s',
+        '1s',
+      ]);
     });
 
     it('R4: GET /idempotency for a browser is readable HTML naming both endpoints and the retention', async () => {
@@ -542,7 +679,10 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
         const refused = await mutate(unreachable.url, 'payments.create', PAYMENT, withKey(newKey()));
         expect(refused.status).toBe(503);
         expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-        expect(refused.body.error.data).toMatchObject({ code: 'SERVICE_UNAVAILABLE', idempotency: { code: 'idempotency_store_unavailable' } });
+        expect(refused.body.error.data).toMatchObject({
+          code: 'SERVICE_UNAVAILABLE',
+          idempotency: { code: 'idempotency_store_unavailable' },
+        });
       } finally {
         await unreachable.close();
         await unreachable.release();

@@ -12,21 +12,42 @@ const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
 describe('npm run demo', () => {
   it('R2/A1: replays the incident to completion: a 409, a replay with one ledger entry, a retry past the retention with two, the expiredKeyReused event and two generations in idem explain', async () => {
     const { code, stdout, stderr } = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      execFile(npm, ['run', 'demo'], { cwd: ROOT, env: { ...process.env, NO_COLOR: '1' }, timeout: 150_000 }, (error, out, err) => {
-        resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout: out, stderr: err });
-      });
+      execFile(
+        npm,
+        ['run', 'demo'],
+        { cwd: ROOT, env: { ...process.env, NO_COLOR: '1' }, timeout: 150_000 },
+        (error, out, err) => {
+          resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout: out, stderr: err });
+        },
+      );
     });
     expect(code, `${stdout}\n${stderr}`).toBe(0);
     expect(stderr).not.toMatch(/\[demo\] failed/);
 
-    expect(stdout).toMatch(/2\. Back-off retry.*\n.*409 Conflict, Retry-After: \d+ \(idempotency_request_in_progress\)/);
-    expect(stdout).toMatch(/3\. Retry after the first call completed.*\n.*200, Idempotent-Replayed: true.*\n.*ledger: 1 entry\n/);
-    expect(stdout).toMatch(/4\. Retry .* after the retention ended.*\n.*200, no Idempotent-Replayed: executed as a new request.*\n.*ledger: 2 entries\n/);
+    expect(stdout).toMatch(
+      /2\. Back-off retry.*\n.*409 Conflict, Retry-After: \d+ \(idempotency_request_in_progress\)/,
+    );
+    expect(stdout).toMatch(
+      /3\. Retry after the first call completed.*\n.*200, Idempotent-Replayed: true.*\n.*ledger: 1 entry\n/,
+    );
+    expect(stdout).toMatch(
+      /4\. Retry .* after the retention ended.*\n.*200, no Idempotent-Replayed: executed as a new request.*\n.*ledger: 2 entries\n/,
+    );
     expect(stdout).toContain('This is the incident: two charges, one key.');
 
     const event = /\[idem\] (\{"type":"expiredKeyReused".*\})$/m.exec(stdout)?.[1];
     expect(event).toBeDefined();
-    expect(JSON.parse(event!)).toMatchObject({ scope: 'public/payments.create', generation: 2, previous: { generation: 1, status: 200, firstSeenAt: expect.any(String), completedAt: expect.any(String), expiresAt: expect.any(String) } });
+    expect(JSON.parse(event!)).toMatchObject({
+      scope: 'public/payments.create',
+      generation: 2,
+      previous: {
+        generation: 1,
+        status: 200,
+        firstSeenAt: expect.any(String),
+        completedAt: expect.any(String),
+        expiresAt: expect.any(String),
+      },
+    });
 
     expect(stdout).toMatch(/npx idem explain \S+ --scope public\/payments\.create\n/);
     expect(stdout).toMatch(/: 2 generations\n/);
@@ -36,7 +57,9 @@ describe('npm run demo', () => {
     expect(stdout).toMatch(/executed again as generation 2/);
     // Step 6 (issue 8): the client link refuses the retry the server would run as new.
     expect(stdout).toMatch(/6\. The same flaky network, with a client that knows the shelf life/);
-    expect(stdout).toMatch(/RetentionWindowExceededError \(idempotency_retention_exceeded\): \[idem\] Stopped retrying .*Reconcile instead/);
+    expect(stdout).toMatch(
+      /RetentionWindowExceededError \(idempotency_retention_exceeded\): \[idem\] Stopped retrying .*Reconcile instead/,
+    );
     expect(stdout).toContain('ledger: 1 new charge for this payment — charged once');
     expect(stdout).toContain('Demo complete.');
   }, 180_000);

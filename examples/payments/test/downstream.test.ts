@@ -25,7 +25,10 @@ interface OutcomeFault {
   allow(): Promise<void>;
 }
 
-const databases: Array<{ name: string; open(): Promise<{ db: DrizzleDatabase; outcomes: OutcomeFault; close(): Promise<void> }> }> = [
+const databases: Array<{
+  name: string;
+  open(): Promise<{ db: DrizzleDatabase; outcomes: OutcomeFault; close(): Promise<void> }>;
+}> = [
   {
     name: 'SQLite',
     async open() {
@@ -52,10 +55,19 @@ const databases: Array<{ name: string; open(): Promise<{ db: DrizzleDatabase; ou
         close: () => target.close(),
         outcomes: {
           async refuse() {
-            await target.db.execute(sql.raw("CREATE FUNCTION refuse_outcomes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'outcome writes refused'; END $$"));
-            await target.db.execute(sql.raw("CREATE TRIGGER refuse_outcomes BEFORE UPDATE ON idem_keys FOR EACH ROW WHEN (NEW.state = 'completed') EXECUTE FUNCTION refuse_outcomes()"));
+            await target.db.execute(
+              sql.raw(
+                "CREATE FUNCTION refuse_outcomes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'outcome writes refused'; END $$",
+              ),
+            );
+            await target.db.execute(
+              sql.raw(
+                "CREATE TRIGGER refuse_outcomes BEFORE UPDATE ON idem_keys FOR EACH ROW WHEN (NEW.state = 'completed') EXECUTE FUNCTION refuse_outcomes()",
+              ),
+            );
           },
-          allow: async () => void (await target.db.execute(sql.raw('DROP FUNCTION IF EXISTS refuse_outcomes() CASCADE'))),
+          allow: async () =>
+            void (await target.db.execute(sql.raw('DROP FUNCTION IF EXISTS refuse_outcomes() CASCADE'))),
         },
       };
     },
@@ -81,14 +93,20 @@ describe.each(databases)('the payments example over $name: derived downstream ke
       const first = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key });
       expect(first.status).toBe(200); // E7: the client learns the real outcome though it was not stored
       const charge = first.body.result.data;
-      expect(example.events.filter((event) => event.type === 'storeError' && event.key === key && event.operation === 'complete').length).toBeGreaterThanOrEqual(1);
+      expect(
+        example.events.filter(
+          (event) => event.type === 'storeError' && event.key === key && event.operation === 'complete',
+        ).length,
+      ).toBeGreaterThanOrEqual(1);
       expect(await example.app.store.get(SCOPE, key)).toMatchObject({ state: 'processing', outcome: null });
 
       const during = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key });
       expect(during.status).toBe(409); // not handed to a new executor before the lease ends
 
       await example.app.drain(); // the engine retries the outcome write until the lease ends, then gives up
-      expect(example.events.filter((event) => event.type === 'storeError' && event.key === key && !event.willRetry)).toHaveLength(1);
+      expect(
+        example.events.filter((event) => event.type === 'storeError' && event.key === key && !event.willRetry),
+      ).toHaveLength(1);
       await target.outcomes.allow();
       await untilLeaseEnds(example.app.store, SCOPE, key);
       const takeover = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key });
@@ -151,8 +169,18 @@ describe('the payments example in atomic mode (PostgreSQL)', () => {
   it('E4: amount 13 fails after writing its ledger row: the row is rolled back with it, the 500 is stored and replayed', async () => {
     const key = newKey();
     const before = (await ledger(example.url)).length;
-    const first = await mutate(example.url, 'payments.create', { amount: 13, currency: 'EUR' }, { 'idempotency-key': key });
-    const replay = await mutate(example.url, 'payments.create', { amount: 13, currency: 'EUR' }, { 'idempotency-key': key });
+    const first = await mutate(
+      example.url,
+      'payments.create',
+      { amount: 13, currency: 'EUR' },
+      { 'idempotency-key': key },
+    );
+    const replay = await mutate(
+      example.url,
+      'payments.create',
+      { amount: 13, currency: 'EUR' },
+      { 'idempotency-key': key },
+    );
     expect(first.status).toBe(500);
     expect(replay.status).toBe(500);
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
@@ -165,14 +193,25 @@ describe('configuration of the example', () => {
   it('IDEM_ATOMIC needs PostgreSQL: on SQLite the example refuses to start with a one-line reason', () => {
     expect(() => readConfig({ IDEM_ATOMIC: '1' })).toThrow(ConfigError);
     expect(() => readConfig({ IDEM_ATOMIC: '1' })).toThrow(/IDEM_ATOMIC needs PostgreSQL/);
-    expect(readConfig({ IDEM_ATOMIC: 'on', DATABASE_URL: 'postgres://postgres@127.0.0.1:5432/test' }).atomic).toBe(true);
+    expect(readConfig({ IDEM_ATOMIC: 'on', DATABASE_URL: 'postgres://postgres@127.0.0.1:5432/test' }).atomic).toBe(
+      true,
+    );
     expect(readConfig({}).atomic).toBe(false);
     expect(() => readConfig({ IDEM_ATOMIC: 'maybe' })).toThrow(/IDEM_ATOMIC must be/);
   });
 
   it('a relative SQLite path is taken from where npm start was run (INIT_CWD), not from the example folder', () => {
-    expect(readConfig({ DATABASE_URL: 'file:data/app.db', INIT_CWD: '/srv/shop' }).database).toEqual({ dialect: 'sqlite', path: '/srv/shop/data/app.db' });
-    expect(readConfig({ DATABASE_URL: 'local.sqlite', INIT_CWD: '/srv/shop' }).database).toEqual({ dialect: 'sqlite', path: '/srv/shop/local.sqlite' });
-    expect(readConfig({ DATABASE_URL: 'file:/abs/x.db', INIT_CWD: '/srv/shop' }).database).toEqual({ dialect: 'sqlite', path: '/abs/x.db' });
+    expect(readConfig({ DATABASE_URL: 'file:data/app.db', INIT_CWD: '/srv/shop' }).database).toEqual({
+      dialect: 'sqlite',
+      path: '/srv/shop/data/app.db',
+    });
+    expect(readConfig({ DATABASE_URL: 'local.sqlite', INIT_CWD: '/srv/shop' }).database).toEqual({
+      dialect: 'sqlite',
+      path: '/srv/shop/local.sqlite',
+    });
+    expect(readConfig({ DATABASE_URL: 'file:/abs/x.db', INIT_CWD: '/srv/shop' }).database).toEqual({
+      dialect: 'sqlite',
+      path: '/abs/x.db',
+    });
   });
 });

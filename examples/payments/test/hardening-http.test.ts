@@ -12,7 +12,17 @@ import { openDatabase, type OpenedDatabase } from '@idem/drizzle/connect';
 import { holdSqliteWriteLock, type HeldLock } from '../../../packages/drizzle/test/sqlite-lock.ts';
 import { openSqliteTarget, type SqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
 import { ExampleFleet } from '../../../test/reliability/support/example-server.ts';
-import { get, graphql, ledger, migrateExample, mutate, newKey, startExample, type Reply, type RunningExample } from './http.ts';
+import {
+  get,
+  graphql,
+  ledger,
+  migrateExample,
+  mutate,
+  newKey,
+  startExample,
+  type Reply,
+  type RunningExample,
+} from './http.ts';
 
 const PAYMENT = { amount: 4200, currency: 'EUR' };
 
@@ -126,7 +136,10 @@ describe('npm start with a request target that is not a URL (issue 14, item 1)',
 
   it('answers `GET http://[` with 400 problem+json, keeps running, and serves the next request', async () => {
     const server = await fleet.start({ databaseUrl: `file:${join(directory, 'payments.db')}` });
-    const answer = await rawRequest(server.url, 'GET http://[ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n');
+    const answer = await rawRequest(
+      server.url,
+      'GET http://[ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n',
+    );
     expect(answer.statusLine).toBe('HTTP/1.1 400 Bad Request');
     expect(answer.text).toMatch(/content-type: application\/problem\+json/i);
     expect(answer.text).toContain('"detail":"The request target is not a valid URL."');
@@ -154,12 +167,23 @@ describe('the example behind its front door (issue 14, items 6 and 11)', () => {
   it('item 6: a tRPC body over the 64 KiB limit is refused with 413 PAYLOAD_TOO_LARGE, with or without Content-Length, and nothing is charged', async () => {
     const before = await ledger(example.url);
     const post = (body: BodyInit, extra: RequestInit = {}) =>
-      fetch(`${example.url}/trpc/payments.create`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': newKey() }, body, ...extra });
+      fetch(`${example.url}/trpc/payments.create`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': newKey() },
+        body,
+        ...extra,
+      });
     const sized = await post(padded(1024 * 1024));
     expect(sized.status).toBe(413);
     expect((await sized.json()).error.data).toMatchObject({ code: 'PAYLOAD_TOO_LARGE', httpStatus: 413 });
     const chunks = [padded(1024 * 1024)];
-    const streamed = await post(new ReadableStream({ pull: (controller) => (chunks.length ? controller.enqueue(new TextEncoder().encode(chunks.shift()!)) : controller.close()) }), { duplex: 'half' } as RequestInit);
+    const streamed = await post(
+      new ReadableStream({
+        pull: (controller) =>
+          chunks.length ? controller.enqueue(new TextEncoder().encode(chunks.shift()!)) : controller.close(),
+      }),
+      { duplex: 'half' } as RequestInit,
+    );
     expect(streamed.status).toBe(413);
     expect(await ledger(example.url)).toEqual(before);
     // Under the limit, the same request goes through.
@@ -185,22 +209,29 @@ describe('the example behind its front door (issue 14, items 6 and 11)', () => {
     ['Bearer without a token', 'Bearer'],
     ['a Bearer value with a space', 'Bearer ali ce'],
     ['an empty header', ''],
-  ])('item 11: %s get 401 with WWW-Authenticate on tRPC and GraphQL, never the public account\'s stored response', async (_what, authorization) => {
-    const key = newKey();
-    const anonymous = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key });
-    expect(anonymous.status).toBe(200);
-    const before = await ledger(example.url);
+  ])(
+    "item 11: %s get 401 with WWW-Authenticate on tRPC and GraphQL, never the public account's stored response",
+    async (_what, authorization) => {
+      const key = newKey();
+      const anonymous = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key });
+      expect(anonymous.status).toBe(200);
+      const before = await ledger(example.url);
 
-    const trpc = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key, authorization });
-    expect(trpc.status).toBe(401);
-    expect(trpc.headers.get('www-authenticate')).toBe('Bearer realm="payments"');
-    expect(trpc.headers.get('idempotent-replayed')).toBeNull();
-    expect(trpc.text).not.toContain(anonymous.body.result.data.id);
+      const trpc = await mutate(example.url, 'payments.create', PAYMENT, { 'idempotency-key': key, authorization });
+      expect(trpc.status).toBe(401);
+      expect(trpc.headers.get('www-authenticate')).toBe('Bearer realm="payments"');
+      expect(trpc.headers.get('idempotent-replayed')).toBeNull();
+      expect(trpc.text).not.toContain(anonymous.body.result.data.id);
 
-    const query = 'mutation Pay($input: PaymentInput!, $key: String) { createPayment(input: $input, idempotencyKey: $key) { id } }';
-    const byGraphql = await graphql(example.url, query, { variables: { input: PAYMENT, key }, headers: { authorization } });
-    expect(byGraphql.status).toBe(401);
-    expect(byGraphql.headers.get('www-authenticate')).toBe('Bearer realm="payments"');
-    expect(await ledger(example.url)).toEqual(before);
-  });
+      const query =
+        'mutation Pay($input: PaymentInput!, $key: String) { createPayment(input: $input, idempotencyKey: $key) { id } }';
+      const byGraphql = await graphql(example.url, query, {
+        variables: { input: PAYMENT, key },
+        headers: { authorization },
+      });
+      expect(byGraphql.status).toBe(401);
+      expect(byGraphql.headers.get('www-authenticate')).toBe('Bearer realm="payments"');
+      expect(await ledger(example.url)).toEqual(before);
+    },
+  );
 });

@@ -31,10 +31,23 @@ export async function migrateExample(db: DrizzleDatabase): Promise<void> {
  * The example as `main.ts` builds it, configured from `env` the way `npm start` reads it
  * (IDEM_TTL, IDEM_LEASE, CHANNEL_DELAY_MS, CORS_ORIGIN, ADMIN_TOKEN), over `db`, on a free port of 127.0.0.1.
  */
-export async function startExample(db: DrizzleDatabase, env: Record<string, string> = {}, overrides: Pick<PaymentsAppOptions, 'store' | 'atomic'> = {}): Promise<RunningExample> {
+export async function startExample(
+  db: DrizzleDatabase,
+  env: Record<string, string> = {},
+  overrides: Pick<PaymentsAppOptions, 'store' | 'atomic'> = {},
+): Promise<RunningExample> {
   const config = readConfig(env);
   const events: IdempotencyEvent[] = [];
-  const app = createPaymentsApp({ db, retentionMs: config.retentionMs, leaseMs: config.leaseMs, channelDelayMs: config.channelDelayMs, corsOrigins: config.corsOrigins, adminToken: config.adminToken, onEvent: (event) => events.push(event), ...overrides });
+  const app = createPaymentsApp({
+    db,
+    retentionMs: config.retentionMs,
+    leaseMs: config.leaseMs,
+    channelDelayMs: config.channelDelayMs,
+    corsOrigins: config.corsOrigins,
+    adminToken: config.adminToken,
+    onEvent: (event) => events.push(event),
+    ...overrides,
+  });
   await new Promise<void>((resolve) => app.server.listen(0, '127.0.0.1', resolve));
   const { port } = app.server.address() as AddressInfo;
   return {
@@ -71,16 +84,35 @@ async function reply(response: Response): Promise<Reply> {
 }
 
 /** POSTs `input` to a tRPC mutation the way `httpLink` does without a transformer. */
-export async function mutate(url: string, path: string, input: unknown, headers: Record<string, string> = {}): Promise<Reply> {
-  return reply(await fetch(`${url}/trpc/${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(input) }));
+export async function mutate(
+  url: string,
+  path: string,
+  input: unknown,
+  headers: Record<string, string> = {},
+): Promise<Reply> {
+  return reply(
+    await fetch(`${url}/trpc/${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify(input),
+    }),
+  );
 }
 
 /** POSTs a GraphQL operation to `/graphql`. */
-export async function graphql(url: string, query: string, { variables, headers = {} }: { variables?: Record<string, unknown>; headers?: Record<string, string> } = {}): Promise<Reply> {
+export async function graphql(
+  url: string,
+  query: string,
+  { variables, headers = {} }: { variables?: Record<string, unknown>; headers?: Record<string, string> } = {},
+): Promise<Reply> {
   return reply(
     await fetch(`${url}/graphql`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json, application/json', ...headers },
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/graphql-response+json, application/json',
+        ...headers,
+      },
       body: JSON.stringify({ query, ...(variables ? { variables } : {}) }),
     }),
   );

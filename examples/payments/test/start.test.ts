@@ -35,13 +35,19 @@ afterAll(() => {
 });
 
 function run(env: Record<string, string>): { child: ChildProcess; stdout: string[]; exited: Started['exited'] } {
-  const child = spawn(process.execPath, ['--import', 'tsx', MAIN], { cwd: ROOT, env: { ...process.env, PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', MAIN], {
+    cwd: ROOT,
+    env: { ...process.env, PORT: '0', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   children.add(child);
   const stdout: string[] = [];
   let stderr = '';
   createInterface({ input: child.stdout! }).on('line', (line) => stdout.push(line));
   child.stderr!.on('data', (chunk) => (stderr += chunk));
-  const exited = new Promise<{ code: number | null; stderr: string }>((resolve) => child.once('close', (code) => resolve({ code, stderr })));
+  const exited = new Promise<{ code: number | null; stderr: string }>((resolve) =>
+    child.once('close', (code) => resolve({ code, stderr })),
+  );
   return { child, stdout, exited };
 }
 
@@ -50,7 +56,9 @@ async function start(env: Record<string, string>): Promise<Started> {
   const started = run(env);
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setInterval(() => {
-      const port = started.stdout.map((line) => /^\[payments\] listening on http:\/\/localhost:(\d+) /.exec(line)?.[1]).find(Boolean);
+      const port = started.stdout
+        .map((line) => /^\[payments\] listening on http:\/\/localhost:(\d+) /.exec(line)?.[1])
+        .find(Boolean);
       if (port) {
         clearInterval(timer);
         resolve(`http://127.0.0.1:${port}`);
@@ -90,14 +98,20 @@ describe('npm start (src/main.ts) on SQLite', () => {
     expect(retry.text).toBe(first.text);
     expect(await ledger(server.url)).toEqual([{ id: first.body.result.data.id, amount: 4200, currency: 'EUR' }]);
 
-    const policy = await fetch(`${server.url}/idempotency`, { headers: { accept: 'application/json' } }).then((response) => response.json());
-    expect(policy.endpoints.map((endpoint: { retention: string; lease: string }) => [endpoint.retention, endpoint.lease])).toEqual([
+    const policy = await fetch(`${server.url}/idempotency`, { headers: { accept: 'application/json' } }).then(
+      (response) => response.json(),
+    );
+    expect(
+      policy.endpoints.map((endpoint: { retention: string; lease: string }) => [endpoint.retention, endpoint.lease]),
+    ).toEqual([
       ['2m', '30s'],
       ['2m', '30s'],
     ]);
 
     expect(await stop(server)).toBe(0);
-    const events = server.stdout.filter((line) => line.startsWith('[idem] ')).map((line) => JSON.parse(line.slice('[idem] '.length)));
+    const events = server.stdout
+      .filter((line) => line.startsWith('[idem] '))
+      .map((line) => JSON.parse(line.slice('[idem] '.length)));
     expect(events.map((event) => [event.type, event.scope, event.key])).toEqual([
       ['claimed', 'public/payments.create', key],
       ['completed', 'public/payments.create', key],
@@ -117,26 +131,38 @@ describe('npm start (src/main.ts) on SQLite', () => {
   it.concurrent.for([
     ['IDEM_TTL=abc', { IDEM_TTL: 'abc' }, /^IDEM_TTL must be a duration such as 2s, 30m, 24h or 7d, got "abc"$/],
     ['PORT=http', { PORT: 'http' }, /^PORT must be an integer from 0 to 65535, got "http"$/],
-    ['DATABASE_URL=mysql://db/app', { DATABASE_URL: 'mysql://db/app' }, /^DATABASE_URL "mysql:\/\/db\/app" is MySQL: this example runs on SQLite or PostgreSQL$/],
-    ['an unreachable PostgreSQL', { DATABASE_URL: 'postgres://postgres@127.0.0.1:1/payments' }, /^migrating postgres:\/\/postgres@127\.0\.0\.1:1\/payments failed: connect ECONNREFUSED/],
-  ] as const)('with %s it exits 1 with one line "[payments] cannot start: …" and no stack trace', async ([, env, reason], { expect }) => {
-    const { stdout, exited } = run({ DATABASE_URL: `file:${join(temporaryDirectory(), 'payments.db')}`, ...env });
-    const { code, stderr } = await exited;
-    expect(code).toBe(1);
-    expect(stdout).toEqual([]);
-    expect(stderr.endsWith('\n')).toBe(true);
-    const lines = stderr.slice(0, -1).split('\n');
-    expect(lines, stderr).toHaveLength(1);
-    expect(lines[0]).toMatch(/^\[payments\] cannot start: /);
-    expect(lines[0]!.slice('[payments] cannot start: '.length)).toMatch(reason);
-  });
+    [
+      'DATABASE_URL=mysql://db/app',
+      { DATABASE_URL: 'mysql://db/app' },
+      /^DATABASE_URL "mysql:\/\/db\/app" is MySQL: this example runs on SQLite or PostgreSQL$/,
+    ],
+    [
+      'an unreachable PostgreSQL',
+      { DATABASE_URL: 'postgres://postgres@127.0.0.1:1/payments' },
+      /^migrating postgres:\/\/postgres@127\.0\.0\.1:1\/payments failed: connect ECONNREFUSED/,
+    ],
+  ] as const)(
+    'with %s it exits 1 with one line "[payments] cannot start: …" and no stack trace',
+    async ([, env, reason], { expect }) => {
+      const { stdout, exited } = run({ DATABASE_URL: `file:${join(temporaryDirectory(), 'payments.db')}`, ...env });
+      const { code, stderr } = await exited;
+      expect(code).toBe(1);
+      expect(stdout).toEqual([]);
+      expect(stderr.endsWith('\n')).toBe(true);
+      const lines = stderr.slice(0, -1).split('\n');
+      expect(lines, stderr).toHaveLength(1);
+      expect(lines[0]).toMatch(/^\[payments\] cannot start: /);
+      expect(lines[0]!.slice('[payments] cannot start: '.length)).toMatch(reason);
+    },
+  );
 });
 
 describe('npm start (src/main.ts) on PostgreSQL', () => {
   it('E2: migrates a fresh schema on start and replays a retry', async (context) => {
     const target = await openPostgresTarget({ schemaPrefix: 'idem_example_start' });
     try {
-      if (target.url === undefined) context.skip('PGlite runs in this process only: no DATABASE_URL for a child process');
+      if (target.url === undefined)
+        context.skip('PGlite runs in this process only: no DATABASE_URL for a child process');
       const server = await start({ DATABASE_URL: target.url! });
       const key = newKey();
       const first = await mutate(server.url, 'payments.create', PAYMENT, { 'idempotency-key': key });

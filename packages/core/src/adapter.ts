@@ -13,7 +13,14 @@
 import { atomicModeFor } from './atomic-mode.js';
 import { IDEMPOTENCY_CLAIM, type ClaimCarrier, type ClaimContext } from './claim.js';
 import { resolveDocumentationUrl } from './documentation-url.js';
-import { createEngine, formatScope, type EngineOptions, type ExecuteRequest, type ExecuteResult, type IdempotencyEngine } from './engine.js';
+import {
+  createEngine,
+  formatScope,
+  type EngineOptions,
+  type ExecuteRequest,
+  type ExecuteResult,
+  type IdempotencyEngine,
+} from './engine.js';
 import { AmbiguousKeyError, MissingKeyError, type IdempotencyError, type ProblemDetails } from './errors.js';
 import { computeFingerprint, type FingerprintOption } from './fingerprint.js';
 import { DEFAULT_KEY_FIELD, parseIdempotencyKey, readArgumentKey, type KeyOptions } from './key.js';
@@ -109,17 +116,32 @@ export interface AdapterKit<TContext, TTx = unknown> {
  * @throws TypeError `[idem] …` when `principal` is missing, `key.field` is empty, or `atomic`
  *   is set on a store without atomic mode for asynchronous handlers.
  */
-export function createAdapterKit<TContext, TTx>(options: AdapterOptions<TContext, TTx>, adapter: AdapterDescription): AdapterKit<TContext, TTx> {
-  const { principal, required = true, fingerprint = 'default', key: { header = true, field = DEFAULT_KEY_FIELD } = {}, atomic = false } = options;
+export function createAdapterKit<TContext, TTx>(
+  options: AdapterOptions<TContext, TTx>,
+  adapter: AdapterDescription,
+): AdapterKit<TContext, TTx> {
+  const {
+    principal,
+    required = true,
+    fingerprint = 'default',
+    key: { header = true, field = DEFAULT_KEY_FIELD } = {},
+    atomic = false,
+  } = options;
   if (typeof principal !== 'function') {
     throw new TypeError(
       `[idem] ${adapter.name} needs a \`principal(context)\` function (S1): return the caller's tenant, account or user id, or pass \`sharedPrincipal\` for keys shared by every caller`,
     );
   }
-  if (field === '') throw new TypeError(`[idem] ${adapter.name}: \`key.field\` must be a field name, or false for none`);
+  if (field === '')
+    throw new TypeError(`[idem] ${adapter.name}: \`key.field\` must be a field name, or false for none`);
   if (atomic) atomicModeFor(options.store, { adapter: adapter.name });
   const engine = createEngine(options);
-  const isRequired = (operation: string) => (typeof required === 'boolean' ? required : typeof required === 'function' ? required(operation) : required.includes(operation));
+  const isRequired = (operation: string) =>
+    typeof required === 'boolean'
+      ? required
+      : typeof required === 'function'
+        ? required(operation)
+        : required.includes(operation);
 
   return {
     engine,
@@ -136,7 +158,8 @@ export function createAdapterKit<TContext, TTx>(options: AdapterOptions<TContext
     },
     fieldKey: (value, name = field || DEFAULT_KEY_FIELD) => readArgumentKey(value, name),
     chooseKey(operation, sources) {
-      if (sources.header !== undefined && sources.field !== undefined && sources.header !== sources.field) throw new AmbiguousKeyError();
+      if (sources.header !== undefined && sources.field !== undefined && sources.header !== sources.field)
+        throw new AmbiguousKeyError();
       const key = sources.header ?? sources.field;
       if (key === undefined && isRequired(operation)) throw new MissingKeyError();
       return key;
@@ -148,7 +171,8 @@ export function createAdapterKit<TContext, TTx>(options: AdapterOptions<TContext
     },
     fingerprint: (input, exclude = []) => computeFingerprint(input, fingerprint, exclude),
     execute: (request, handler) => (atomic ? engine.executeAtomic(request, handler) : engine.execute(request, handler)),
-    problem: (error, requestUrl) => error.toProblem(resolveDocumentationUrl(engine.policy.documentationUrl, requestUrl)),
+    problem: (error, requestUrl) =>
+      error.toProblem(resolveDocumentationUrl(engine.policy.documentationUrl, requestUrl)),
   };
 }
 

@@ -38,6 +38,7 @@ export function atomicModeFor<TTx>(store: IdempotencyStore<TTx>, user: AtomicMod
   return { atomicHandlers, atomicClaim: atomicClaim.bind(store), atomicComplete: atomicComplete.bind(store) };
 }
 
-const SYNCHRONOUS_HANDLER_REQUIRED = '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
+const SYNCHRONOUS_HANDLER_REQUIRED =
+  '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
 
 const AsyncFunction = (async () => {}).constructor;

@@ -53,11 +53,16 @@ export interface ClaimCarrier<TTx = unknown> {
 export function idempotencyClaim<TTx>(context: ClaimCarrier<TTx>): ClaimContext<TTx> | undefined;
 export function idempotencyClaim(context: unknown): ClaimContext | undefined;
 export function idempotencyClaim(context: unknown): ClaimContext | undefined {
-  return context !== null && typeof context === 'object' ? ((context as ClaimCarrier)[IDEMPOTENCY_CLAIM] ?? undefined) : undefined;
+  return context !== null && typeof context === 'object'
+    ? ((context as ClaimCarrier)[IDEMPOTENCY_CLAIM] ?? undefined)
+    : undefined;
 }
 
 /** See {@link ClaimContext.deriveKey}. */
-export function deriveKey(claim: { scope: string; key: string; generation: number; part?: string | undefined }, label: string): string {
+export function deriveKey(
+  claim: { scope: string; key: string; generation: number; part?: string | undefined },
+  label: string,
+): string {
   const parts = [claim.scope, claim.key, claim.generation, label];
   if (claim.part !== undefined) parts.push(claim.part);
   const digest = createHash('sha256').update(JSON.stringify(parts)).digest('base64url');

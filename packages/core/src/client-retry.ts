@@ -11,7 +11,15 @@
 import { formatDuration, toMilliseconds, type Duration } from './duration.js';
 
 // What a client needs of the key rules, so that this module alone serves browser clients.
-export { formatIdempotencyKey, parseIdempotencyKey, validateKey, DEFAULT_KEY_FIELD, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type KeyOptions } from './key.js';
+export {
+  formatIdempotencyKey,
+  parseIdempotencyKey,
+  validateKey,
+  DEFAULT_KEY_FIELD,
+  IDEMPOTENCY_KEY_HEADER,
+  IDEMPOTENT_REPLAYED_HEADER,
+  type KeyOptions,
+} from './key.js';
 export type { Duration } from './duration.js';
 
 /**
@@ -111,7 +119,17 @@ export abstract class UnresolvedOperationError extends Error {
   /** The failure of the last attempt (also `cause`); `undefined` when none was made. */
   readonly lastError: unknown;
 
-  constructor(message: string, details: { key: string; firstAttemptAt: number; retentionMs: number; deadline: number; attempts: number; lastError: unknown }) {
+  constructor(
+    message: string,
+    details: {
+      key: string;
+      firstAttemptAt: number;
+      retentionMs: number;
+      deadline: number;
+      attempts: number;
+      lastError: unknown;
+    },
+  ) {
     super(message, details.lastError === undefined ? undefined : { cause: details.lastError });
     this.name = new.target.name;
     this.key = details.key;
@@ -171,7 +189,11 @@ export function defaultSafetyMargin(retentionMs: number): number {
  * `firstAttemptAt + retentionMs - safetyMarginMs`. The server counts retention from when it
  * first saw the key, which is never earlier than when the client first sent it.
  */
-export function retryDeadline(firstAttemptAt: number, retentionMs: number, safetyMarginMs: number = defaultSafetyMargin(retentionMs)): number {
+export function retryDeadline(
+  firstAttemptAt: number,
+  retentionMs: number,
+  safetyMarginMs: number = defaultSafetyMargin(retentionMs),
+): number {
   return firstAttemptAt + retentionMs - safetyMarginMs;
 }
 
@@ -185,7 +207,10 @@ export function retryDeadline(firstAttemptAt: number, retentionMs: number, safet
  * @throws RetriesExhaustedError after `maxAttempts` retryable failures.
  * @throws whatever `attempt` throws (a failure that must not be retried), and `signal.reason` on abort.
  */
-export async function retryWithinRetention<T>(attempt: (attemptNumber: number) => Promise<AttemptResult<T>>, options: RetryWithinRetentionOptions): Promise<T> {
+export async function retryWithinRetention<T>(
+  attempt: (attemptNumber: number) => Promise<AttemptResult<T>>,
+  options: RetryWithinRetentionOptions,
+): Promise<T> {
   const {
     key,
     retentionMs,
@@ -199,9 +224,12 @@ export async function retryWithinRetention<T>(attempt: (attemptNumber: number) =
     random = Math.random,
     signal,
   } = options;
-  if (!(retentionMs > 0) || !Number.isFinite(retentionMs)) throw new RangeError(`[idem] retentionMs must be a positive number of milliseconds, got ${retentionMs}`);
+  if (!(retentionMs > 0) || !Number.isFinite(retentionMs))
+    throw new RangeError(`[idem] retentionMs must be a positive number of milliseconds, got ${retentionMs}`);
   if (!(safetyMarginMs >= 0) || safetyMarginMs >= retentionMs) {
-    throw new RangeError(`[idem] safetyMarginMs must be at least 0 and below the retention (${retentionMs} ms), got ${safetyMarginMs}`);
+    throw new RangeError(
+      `[idem] safetyMarginMs must be at least 0 and below the retention (${retentionMs} ms), got ${safetyMarginMs}`,
+    );
   }
   if (!(maxAttempts >= 1)) throw new RangeError(`[idem] maxAttempts must be at least 1, got ${maxAttempts}`);
 
@@ -312,16 +340,31 @@ async function fetchRetentionLookup(url: string, fetchPolicy: FetchLike): Promis
     if (!response.ok) throw new Error(`it answered ${response.status}`);
     document = await response.json();
   } catch (error) {
-    throw new Error(`[idem] could not read the idempotency policy at ${url}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    throw new Error(
+      `[idem] could not read the idempotency policy at ${url}: ${error instanceof Error ? error.message : String(error)}`,
+      { cause: error },
+    );
   }
   const endpoints = (document as { endpoints?: unknown } | null)?.endpoints;
   const valid =
     Array.isArray(endpoints) &&
-    endpoints.every((e: any) => e !== null && typeof e === 'object' && typeof e.transport === 'string' && typeof e.operation === 'string' && Number.isFinite(e.retentionMs) && e.retentionMs > 0);
-  if (!valid) throw new Error(`[idem] ${url} is not an idem policy document: expected endpoints with transport, operation and retentionMs`);
+    endpoints.every(
+      (e: any) =>
+        e !== null &&
+        typeof e === 'object' &&
+        typeof e.transport === 'string' &&
+        typeof e.operation === 'string' &&
+        Number.isFinite(e.retentionMs) &&
+        e.retentionMs > 0,
+    );
+  if (!valid)
+    throw new Error(
+      `[idem] ${url} is not an idem policy document: expected endpoints with transport, operation and retentionMs`,
+    );
   const listed = endpoints as Array<{ transport: string; operation: string; retentionMs: number }>;
   const shortest = listed.length === 0 ? undefined : Math.min(...listed.map((e) => e.retentionMs));
-  return (transport, operation) => listed.find((e) => e.transport === transport && e.operation === operation)?.retentionMs ?? shortest;
+  return (transport, operation) =>
+    listed.find((e) => e.transport === transport && e.operation === operation)?.retentionMs ?? shortest;
 }
 
 /** Where a client takes the retention from: one of the two. */
@@ -355,7 +398,10 @@ export function createRetentionResolver(
     const lookup = await loadRetentionPolicy(policyUrl!, options.fetch ? { fetch: options.fetch } : {});
     const found = operations.map((operation) => lookup(transport, operation));
     if (found.length === 0) found.push(lookup(transport, ''));
-    if (found.some((retentionMs) => retentionMs === undefined)) throw new Error(`[idem] the idempotency policy at ${String(policyUrl)} lists no endpoint, so no retention is known`);
+    if (found.some((retentionMs) => retentionMs === undefined))
+      throw new Error(
+        `[idem] the idempotency policy at ${String(policyUrl)} lists no endpoint, so no retention is known`,
+      );
     return Math.min(...(found as number[]));
   };
 }

@@ -39,7 +39,13 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** How far the application's `Date` is moved back while the R1 test claims: a year. */
 const APPLICATION_CLOCK_SHIFT_MS = 365 * 24 * 3_600_000;
 
-export function runStoreConformance({ name, createStore, teardown, shortMs = 300, sharesProcessClock = false }: StoreConformanceOptions): void {
+export function runStoreConformance({
+  name,
+  createStore,
+  teardown,
+  shortMs = 300,
+  sharesProcessClock = false,
+}: StoreConformanceOptions): void {
   describe(`store conformance: ${name}`, () => {
     let store: IdempotencyStore;
     const scope = `conformance/${randomUUID()}`;
@@ -105,29 +111,43 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
     it('E1: claims a new key as generation 1, processing, with the lease and retention it was given', async () => {
       const req = request({ leaseMs: 5_000, retentionMs: 3_600_000 });
       const { record } = claimed(await store.claim(req));
-      expect(record).toMatchObject({ scope, key: req.key, generation: 1, state: 'processing', token: req.token, fingerprint: 'fp-1', takeovers: 0, outcome: null, completedAt: null, archivedAt: null });
+      expect(record).toMatchObject({
+        scope,
+        key: req.key,
+        generation: 1,
+        state: 'processing',
+        token: req.token,
+        fingerprint: 'fp-1',
+        takeovers: 0,
+        outcome: null,
+        completedAt: null,
+        archivedAt: null,
+      });
       expect(record.leaseUntil.getTime() - record.createdAt.getTime()).toBeCloseTo(5_000, -2);
       expect(record.expiresAt.getTime() - record.createdAt.getTime()).toBeCloseTo(3_600_000, -2);
     });
 
-    it.skipIf(sharesProcessClock)("R1: a claim is stamped by the store's clock, not by the application's Date (moved back a year while it claims)", async () => {
-      const req = request({ leaseMs: 5_000, retentionMs: 3_600_000 });
-      const before = await storeNow();
-      vi.setSystemTime(Date.now() - APPLICATION_CLOCK_SHIFT_MS);
-      let result: ClaimResult;
-      try {
-        result = await store.claim(req);
-      } finally {
-        vi.useRealTimers();
-      }
-      const after = await storeNow();
-      const { record } = claimed(result);
-      // Stamped with the application's time, the claim would lie a year before `before`.
-      expect(record.createdAt.getTime()).toBeGreaterThanOrEqual(before.getTime());
-      expect(record.createdAt.getTime()).toBeLessThanOrEqual(after.getTime());
-      expect(record.leaseUntil.getTime() - record.createdAt.getTime()).toBeCloseTo(5_000, -2);
-      expect(record.expiresAt.getTime() - record.createdAt.getTime()).toBeCloseTo(3_600_000, -2);
-    });
+    it.skipIf(sharesProcessClock)(
+      "R1: a claim is stamped by the store's clock, not by the application's Date (moved back a year while it claims)",
+      async () => {
+        const req = request({ leaseMs: 5_000, retentionMs: 3_600_000 });
+        const before = await storeNow();
+        vi.setSystemTime(Date.now() - APPLICATION_CLOCK_SHIFT_MS);
+        let result: ClaimResult;
+        try {
+          result = await store.claim(req);
+        } finally {
+          vi.useRealTimers();
+        }
+        const after = await storeNow();
+        const { record } = claimed(result);
+        // Stamped with the application's time, the claim would lie a year before `before`.
+        expect(record.createdAt.getTime()).toBeGreaterThanOrEqual(before.getTime());
+        expect(record.createdAt.getTime()).toBeLessThanOrEqual(after.getTime());
+        expect(record.leaseUntil.getTime() - record.createdAt.getTime()).toBeCloseTo(5_000, -2);
+        expect(record.expiresAt.getTime() - record.createdAt.getTime()).toBeCloseTo(3_600_000, -2);
+      },
+    );
 
     it('E1: exactly one of 25 concurrent claims of one key wins', async () => {
       const key = randomUUID();
@@ -200,8 +220,12 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
       const takeover = claimed(await store.claim(second));
       expect(takeover.takeover?.previousToken).toBe(first.token);
       expect(takeover.record).toMatchObject({ token: second.token, takeovers: 1, generation: 1 });
-      expect(await store.complete({ scope, key: first.key, token: first.token, outcome: success('"stale"') })).toBe(false);
-      expect(await store.complete({ scope, key: first.key, token: second.token, outcome: success('"fresh"') })).toBe(true);
+      expect(await store.complete({ scope, key: first.key, token: first.token, outcome: success('"stale"') })).toBe(
+        false,
+      );
+      expect(await store.complete({ scope, key: first.key, token: second.token, outcome: success('"fresh"') })).toBe(
+        true,
+      );
       expect((await store.get(scope, first.key))?.outcome?.body).toBe('"fresh"');
     });
 
@@ -233,7 +257,12 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
       expect(reuse.expired?.archivedAt).toBeInstanceOf(Date);
       const timeline = await store.timeline(scope, first.key);
       expect(timeline.map((entry) => entry.generation)).toEqual([1, 2]);
-      expect(timeline[0]).toMatchObject({ state: 'archived', status: 200, outcomeKind: 'success', fingerprint: 'fp-1' });
+      expect(timeline[0]).toMatchObject({
+        state: 'archived',
+        status: 200,
+        outcomeKind: 'success',
+        fingerprint: 'fp-1',
+      });
       expect(timeline[0]?.reusedAt).toBeInstanceOf(Date);
       expect(timeline[1]).toMatchObject({ state: 'processing', status: null, reusedAt: null });
     });
@@ -332,11 +361,17 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
         const gate = new Promise<void>((resolve) => (release = resolve));
         const running = engine().execute({ scope, key, fingerprint: 'a' }, () => gate.then(() => 'done'));
         await untilProcessing(key);
-        await expect(engine().execute({ scope, key, fingerprint: 'a' }, () => 'x')).rejects.toBeInstanceOf(RequestInProgressError);
-        await expect(engine().execute({ scope, key, fingerprint: 'b' }, () => 'x')).rejects.toBeInstanceOf(FingerprintMismatchError);
+        await expect(engine().execute({ scope, key, fingerprint: 'a' }, () => 'x')).rejects.toBeInstanceOf(
+          RequestInProgressError,
+        );
+        await expect(engine().execute({ scope, key, fingerprint: 'b' }, () => 'x')).rejects.toBeInstanceOf(
+          FingerprintMismatchError,
+        );
         release();
         expect(await running).toMatchObject({ ok: true, value: 'done' });
-        await expect(engine().execute({ scope, key, fingerprint: 'b' }, () => 'x')).rejects.toBeInstanceOf(FingerprintMismatchError);
+        await expect(engine().execute({ scope, key, fingerprint: 'b' }, () => 'x')).rejects.toBeInstanceOf(
+          FingerprintMismatchError,
+        );
       });
     });
 
@@ -358,14 +393,20 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
         const { record } = claimed(await store.claim(first));
         await storePassed(record.expiresAt);
         while ((await store.sweep({ batchSize: 1000 })).archived > 0);
-        expect(await store.get(scope, first.key)).toMatchObject({ state: 'processing', token: first.token, archivedAt: null });
+        expect(await store.get(scope, first.key)).toMatchObject({
+          state: 'processing',
+          token: first.token,
+          archivedAt: null,
+        });
       });
 
-      it('R1: retention counts from completion: an outcome stored after the claim\'s retention would have ended is replayed, and expires one retention after completion', async () => {
+      it("R1: retention counts from completion: an outcome stored after the claim's retention would have ended is replayed, and expires one retention after completion", async () => {
         const first = request({ retentionMs: shortMs, leaseMs: 30_000 });
         const { record } = claimed(await store.claim(first));
         await storePassed(record.expiresAt);
-        expect(await store.complete({ scope, key: first.key, token: first.token, outcome: success('{"charge":1}') })).toBe(true);
+        expect(
+          await store.complete({ scope, key: first.key, token: first.token, outcome: success('{"charge":1}') }),
+        ).toBe(true);
         const stored = await store.get(scope, first.key);
         expect(stored!.expiresAt.getTime() - stored!.completedAt!.getTime()).toBe(shortMs);
         const retry = existing(await store.claim(request({ key: first.key })));
@@ -380,14 +421,20 @@ export function runStoreConformance({ name, createStore, teardown, shortMs = 300
       it('R1/E3: through the engine, a retry while the handler runs past the retention gets 409, not a second execution; the first outcome is then replayed', async () => {
         const key = randomUUID();
         const events: string[] = [];
-        const shortRetention = createEngine({ store, retention: shortMs, lease: 30_000, onEvent: (event) => void events.push(event.type) });
+        const shortRetention = createEngine({
+          store,
+          retention: shortMs,
+          lease: 30_000,
+          onEvent: (event) => void events.push(event.type),
+        });
         let release!: () => void;
         const gate = new Promise<void>((resolve) => (release = resolve));
         let retries = 0;
         const running = shortRetention.execute({ scope, key, fingerprint: 'a' }, () => gate.then(() => 'charged once'));
         await untilProcessing(key);
         await storePassed((await store.get(scope, key))!.expiresAt);
-        const retry = () => shortRetention.execute({ scope, key, fingerprint: 'a' }, () => `charged again (${++retries})`);
+        const retry = () =>
+          shortRetention.execute({ scope, key, fingerprint: 'a' }, () => `charged again (${++retries})`);
         await expect(retry()).rejects.toBeInstanceOf(RequestInProgressError);
         release();
         expect(await running).toMatchObject({ ok: true, value: 'charged once', replayed: false, generation: 1 });

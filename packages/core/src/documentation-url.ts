@@ -46,6 +46,9 @@ export function requestUrlOf(request: unknown): string | undefined {
 
 function hostOf(headers: unknown): string | undefined {
   if (headers === null || typeof headers !== 'object') return undefined;
-  const host = typeof (headers as { get?: unknown }).get === 'function' ? (headers as Headers).get('host') : (headers as Record<string, unknown>)['host'];
+  const host =
+    typeof (headers as { get?: unknown }).get === 'function'
+      ? (headers as Headers).get('host')
+      : (headers as Record<string, unknown>)['host'];
   return typeof host === 'string' && host !== '' ? host : undefined;
 }

@@ -13,7 +13,10 @@ export function toMilliseconds(duration: Duration | string): number {
     return duration;
   }
   const match = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$/.exec(duration);
-  if (!match) throw new RangeError(`[idem] invalid duration "${duration}": use a number with ms, s, m, h or d (e.g. 30s, 24h, 7d)`);
+  if (!match)
+    throw new RangeError(
+      `[idem] invalid duration "${duration}": use a number with ms, s, m, h or d (e.g. 30s, 24h, 7d)`,
+    );
   const ms = Number(match[1]) * UNITS[match[2]!]!;
   if (!(ms > 0)) throw new RangeError(`[idem] invalid duration "${duration}": it must be positive`);
   return Math.round(ms);
@@ -23,7 +26,11 @@ export function toMilliseconds(duration: Duration | string): number {
 export function formatDuration(ms: number): string {
   // Days only from two days up: a retention of one day reads as 24h, as Stripe publishes it.
   if (ms >= 2 * 86_400_000 && ms % 86_400_000 === 0) return `${ms / 86_400_000}d`;
-  for (const [unit, size] of [['h', 3_600_000], ['m', 60_000], ['s', 1000]] as const) {
+  for (const [unit, size] of [
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1000],
+  ] as const) {
     if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
   }
   return `${ms}ms`;

@@ -1,10 +1,31 @@
 import { randomUUID } from 'node:crypto';
 import { atomicModeFor } from './atomic-mode.js';
 import { deriveKey, type ClaimContext } from './claim.js';
-import { FingerprintMismatchError, KeyExpiredError, RequestInProgressError, StoreUnavailableError, DEFAULT_DOCUMENTATION_URL } from './errors.js';
+import {
+  FingerprintMismatchError,
+  KeyExpiredError,
+  RequestInProgressError,
+  StoreUnavailableError,
+  DEFAULT_DOCUMENTATION_URL,
+} from './errors.js';
 import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration } from './events.js';
-import { OutcomeNotStoredError, defaultErrorCodec, deserializeValue, serializeValue, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.js';
-import type { AtomicMode, AtomicResult, ClaimResult, IdempotencyRecord, IdempotencyStore, StoredOutcome } from './store.js';
+import {
+  OutcomeNotStoredError,
+  defaultErrorCodec,
+  deserializeValue,
+  serializeValue,
+  type ErrorCodec,
+  type OutcomeSerializer,
+  type StoredErrorDescription,
+} from './outcome.js';
+import type {
+  AtomicMode,
+  AtomicResult,
+  ClaimResult,
+  IdempotencyRecord,
+  IdempotencyStore,
+  StoredOutcome,
+} from './store.js';
 import { formatDuration, toMilliseconds, type Duration } from './duration.js';
 
 /** Retention and lease rules of one endpoint; every field falls back to the engine's. */
@@ -102,9 +123,17 @@ export interface IdempotencyEngine<TTx = unknown> {
    * SQLite the handler must be synchronous (better-sqlite3 transactions cannot span an `await`).
    * @throws TypeError `[idem] …` when the store has no atomic mode, or on SQLite for an async handler.
    */
-  executeAtomic<T>(request: ExecuteRequest, handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T): Promise<ExecuteResult<T>>;
+  executeAtomic<T>(
+    request: ExecuteRequest,
+    handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T,
+  ): Promise<ExecuteResult<T>>;
   /** The resolved engine-wide policy, in milliseconds. */
-  readonly policy: { retentionMs: number; leaseMs: number; expiredReuse: 'execute' | 'reject'; documentationUrl: string };
+  readonly policy: {
+    retentionMs: number;
+    leaseMs: number;
+    expiredReuse: 'execute' | 'reject';
+    documentationUrl: string;
+  };
   readonly store: IdempotencyStore<TTx>;
   /** Resolves when background retries of outcome writes (E7) have settled. */
   drain(): Promise<void>;
@@ -163,7 +192,12 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       maxStoredBytes = DEFAULT_MAX_STORED_BYTES,
     } = options;
     this.store = store;
-    this.policy = { retentionMs: toMilliseconds(retention), leaseMs: toMilliseconds(lease), expiredReuse, documentationUrl };
+    this.policy = {
+      retentionMs: toMilliseconds(retention),
+      leaseMs: toMilliseconds(lease),
+      expiredReuse,
+      documentationUrl,
+    };
     this.#serializer = serializer;
     this.#onEvent = onEvent;
     this.#conflictRetryAfter = conflictRetryAfter;
@@ -176,7 +210,10 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
   }
 
-  async execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext<TTx>) => Promise<T> | T): Promise<ExecuteResult<T>> {
+  async execute<T>(
+    request: ExecuteRequest,
+    handler: (claim: ClaimContext<TTx>) => Promise<T> | T,
+  ): Promise<ExecuteResult<T>> {
     const endpoint = this.#endpoint(request);
     const claim = await this.#claim(endpoint);
     if (claim.outcome === 'existing') return this.#answerExisting(endpoint, claim);
@@ -197,7 +234,10 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     return { ...result, replayed: false, generation: record.generation };
   }
 
-  async executeAtomic<T>(request: ExecuteRequest, handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T): Promise<ExecuteResult<T>> {
+  async executeAtomic<T>(
+    request: ExecuteRequest,
+    handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T,
+  ): Promise<ExecuteResult<T>> {
     const atomic = atomicModeFor(this.store, { engine: true, handler });
     const endpoint = this.#endpoint(request);
     const attempt = this.#atomicAttempt(endpoint, atomic, handler);
@@ -223,7 +263,11 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     const { record } = claim;
     let done;
     try {
-      done = await atomic.atomicComplete({ scope: endpoint.scope, key: endpoint.key, token: record.token }, attempt.run, attempt.toOutcome);
+      done = await atomic.atomicComplete(
+        { scope: endpoint.scope, key: endpoint.key, token: record.token },
+        attempt.run,
+        attempt.toOutcome,
+      );
     } catch (error) {
       // Nothing was committed: give the claim back so that a retry runs at once (E4).
       await this.#release(endpoint, record);
@@ -270,12 +314,20 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   }
 
   /** The key already has a live record: 422 (expired with `reject`, or another payload), a replay, or 409. */
-  #answerExisting<T>(endpoint: Endpoint, { record, now, expired }: Extract<ClaimResult, { outcome: 'existing' }>): ExecuteResult<T> {
+  #answerExisting<T>(
+    endpoint: Endpoint,
+    { record, now, expired }: Extract<ClaimResult, { outcome: 'existing' }>,
+  ): ExecuteResult<T> {
     const { scope, key, fingerprint } = endpoint;
     if (expired) {
       const previous = describeGeneration(record);
       this.#emit({ type: 'expiredKeyRejected', scope, key, previous });
-      throw new KeyExpiredError({ firstSeenAt: record.createdAt, completedAt: record.completedAt, expiresAt: record.expiresAt, status: previous.status });
+      throw new KeyExpiredError({
+        firstSeenAt: record.createdAt,
+        completedAt: record.completedAt,
+        expiresAt: record.expiresAt,
+        status: previous.status,
+      });
     }
     if (record.fingerprint !== null && fingerprint !== null && record.fingerprint !== fingerprint) {
       this.#emit({ type: 'mismatch', scope, key });
@@ -291,15 +343,25 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     const { kind, status, body } = record.outcome;
     const { generation } = record;
     this.#emit({ type: 'replayed', scope, key, generation, status });
-    if (kind === 'success') return { ok: true, value: deserializeValue(serializer, body) as T, replayed: true, generation };
+    if (kind === 'success')
+      return { ok: true, value: deserializeValue(serializer, body) as T, replayed: true, generation };
     return { ok: false, error: errors.revive(JSON.parse(body) as StoredErrorDescription), replayed: true, generation };
   }
 
   #announce({ scope, key }: Endpoint, claim: Extract<ClaimResult, { outcome: 'claimed' }>): void {
     const { record, expired, takeover } = claim;
     const { generation } = record;
-    if (expired) this.#emit({ type: 'expiredKeyReused', scope, key, generation, previous: describeGeneration(expired) });
-    if (takeover) this.#emit({ type: 'staleTakeover', scope, key, generation, previousLeaseUntil: takeover.previousLeaseUntil, takeovers: record.takeovers });
+    if (expired)
+      this.#emit({ type: 'expiredKeyReused', scope, key, generation, previous: describeGeneration(expired) });
+    if (takeover)
+      this.#emit({
+        type: 'staleTakeover',
+        scope,
+        key,
+        generation,
+        previousLeaseUntil: takeover.previousLeaseUntil,
+        takeovers: record.takeovers,
+      });
     this.#emit({ type: 'claimed', scope, key, generation });
   }
 
@@ -313,7 +375,8 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     const { token, generation } = record;
     const attempt = async () => {
       const owned = await this.store.complete({ scope, key, token, outcome });
-      if (owned) this.#emit({ type: 'completed', scope, key, generation, status: outcome.status, outcomeKind: outcome.kind });
+      if (owned)
+        this.#emit({ type: 'completed', scope, key, generation, status: outcome.status, outcomeKind: outcome.kind });
       else this.#emit({ type: 'fenced', scope, key, generation });
     };
     try {
@@ -333,7 +396,8 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   /** E4: gives back a claim whose handler did not start. */
   async #release({ scope, key }: Endpoint, record: IdempotencyRecord): Promise<void> {
     try {
-      if (await this.store.release({ scope, key, token: record.token })) this.#emit({ type: 'released', scope, key, generation: record.generation });
+      if (await this.store.release({ scope, key, token: record.token }))
+        this.#emit({ type: 'released', scope, key, generation: record.generation });
     } catch (error) {
       // The claim then stays until its lease passes, and a retry takes it over (E6).
       this.#emit({ type: 'storeError', scope, key, operation: 'release', error, willRetry: false });
@@ -341,8 +405,21 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   }
 
   /** An atomic execution committed: the `completed` event, and the handler's result for the client. */
-  #committed<T>({ scope, key }: Endpoint, record: IdempotencyRecord, result: AtomicResult<T>, stored: StoredOutcome | undefined): ExecuteResult<T> {
-    if (stored) this.#emit({ type: 'completed', scope, key, generation: record.generation, status: stored.status, outcomeKind: stored.kind });
+  #committed<T>(
+    { scope, key }: Endpoint,
+    record: IdempotencyRecord,
+    result: AtomicResult<T>,
+    stored: StoredOutcome | undefined,
+  ): ExecuteResult<T> {
+    if (stored)
+      this.#emit({
+        type: 'completed',
+        scope,
+        key,
+        generation: record.generation,
+        status: stored.status,
+        outcomeKind: stored.kind,
+      });
     return { ...result, replayed: false, generation: record.generation };
   }
 
@@ -352,7 +429,11 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
    * threw, a promise returned on SQLite) are rethrown as they are; anything else means the
    * transaction did not commit: 503.
    */
-  #atomicAttempt<T>(endpoint: Endpoint, atomic: AtomicMode<TTx>, handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T) {
+  #atomicAttempt<T>(
+    endpoint: Endpoint,
+    atomic: AtomicMode<TTx>,
+    handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T,
+  ) {
     const own = new Set<unknown>();
     let returnedPromise = false;
     let stored: StoredOutcome | undefined;
@@ -439,7 +520,13 @@ function toStoredOutcome<T>(result: AtomicResult<T>, serializer: OutcomeSerializ
       // E4: the handler ran, so something must be stored; a value the serializer cannot
       // write is replayed as a 500 naming the cause rather than executed twice.
       const reason = error instanceof Error ? error.message : String(error);
-      return describedError(errors, new OutcomeNotStoredError(`[idem] this request was executed (outcome: success, status 200), but its result could not be serialized for replay (${reason}). Do not retry it: look the result up instead.`, { executed: true, reason: 'unserializable', outcomeKind: 'success', status: 200 }));
+      return describedError(
+        errors,
+        new OutcomeNotStoredError(
+          `[idem] this request was executed (outcome: success, status 200), but its result could not be serialized for replay (${reason}). Do not retry it: look the result up instead.`,
+          { executed: true, reason: 'unserializable', outcomeKind: 'success', status: 200 },
+        ),
+      );
     }
   }
   return describedError(errors, result.error);
@@ -458,7 +545,14 @@ function boundedOutcome(outcome: StoredOutcome, maxStoredBytes: number, errors: 
     errors,
     new OutcomeNotStoredError(
       `[idem] this request was executed (outcome: ${outcome.kind}, status ${outcome.status}), but its result (${size} bytes) is larger than the ${maxStoredBytes} bytes idem stores, so it cannot be replayed. Do not retry it: look the result up instead.`,
-      { executed: true, reason: 'too_large', outcomeKind: outcome.kind, status: outcome.status, bytes: size, maxStoredBytes },
+      {
+        executed: true,
+        reason: 'too_large',
+        outcomeKind: outcome.kind,
+        status: outcome.status,
+        bytes: size,
+        maxStoredBytes,
+      },
     ),
   );
 }
@@ -468,7 +562,11 @@ function isReplayable(record: IdempotencyRecord): record is Replayable {
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return (typeof value === 'object' || typeof value === 'function') && value !== null && typeof (value as { then?: unknown }).then === 'function';
+  return (
+    (typeof value === 'object' || typeof value === 'function') &&
+    value !== null &&
+    typeof (value as { then?: unknown }).then === 'function'
+  );
 }
 
 function describeGeneration(record: IdempotencyRecord): ExpiredGeneration {
@@ -484,7 +582,11 @@ function describeGeneration(record: IdempotencyRecord): ExpiredGeneration {
   };
 }
 
-async function retryUntil(deadline: number, attempt: () => Promise<void>, onError: (error: unknown, willRetry: boolean) => void): Promise<void> {
+async function retryUntil(
+  deadline: number,
+  attempt: () => Promise<void>,
+  onError: (error: unknown, willRetry: boolean) => void,
+): Promise<void> {
   // Back off, but never past the lease: the last attempt lands just before it ends (E7).
   const lastCall = deadline - 25;
   let delay = 50;

@@ -136,7 +136,10 @@ export class RequestInProgressError extends IdempotencyError {
   readonly code = 'idempotency_request_in_progress' as const;
   readonly status = 409 as const;
   readonly title = 'Server processing previous request';
-  constructor(retryAfter: number, detail = 'A request with the same Idempotency-Key is still being processed. Retry later with the same key and payload.') {
+  constructor(
+    retryAfter: number,
+    detail = 'A request with the same Idempotency-Key is still being processed. Retry later with the same key and payload.',
+  ) {
     super(detail, { retryAfter });
   }
 }
@@ -146,7 +149,9 @@ export class FingerprintMismatchError extends IdempotencyError {
   readonly code = 'idempotency_key_reused' as const;
   readonly status = 422 as const;
   readonly title = 'Idempotency-Key reused with a different payload';
-  constructor(detail = 'This Idempotency-Key is already associated with a request with another payload. Use a new key for a new request.') {
+  constructor(
+    detail = 'This Idempotency-Key is already associated with a request with another payload. Use a new key for a new request.',
+  ) {
     super(detail);
   }
 }
@@ -173,7 +178,10 @@ export class StoreUnavailableError extends IdempotencyError {
   readonly status = 503 as const;
   readonly title = 'Idempotency store unavailable';
   constructor(retryAfter: number, cause?: unknown) {
-    super('The idempotency store is unavailable; the request was not executed. Retry later with the same key.', { retryAfter, cause });
+    super('The idempotency store is unavailable; the request was not executed. Retry later with the same key.', {
+      retryAfter,
+      cause,
+    });
   }
 }
 

@@ -32,7 +32,12 @@ export type IdempotencyEvent =
   | (EventBase & { type: 'fenced'; generation: number })
   | (EventBase & { type: 'expiredKeyReused'; generation: number; previous: ExpiredGeneration })
   | (EventBase & { type: 'expiredKeyRejected'; previous: ExpiredGeneration })
-  | (EventBase & { type: 'storeError'; operation: 'claim' | 'complete' | 'release'; error: unknown; willRetry: boolean });
+  | (EventBase & {
+      type: 'storeError';
+      operation: 'claim' | 'complete' | 'release';
+      error: unknown;
+      willRetry: boolean;
+    });
 
 export type IdempotencyEventType = IdempotencyEvent['type'];
 

@@ -40,15 +40,40 @@ export {
   type InvalidKeyReason,
   type ProblemDetails,
 } from './errors.js';
-export { defaultErrorCodec, ReplayedError, OutcomeNotStoredError, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from './outcome.js';
+export {
+  defaultErrorCodec,
+  ReplayedError,
+  OutcomeNotStoredError,
+  type ErrorCodec,
+  type OutcomeSerializer,
+  type StoredErrorDescription,
+} from './outcome.js';
 
 // Keys (K1–K4) and fingerprints (F1, F2).
-export { parseIdempotencyKey, formatIdempotencyKey, validateKey, MAX_KEY_LENGTH, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './key.js';
-export { canonicalize, defaultFingerprint, computeFingerprint, MAX_FINGERPRINT_DEPTH, type FingerprintOption } from './fingerprint.js';
+export {
+  parseIdempotencyKey,
+  formatIdempotencyKey,
+  validateKey,
+  MAX_KEY_LENGTH,
+  IDEMPOTENCY_KEY_HEADER,
+  IDEMPOTENT_REPLAYED_HEADER,
+} from './key.js';
+export {
+  canonicalize,
+  defaultFingerprint,
+  computeFingerprint,
+  MAX_FINGERPRINT_DEPTH,
+  type FingerprintOption,
+} from './fingerprint.js';
 export { toMilliseconds, formatDuration, type Duration } from './duration.js';
 
 // The published policy (R4).
-export { createPolicyDocument, renderPolicyHtml, type EndpointPolicyDescription, type PolicyDocument } from './policy.js';
+export {
+  createPolicyDocument,
+  renderPolicyHtml,
+  type EndpointPolicyDescription,
+  type PolicyDocument,
+} from './policy.js';
 export { resolveDocumentationUrl, requestUrlOf } from './documentation-url.js';
 
 // CORS for browser clients on another origin: the headers idem reads and sets.

@@ -51,7 +51,10 @@ export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
 export function parseIdempotencyKey(raw: string | readonly string[] | null | undefined): string | undefined {
   if (raw === null || raw === undefined) return undefined;
   const lines = typeof raw === 'string' ? [raw] : raw;
-  const present = lines.flatMap(fieldLines).map(trimOws).filter((line) => line !== '');
+  const present = lines
+    .flatMap(fieldLines)
+    .map(trimOws)
+    .filter((line) => line !== '');
   if (present.length > 1) throw new InvalidKeyError('multiple', 'Send exactly one Idempotency-Key header field.');
   const [value] = present;
   if (value === undefined) return undefined;
@@ -88,12 +91,18 @@ function trimOws(value: string): string {
 export function validateKey(value: string): string {
   if (value === '') throw new MissingKeyError();
   if (value.length > MAX_KEY_LENGTH) {
-    throw new InvalidKeyError('too_long', `The Idempotency-Key is ${value.length} characters long; at most ${MAX_KEY_LENGTH} are accepted.`);
+    throw new InvalidKeyError(
+      'too_long',
+      `The Idempotency-Key is ${value.length} characters long; at most ${MAX_KEY_LENGTH} are accepted.`,
+    );
   }
   for (let i = 0; i < value.length; i++) {
     const c = value.charCodeAt(i);
     if (c <= 0x20 || c >= 0x7f || c === 0x22 || c === 0x5c) {
-      throw new InvalidKeyError('charset', 'The Idempotency-Key may only contain visible ASCII characters (0x21-0x7E) other than `"` and `\\`.');
+      throw new InvalidKeyError(
+        'charset',
+        'The Idempotency-Key may only contain visible ASCII characters (0x21-0x7E) other than `"` and `\\`.',
+      );
     }
   }
   return value;
@@ -104,7 +113,10 @@ function unquote(input: string): string {
   try {
     item = parseItem(input);
   } catch {
-    throw new InvalidKeyError('syntax', 'The Idempotency-Key is not a valid structured-field string (RFC 9651 §3.3.3).');
+    throw new InvalidKeyError(
+      'syntax',
+      'The Idempotency-Key is not a valid structured-field string (RFC 9651 §3.3.3).',
+    );
   }
   const [bare] = item;
   if (typeof bare !== 'string') {
@@ -120,7 +132,8 @@ function unquote(input: string): string {
  */
 export function readArgumentKey(value: unknown, name: string): string | undefined {
   if (value === undefined || value === null || value === '') return undefined;
-  if (typeof value !== 'string') throw new InvalidKeyError('syntax', `The \`${name}\` idempotency key must be a string.`);
+  if (typeof value !== 'string')
+    throw new InvalidKeyError('syntax', `The \`${name}\` idempotency key must be a string.`);
   return validateKey(value);
 }
 

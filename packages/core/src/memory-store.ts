@@ -1,4 +1,11 @@
-import type { ClaimRequest, ClaimResult, IdempotencyRecord, IdempotencyStore, StoredOutcome, TimelineEntry } from './store.js';
+import type {
+  ClaimRequest,
+  ClaimResult,
+  IdempotencyRecord,
+  IdempotencyStore,
+  StoredOutcome,
+  TimelineEntry,
+} from './store.js';
 import { fingerprintsMatch, isExpired, toTimelineEntry } from './store-rules.js';
 
 export interface MemoryStoreOptions {
@@ -33,7 +40,8 @@ export class MemoryStore implements IdempotencyStore {
       return { outcome: 'claimed', record: copy(record) };
     }
     if (isExpired(current, now)) {
-      if (request.expiredReuse === 'reject') return { outcome: 'existing', record: copy(current), now: new Date(now), expired: true };
+      if (request.expiredReuse === 'reject')
+        return { outcome: 'existing', record: copy(current), now: new Date(now), expired: true };
       const archived: HistoryRecord = {
         ...current,
         state: 'archived',
@@ -53,7 +61,11 @@ export class MemoryStore implements IdempotencyStore {
       this.#live.set(id, record);
       return { outcome: 'claimed', record: copy(record) };
     }
-    if (current.state === 'processing' && current.leaseUntil.getTime() <= now && fingerprintsMatch(current.fingerprint, request.fingerprint)) {
+    if (
+      current.state === 'processing' &&
+      current.leaseUntil.getTime() <= now &&
+      fingerprintsMatch(current.fingerprint, request.fingerprint)
+    ) {
       const previous = { previousToken: current.token, previousLeaseUntil: current.leaseUntil };
       current.token = request.token;
       current.leaseUntil = new Date(now + request.leaseMs);
@@ -63,7 +75,17 @@ export class MemoryStore implements IdempotencyStore {
     return { outcome: 'existing', record: copy(current), now: new Date(now), expired: false };
   }
 
-  async complete({ scope, key, token, outcome }: { scope: string; key: string; token: string; outcome: StoredOutcome }): Promise<boolean> {
+  async complete({
+    scope,
+    key,
+    token,
+    outcome,
+  }: {
+    scope: string;
+    key: string;
+    token: string;
+    outcome: StoredOutcome;
+  }): Promise<boolean> {
     const record = this.#owned(scope, key, token);
     if (!record) return false;
     const now = this.#now();
@@ -89,7 +111,9 @@ export class MemoryStore implements IdempotencyStore {
 
   async timeline(scope: string, key: string): Promise<TimelineEntry[]> {
     const id = recordId(scope, key);
-    const entries: TimelineEntry[] = (this.#history.get(id) ?? []).map((record) => toTimelineEntry(record, record.reusedAt));
+    const entries: TimelineEntry[] = (this.#history.get(id) ?? []).map((record) =>
+      toTimelineEntry(record, record.reusedAt),
+    );
     const live = this.#live.get(id);
     if (live) entries.push(toTimelineEntry(live, null));
     return entries;

@@ -51,7 +51,14 @@ export class OutcomeNotStoredError extends Error {
   readonly status = 500;
   constructor(
     message: string,
-    readonly data: { executed: true; reason: 'too_large' | 'unserializable'; outcomeKind: 'success' | 'error'; status: number; bytes?: number; maxStoredBytes?: number },
+    readonly data: {
+      executed: true;
+      reason: 'too_large' | 'unserializable';
+      outcomeKind: 'success' | 'error';
+      status: number;
+      bytes?: number;
+      maxStoredBytes?: number;
+    },
   ) {
     super(message);
     this.name = 'IdempotencyOutcomeNotStored';
@@ -62,9 +69,19 @@ export class OutcomeNotStoredError extends Error {
 export const defaultErrorCodec: ErrorCodec = {
   describe(error) {
     if (error instanceof Error) {
-      const { code, status, statusCode, data } = error as Error & { code?: unknown; status?: unknown; statusCode?: unknown; data?: unknown };
+      const { code, status, statusCode, data } = error as Error & {
+        code?: unknown;
+        status?: unknown;
+        statusCode?: unknown;
+        data?: unknown;
+      };
       const httpStatus = typeof status === 'number' ? status : typeof statusCode === 'number' ? statusCode : 500;
-      const description: StoredErrorDescription = { name: error.name, message: error.message, code: typeof code === 'string' ? code : 'INTERNAL_SERVER_ERROR', status: httpStatus };
+      const description: StoredErrorDescription = {
+        name: error.name,
+        message: error.message,
+        code: typeof code === 'string' ? code : 'INTERNAL_SERVER_ERROR',
+        status: httpStatus,
+      };
       if (data !== undefined) description.data = data;
       return description;
     }

@@ -38,18 +38,67 @@ export interface PolicyDocument {
 }
 
 const STATUSES: Array<Omit<PolicyDocument['statuses'][number], 'type'>> = [
-  { status: 400, code: 'idempotency_key_missing', meaning: 'The endpoint requires an Idempotency-Key and none was sent (K2).', clientAction: 'Send a key: a UUID v4 as a quoted string.' },
-  { status: 400, code: 'idempotency_key_invalid', meaning: 'The key is longer than 255 characters or has characters outside visible ASCII, or a quote or backslash (K3).', clientAction: 'Fix the key; nothing was executed.' },
-  { status: 400, code: 'idempotency_key_ambiguous', meaning: 'Two different keys were sent for one operation (K4).', clientAction: 'Send one key.' },
-  { status: 400, code: 'idempotency_input_too_deep', meaning: 'The input is nested deeper than the fingerprint reads (F1).', clientAction: 'Send a flatter input; nothing was executed.' },
-  { status: 409, code: 'idempotency_request_in_progress', meaning: 'A request with this key is still being processed (E3).', clientAction: 'Wait Retry-After seconds, then retry with the same key and payload.' },
-  { status: 422, code: 'idempotency_key_reused', meaning: 'The key was used with a different payload (F3).', clientAction: 'Do not retry: use a new key for a new request.' },
-  { status: 422, code: 'idempotency_key_expired', meaning: 'The key is past its retention and this endpoint refuses reuse (R2).', clientAction: 'Reconcile the earlier request; send a new request with a new key.' },
-  { status: 503, code: 'idempotency_store_unavailable', meaning: 'The idempotency store is unreachable; nothing was executed (E5).', clientAction: 'Retry after Retry-After seconds with the same key.' },
+  {
+    status: 400,
+    code: 'idempotency_key_missing',
+    meaning: 'The endpoint requires an Idempotency-Key and none was sent (K2).',
+    clientAction: 'Send a key: a UUID v4 as a quoted string.',
+  },
+  {
+    status: 400,
+    code: 'idempotency_key_invalid',
+    meaning:
+      'The key is longer than 255 characters or has characters outside visible ASCII, or a quote or backslash (K3).',
+    clientAction: 'Fix the key; nothing was executed.',
+  },
+  {
+    status: 400,
+    code: 'idempotency_key_ambiguous',
+    meaning: 'Two different keys were sent for one operation (K4).',
+    clientAction: 'Send one key.',
+  },
+  {
+    status: 400,
+    code: 'idempotency_input_too_deep',
+    meaning: 'The input is nested deeper than the fingerprint reads (F1).',
+    clientAction: 'Send a flatter input; nothing was executed.',
+  },
+  {
+    status: 409,
+    code: 'idempotency_request_in_progress',
+    meaning: 'A request with this key is still being processed (E3).',
+    clientAction: 'Wait Retry-After seconds, then retry with the same key and payload.',
+  },
+  {
+    status: 422,
+    code: 'idempotency_key_reused',
+    meaning: 'The key was used with a different payload (F3).',
+    clientAction: 'Do not retry: use a new key for a new request.',
+  },
+  {
+    status: 422,
+    code: 'idempotency_key_expired',
+    meaning: 'The key is past its retention and this endpoint refuses reuse (R2).',
+    clientAction: 'Reconcile the earlier request; send a new request with a new key.',
+  },
+  {
+    status: 503,
+    code: 'idempotency_store_unavailable',
+    meaning: 'The idempotency store is unreachable; nothing was executed (E5).',
+    clientAction: 'Retry after Retry-After seconds with the same key.',
+  },
 ];
 
-export function createPolicyDocument(options: { title?: string; documentationUrl: string; endpoints: EndpointPolicyDescription[] }): PolicyDocument {
-  const endpoints = options.endpoints.map((endpoint) => ({ ...endpoint, retention: formatDuration(endpoint.retentionMs), lease: formatDuration(endpoint.leaseMs) }));
+export function createPolicyDocument(options: {
+  title?: string;
+  documentationUrl: string;
+  endpoints: EndpointPolicyDescription[];
+}): PolicyDocument {
+  const endpoints = options.endpoints.map((endpoint) => ({
+    ...endpoint,
+    retention: formatDuration(endpoint.retentionMs),
+    lease: formatDuration(endpoint.leaseMs),
+  }));
   const shortest = Math.min(...endpoints.map((endpoint) => endpoint.retentionMs));
   return {
     title: options.title ?? 'Idempotency policy',
@@ -73,7 +122,10 @@ export function renderPolicyHtml(policy: PolicyDocument): string {
     )
     .join('\n');
   const statuses = policy.statuses
-    .map((s) => `<tr id="${escapeHtml(s.code)}"><td>${s.status}</td><td><a href="#${escapeHtml(s.code)}"><code>${escapeHtml(s.code)}</code></a></td><td>${escapeHtml(s.meaning)}</td><td>${escapeHtml(s.clientAction)}</td></tr>`)
+    .map(
+      (s) =>
+        `<tr id="${escapeHtml(s.code)}"><td>${s.status}</td><td><a href="#${escapeHtml(s.code)}"><code>${escapeHtml(s.code)}</code></a></td><td>${escapeHtml(s.meaning)}</td><td>${escapeHtml(s.clientAction)}</td></tr>`,
+    )
     .join('\n');
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>${escapeHtml(policy.title)}</title>

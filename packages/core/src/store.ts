@@ -149,7 +149,9 @@ export interface AtomicMode<TTx = unknown> {
     request: ClaimRequest,
     run: (tx: TTx, record: IdempotencyRecord) => T | Promise<T>,
     toOutcome: (result: AtomicResult<T>) => StoredOutcome,
-  ): Promise<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { executed: false; inProgress?: true }>;
+  ): Promise<
+    { executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { executed: false; inProgress?: true }
+  >;
 
   /**
    * For a claim already held by `token` (taken over, reclaimed after a release, a reuse after

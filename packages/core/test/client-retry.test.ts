@@ -36,7 +36,10 @@ function fakeClock(start = T0) {
   };
 }
 
-const retry = (reason: RetryReason = 'network', retryAfterMs?: number): AttemptResult<never> => ({ retry: { reason, retryAfterMs }, error: new Error(`failed: ${reason}`) });
+const retry = (reason: RetryReason = 'network', retryAfterMs?: number): AttemptResult<never> => ({
+  retry: { reason, retryAfterMs },
+  error: new Error(`failed: ${reason}`),
+});
 
 /** An attempt that fails with `failures` (in order) and then returns `value`; records when each attempt started. */
 function scripted<T>(clock: { now(): number }, failures: AttemptResult<never>[], value?: T) {
@@ -55,28 +58,51 @@ describe('retryWithinRetention', () => {
   it('returns the first attempt that succeeds, numbering the attempts from 1', async () => {
     const clock = fakeClock();
     const { attempt } = scripted(clock, [retry(), retry()], 'charged');
-    await expect(retryWithinRetention(attempt, { key: 'k', retentionMs: 86_400_000, ...clock, random: () => 0.5 })).resolves.toBe('charged');
+    await expect(
+      retryWithinRetention(attempt, { key: 'k', retentionMs: 86_400_000, ...clock, random: () => 0.5 }),
+    ).resolves.toBe('charged');
     expect(attempt.mock.calls.map(([n]) => n)).toEqual([1, 2, 3]);
   });
 
   it('backs off with full jitter: random() times a ceiling that doubles from initialDelayMs up to maxDelayMs', async () => {
     const top = fakeClock();
     const failures = Array.from({ length: 8 }, () => retry());
-    await retryWithinRetention(scripted(top, failures, 'ok').attempt, { key: 'k', retentionMs: 86_400_000, ...top, random: () => 0.999999 });
+    await retryWithinRetention(scripted(top, failures, 'ok').attempt, {
+      key: 'k',
+      retentionMs: 86_400_000,
+      ...top,
+      random: () => 0.999999,
+    });
     expect(top.sleeps.map(Math.round)).toEqual([250, 500, 1000, 2000, 4000, 8000, 16000, 30000]);
 
     const bottom = fakeClock();
-    await retryWithinRetention(scripted(bottom, failures, 'ok').attempt, { key: 'k', retentionMs: 86_400_000, ...bottom, random: () => 0 });
+    await retryWithinRetention(scripted(bottom, failures, 'ok').attempt, {
+      key: 'k',
+      retentionMs: 86_400_000,
+      ...bottom,
+      random: () => 0,
+    });
     expect(bottom.sleeps).toEqual([0, 0, 0, 0, 0, 0, 0, 0]);
 
     const custom = fakeClock();
-    await retryWithinRetention(scripted(custom, failures.slice(0, 3), 'ok').attempt, { key: 'k', retentionMs: 86_400_000, ...custom, random: () => 0.5, initialDelayMs: 100, maxDelayMs: 300 });
+    await retryWithinRetention(scripted(custom, failures.slice(0, 3), 'ok').attempt, {
+      key: 'k',
+      retentionMs: 86_400_000,
+      ...custom,
+      random: () => 0.5,
+      initialDelayMs: 100,
+      maxDelayMs: 300,
+    });
     expect(custom.sleeps).toEqual([50, 100, 150]);
   });
 
   it("E3: waits at least the server's Retry-After, even when the jitter draws less", async () => {
     const clock = fakeClock();
-    const { attempt, startedAt } = scripted(clock, [retry('in_progress', 1000), retry('unavailable', 2000)], 'replayed');
+    const { attempt, startedAt } = scripted(
+      clock,
+      [retry('in_progress', 1000), retry('unavailable', 2000)],
+      'replayed',
+    );
     await retryWithinRetention(attempt, { key: 'k', retentionMs: 86_400_000, ...clock, random: () => 0 });
     expect(clock.sleeps).toEqual([1000, 2000]);
     expect(startedAt).toEqual([T0, T0 + 1000, T0 + 3000]);
@@ -84,7 +110,11 @@ describe('retryWithinRetention', () => {
 
   it('keeps the longer jittered back-off when it exceeds Retry-After', async () => {
     const clock = fakeClock();
-    const { attempt } = scripted(clock, Array.from({ length: 5 }, () => retry('in_progress', 1000)), 'ok');
+    const { attempt } = scripted(
+      clock,
+      Array.from({ length: 5 }, () => retry('in_progress', 1000)),
+      'ok',
+    );
     await retryWithinRetention(attempt, { key: 'k', retentionMs: 86_400_000, ...clock, random: () => 0.5 });
     // ceilings 250, 500, 1000, 2000, 4000 → halves 125, 250, 500, 1000, 2000; floor 1000
     expect(clock.sleeps).toEqual([1000, 1000, 1000, 1000, 2000]);
@@ -94,8 +124,19 @@ describe('retryWithinRetention', () => {
     const clock = fakeClock();
     const onRetry = vi.fn();
     const failure = retry('in_progress', 1000);
-    await retryWithinRetention(scripted(clock, [failure], 'ok').attempt, { key: 'k', retentionMs: 86_400_000, ...clock, random: () => 0, onRetry });
-    expect(onRetry).toHaveBeenCalledExactlyOnceWith({ attempt: 2, delayMs: 1000, reason: 'in_progress', error: (failure as { error: unknown }).error });
+    await retryWithinRetention(scripted(clock, [failure], 'ok').attempt, {
+      key: 'k',
+      retentionMs: 86_400_000,
+      ...clock,
+      random: () => 0,
+      onRetry,
+    });
+    expect(onRetry).toHaveBeenCalledExactlyOnceWith({
+      attempt: 2,
+      delayMs: 1000,
+      reason: 'in_progress',
+      error: (failure as { error: unknown }).error,
+    });
   });
 
   describe('the retention deadline (R1, R2)', () => {
@@ -104,7 +145,12 @@ describe('retryWithinRetention', () => {
       // retention 10 s, margin 1 s → deadline T0 + 9 s. Attempts at 0, 4 s, 8 s; the next would start at 12 s.
       const failures = [retry('in_progress', 4000), retry('in_progress', 4000), retry('in_progress', 4000)];
       const { attempt, startedAt } = scripted(clock, failures, 'never');
-      const error = await retryWithinRetention(attempt, { key: 'order-42', retentionMs: 10_000, ...clock, random: () => 0 }).catch((e: unknown) => e);
+      const error = await retryWithinRetention(attempt, {
+        key: 'order-42',
+        retentionMs: 10_000,
+        ...clock,
+        random: () => 0,
+      }).catch((e: unknown) => e);
 
       expect(error).toBeInstanceOf(RetentionWindowExceededError);
       const exceeded = error as RetentionWindowExceededError;
@@ -129,12 +175,16 @@ describe('retryWithinRetention', () => {
     it('R2: a retry planned exactly at the deadline is refused; one a millisecond before it is sent', async () => {
       const at = fakeClock();
       const refused = scripted(at, [retry('in_progress', 9000)], 'ok');
-      await expect(retryWithinRetention(refused.attempt, { key: 'k', retentionMs: 10_000, ...at, random: () => 0 })).rejects.toBeInstanceOf(RetentionWindowExceededError);
+      await expect(
+        retryWithinRetention(refused.attempt, { key: 'k', retentionMs: 10_000, ...at, random: () => 0 }),
+      ).rejects.toBeInstanceOf(RetentionWindowExceededError);
       expect(refused.attempt).toHaveBeenCalledTimes(1);
 
       const before = fakeClock();
       const sent = scripted(before, [retry('in_progress', 8999)], 'ok');
-      await expect(retryWithinRetention(sent.attempt, { key: 'k', retentionMs: 10_000, ...before, random: () => 0 })).resolves.toBe('ok');
+      await expect(
+        retryWithinRetention(sent.attempt, { key: 'k', retentionMs: 10_000, ...before, random: () => 0 }),
+      ).resolves.toBe('ok');
       expect(sent.startedAt).toEqual([T0, T0 + 8999]);
     });
 
@@ -142,7 +192,13 @@ describe('retryWithinRetention', () => {
       const clock = fakeClock();
       const { attempt } = scripted(clock, [retry()], 'ok');
       const oversleep = async (ms: number) => clock.advance(ms + 3_600_000);
-      const error = await retryWithinRetention(attempt, { key: 'k', retentionMs: 60_000, now: clock.now, sleep: oversleep, random: () => 0.5 }).catch((e: unknown) => e);
+      const error = await retryWithinRetention(attempt, {
+        key: 'k',
+        retentionMs: 60_000,
+        now: clock.now,
+        sleep: oversleep,
+        random: () => 0.5,
+      }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(RetentionWindowExceededError);
       expect(attempt).toHaveBeenCalledTimes(1);
     });
@@ -150,13 +206,25 @@ describe('retryWithinRetention', () => {
     it('R2: counts the deadline from firstAttemptAt when a key is resumed, and sends nothing for a key already past it', async () => {
       const clock = fakeClock();
       const { attempt } = scripted(clock, [], 'ok');
-      const error = await retryWithinRetention(attempt, { key: 'k', retentionMs: 86_400_000, firstAttemptAt: T0 - 86_400_000, ...clock }).catch((e: unknown) => e);
+      const error = await retryWithinRetention(attempt, {
+        key: 'k',
+        retentionMs: 86_400_000,
+        firstAttemptAt: T0 - 86_400_000,
+        ...clock,
+      }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(RetentionWindowExceededError);
       expect(error).toMatchObject({ attempts: 0, lastError: undefined, firstAttemptAt: T0 - 86_400_000 });
       expect(attempt).not.toHaveBeenCalled();
 
       const fresh = scripted(clock, [], 'ok');
-      await expect(retryWithinRetention(fresh.attempt, { key: 'k', retentionMs: 86_400_000, firstAttemptAt: T0 - 3_600_000, ...clock })).resolves.toBe('ok');
+      await expect(
+        retryWithinRetention(fresh.attempt, {
+          key: 'k',
+          retentionMs: 86_400_000,
+          firstAttemptAt: T0 - 3_600_000,
+          ...clock,
+        }),
+      ).resolves.toBe('ok');
     });
 
     it('uses a safety margin of 10% of the retention, at least 1 s, at most 60 s, never more than half', () => {
@@ -171,9 +239,25 @@ describe('retryWithinRetention', () => {
     it('honours an explicit safetyMarginMs', async () => {
       const clock = fakeClock();
       const { attempt } = scripted(clock, [retry('in_progress', 5000)], 'ok');
-      await expect(retryWithinRetention(attempt, { key: 'k', retentionMs: 10_000, safetyMarginMs: 5000, ...clock, random: () => 0 })).rejects.toBeInstanceOf(RetentionWindowExceededError);
+      await expect(
+        retryWithinRetention(attempt, {
+          key: 'k',
+          retentionMs: 10_000,
+          safetyMarginMs: 5000,
+          ...clock,
+          random: () => 0,
+        }),
+      ).rejects.toBeInstanceOf(RetentionWindowExceededError);
       const relaxed = scripted(clock, [retry('in_progress', 5000)], 'ok');
-      await expect(retryWithinRetention(relaxed.attempt, { key: 'k', retentionMs: 10_000, safetyMarginMs: 4000, ...clock, random: () => 0 })).resolves.toBe('ok');
+      await expect(
+        retryWithinRetention(relaxed.attempt, {
+          key: 'k',
+          retentionMs: 10_000,
+          safetyMarginMs: 4000,
+          ...clock,
+          random: () => 0,
+        }),
+      ).resolves.toBe('ok');
     });
   });
 
@@ -181,9 +265,21 @@ describe('retryWithinRetention', () => {
     const clock = fakeClock();
     const failures = Array.from({ length: 3 }, () => retry());
     const { attempt } = scripted(clock, failures, 'never');
-    const error = await retryWithinRetention(attempt, { key: 'order-42', retentionMs: 86_400_000, maxAttempts: 3, ...clock, random: () => 0 }).catch((e: unknown) => e);
+    const error = await retryWithinRetention(attempt, {
+      key: 'order-42',
+      retentionMs: 86_400_000,
+      maxAttempts: 3,
+      ...clock,
+      random: () => 0,
+    }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RetriesExhaustedError);
-    expect(error).toMatchObject({ code: 'idempotency_retries_exhausted', key: 'order-42', attempts: 3, firstAttemptAt: T0, deadline: T0 + 86_400_000 - 60_000 });
+    expect(error).toMatchObject({
+      code: 'idempotency_retries_exhausted',
+      key: 'order-42',
+      attempts: 3,
+      firstAttemptAt: T0,
+      deadline: T0 + 86_400_000 - 60_000,
+    });
     expect((error as RetriesExhaustedError).lastError).toBe((failures[2] as { error: unknown }).error);
     expect((error as Error).message).toMatch(/^\[idem\] Gave up on Idempotency-Key "order-42" after 3 attempts/);
     expect(attempt).toHaveBeenCalledTimes(3);
@@ -191,8 +287,14 @@ describe('retryWithinRetention', () => {
 
   it('makes 10 attempts by default', async () => {
     const clock = fakeClock();
-    const { attempt } = scripted(clock, Array.from({ length: 20 }, () => retry()), 'never');
-    await expect(retryWithinRetention(attempt, { key: 'k', retentionMs: 86_400_000, ...clock, random: () => 0 })).rejects.toBeInstanceOf(RetriesExhaustedError);
+    const { attempt } = scripted(
+      clock,
+      Array.from({ length: 20 }, () => retry()),
+      'never',
+    );
+    await expect(
+      retryWithinRetention(attempt, { key: 'k', retentionMs: 86_400_000, ...clock, random: () => 0 }),
+    ).rejects.toBeInstanceOf(RetriesExhaustedError);
     expect(attempt).toHaveBeenCalledTimes(10);
   });
 
@@ -203,7 +305,9 @@ describe('retryWithinRetention', () => {
       if (n === 1) return retry();
       throw unprocessable;
     });
-    await expect(retryWithinRetention(attempt, { key: 'k', retentionMs: 86_400_000, ...clock })).rejects.toBe(unprocessable);
+    await expect(retryWithinRetention(attempt, { key: 'k', retentionMs: 86_400_000, ...clock })).rejects.toBe(
+      unprocessable,
+    );
     expect(attempt).toHaveBeenCalledTimes(2);
   });
 
@@ -220,15 +324,21 @@ describe('retryWithinRetention', () => {
 
   it('sends nothing when the signal is already aborted', async () => {
     const attempt = vi.fn(async (): Promise<AttemptResult<string>> => ({ done: 'ok' }));
-    await expect(retryWithinRetention(attempt, { key: 'k', retentionMs: 86_400_000, signal: AbortSignal.abort() })).rejects.toMatchObject({ name: 'AbortError' });
+    await expect(
+      retryWithinRetention(attempt, { key: 'k', retentionMs: 86_400_000, signal: AbortSignal.abort() }),
+    ).rejects.toMatchObject({ name: 'AbortError' });
     expect(attempt).not.toHaveBeenCalled();
   });
 
   it('refuses options that make no deadline', async () => {
     const attempt = async (): Promise<AttemptResult<string>> => ({ done: 'ok' });
     await expect(retryWithinRetention(attempt, { key: 'k', retentionMs: 0 })).rejects.toThrow(RangeError);
-    await expect(retryWithinRetention(attempt, { key: 'k', retentionMs: 1000, safetyMarginMs: 1000 })).rejects.toThrow(/safetyMarginMs/);
-    await expect(retryWithinRetention(attempt, { key: 'k', retentionMs: 1000, maxAttempts: 0 })).rejects.toThrow(/maxAttempts/);
+    await expect(retryWithinRetention(attempt, { key: 'k', retentionMs: 1000, safetyMarginMs: 1000 })).rejects.toThrow(
+      /safetyMarginMs/,
+    );
+    await expect(retryWithinRetention(attempt, { key: 'k', retentionMs: 1000, maxAttempts: 0 })).rejects.toThrow(
+      /maxAttempts/,
+    );
   });
 });
 
@@ -248,7 +358,8 @@ describe('newIdempotencyKey', () => {
   it('K1: is a fresh UUID v4 each time', () => {
     const keys = new Set(Array.from({ length: 100 }, newIdempotencyKey));
     expect(keys.size).toBe(100);
-    for (const key of keys) expect(key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    for (const key of keys)
+      expect(key).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
   });
 
   it('K1: is a UUID v4 without crypto.randomUUID too (an insecure browser context)', () => {
@@ -265,7 +376,11 @@ describe('newIdempotencyKey', () => {
 });
 
 describe('published retention (R4)', () => {
-  const endpoint = (transport: 'trpc' | 'graphql', operation: string, retentionMs: number): EndpointPolicyDescription => ({
+  const endpoint = (
+    transport: 'trpc' | 'graphql',
+    operation: string,
+    retentionMs: number,
+  ): EndpointPolicyDescription => ({
     endpoint: `${transport} ${operation}`,
     transport,
     operation,
@@ -279,17 +394,27 @@ describe('published retention (R4)', () => {
   });
   const policy = createPolicyDocument({
     documentationUrl: '/idempotency',
-    endpoints: [endpoint('trpc', 'payments.create', 86_400_000), endpoint('graphql', 'Mutation.createPayment', 7_200_000), endpoint('trpc', 'orders.create', 1_800_000)],
+    endpoints: [
+      endpoint('trpc', 'payments.create', 86_400_000),
+      endpoint('graphql', 'Mutation.createPayment', 7_200_000),
+      endpoint('trpc', 'orders.create', 1_800_000),
+    ],
   });
   const serving = (body: unknown, status = 200) =>
-    vi.fn(async (_url: string, _init?: RequestInit) => new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json' } }));
+    vi.fn(
+      async (_url: string, _init?: RequestInit) =>
+        new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json' } }),
+    );
 
   it('R4: looks an operation up by transport and name, asking for JSON', async () => {
     const fetch = serving(policy);
     const lookup = await loadRetentionPolicy('https://api.test/idempotency', { fetch });
     expect(lookup('trpc', 'payments.create')).toBe(86_400_000);
     expect(lookup('graphql', 'Mutation.createPayment')).toBe(7_200_000);
-    expect(fetch).toHaveBeenCalledExactlyOnceWith('https://api.test/idempotency', { method: 'GET', headers: { accept: 'application/json' } });
+    expect(fetch).toHaveBeenCalledExactlyOnceWith('https://api.test/idempotency', {
+      method: 'GET',
+      headers: { accept: 'application/json' },
+    });
   });
 
   it('R4: gives an operation the policy does not list the shortest published retention', async () => {
@@ -300,7 +425,10 @@ describe('published retention (R4)', () => {
 
   it('fetches the policy once per URL, however many callers ask at once', async () => {
     const fetch = serving(policy);
-    await Promise.all([loadRetentionPolicy('https://once.test/idempotency', { fetch }), loadRetentionPolicy('https://once.test/idempotency', { fetch })]);
+    await Promise.all([
+      loadRetentionPolicy('https://once.test/idempotency', { fetch }),
+      loadRetentionPolicy('https://once.test/idempotency', { fetch }),
+    ]);
     await loadRetentionPolicy(new URL('https://once.test/idempotency'), { fetch });
     expect(fetch).toHaveBeenCalledTimes(1);
     await loadRetentionPolicy('https://twice.test/idempotency', { fetch });
@@ -309,7 +437,9 @@ describe('published retention (R4)', () => {
 
   it('does not cache a failed load: the next call fetches again', async () => {
     const fetch = vi.fn(async (_url: string) => new Response('down', { status: 503 }));
-    await expect(loadRetentionPolicy('https://flaky.test/idempotency', { fetch })).rejects.toThrow('[idem] could not read the idempotency policy at https://flaky.test/idempotency: it answered 503');
+    await expect(loadRetentionPolicy('https://flaky.test/idempotency', { fetch })).rejects.toThrow(
+      '[idem] could not read the idempotency policy at https://flaky.test/idempotency: it answered 503',
+    );
     fetch.mockResolvedValueOnce(new Response(JSON.stringify(policy)));
     const lookup = await loadRetentionPolicy('https://flaky.test/idempotency', { fetch });
     expect(lookup('trpc', 'payments.create')).toBe(86_400_000);
@@ -317,26 +447,39 @@ describe('published retention (R4)', () => {
   });
 
   it('refuses a document that is not an idem policy', async () => {
-    await expect(loadRetentionPolicy('https://html.test/idempotency', { fetch: serving({ title: 'hello' }) })).rejects.toThrow('is not an idem policy document');
-    await expect(loadRetentionPolicy('https://bad.test/idempotency', { fetch: serving({ endpoints: [{ transport: 'trpc', operation: 'x', retentionMs: '24h' }] }) })).rejects.toThrow(
-      'is not an idem policy document',
-    );
+    await expect(
+      loadRetentionPolicy('https://html.test/idempotency', { fetch: serving({ title: 'hello' }) }),
+    ).rejects.toThrow('is not an idem policy document');
+    await expect(
+      loadRetentionPolicy('https://bad.test/idempotency', {
+        fetch: serving({ endpoints: [{ transport: 'trpc', operation: 'x', retentionMs: '24h' }] }),
+      }),
+    ).rejects.toThrow('is not an idem policy document');
   });
 
   describe('createRetentionResolver', () => {
     it('needs exactly one of retention and policyUrl', () => {
-      expect(() => createRetentionResolver({}, 'idempotencyLink')).toThrow(/\[idem\] idempotencyLink needs to know how long the server keeps keys/);
-      expect(() => createRetentionResolver({ retention: '24h', policyUrl: '/idempotency' }, 'idempotencyLink')).toThrow(/exactly one of them/);
+      expect(() => createRetentionResolver({}, 'idempotencyLink')).toThrow(
+        /\[idem\] idempotencyLink needs to know how long the server keeps keys/,
+      );
+      expect(() => createRetentionResolver({ retention: '24h', policyUrl: '/idempotency' }, 'idempotencyLink')).toThrow(
+        /exactly one of them/,
+      );
     });
 
     it('resolves a configured retention without fetching anything', async () => {
       const fetch = serving(policy);
-      await expect(createRetentionResolver({ retention: '30m', fetch }, 'test')('trpc', ['payments.create'])).resolves.toBe(1_800_000);
+      await expect(
+        createRetentionResolver({ retention: '30m', fetch }, 'test')('trpc', ['payments.create']),
+      ).resolves.toBe(1_800_000);
       expect(fetch).not.toHaveBeenCalled();
     });
 
     it('R4: takes the shortest retention among the operations of one request', async () => {
-      const resolve = createRetentionResolver({ policyUrl: 'https://resolver.test/idempotency', fetch: serving(policy) }, 'test');
+      const resolve = createRetentionResolver(
+        { policyUrl: 'https://resolver.test/idempotency', fetch: serving(policy) },
+        'test',
+      );
       await expect(resolve('trpc', ['payments.create'])).resolves.toBe(86_400_000);
       await expect(resolve('graphql', ['Mutation.createPayment'])).resolves.toBe(7_200_000);
       await expect(resolve('trpc', ['payments.create', 'orders.create'])).resolves.toBe(1_800_000);
@@ -344,7 +487,10 @@ describe('published retention (R4)', () => {
     });
 
     it('fails when the policy lists no endpoint', async () => {
-      const resolve = createRetentionResolver({ policyUrl: 'https://empty.test/idempotency', fetch: serving({ endpoints: [] }) }, 'test');
+      const resolve = createRetentionResolver(
+        { policyUrl: 'https://empty.test/idempotency', fetch: serving({ endpoints: [] }) },
+        'test',
+      );
       await expect(resolve('trpc', ['payments.create'])).rejects.toThrow('lists no endpoint');
     });
   });

@@ -15,15 +15,27 @@ describe('atomic mode without a store that has it', () => {
       createEngine({ store }).executeAtomic({ scope: 'acct_1/pay', key: 'k-1', fingerprint: null }, () => {
         runs++;
       }),
-    ).rejects.toThrow(new TypeError('[idem] this store has no atomic mode: use a store that implements it (@idem/drizzle on PostgreSQL or SQLite), or `execute`'));
+    ).rejects.toThrow(
+      new TypeError(
+        '[idem] this store has no atomic mode: use a store that implements it (@idem/drizzle on PostgreSQL or SQLite), or `execute`',
+      ),
+    );
     expect(runs).toBe(0);
     expect(await store.get('acct_1/pay', 'k-1')).toBeNull();
   });
 
   it('an adapter created with atomic: true on a MemoryStore is refused at once', () => {
-    expect(() => createAdapterKit({ store: new MemoryStore(), principal: () => 'p', atomic: true }, { name: 'idempotency()', field: 'input field' })).toThrow(
-      /^\[idem\] idempotency\(\): `atomic: true` needs a store with atomic mode/,
-    );
-    expect(() => createAdapterKit({ store: new MemoryStore(), principal: () => 'p', atomic: false }, { name: 'idempotency()', field: 'input field' })).not.toThrow();
+    expect(() =>
+      createAdapterKit(
+        { store: new MemoryStore(), principal: () => 'p', atomic: true },
+        { name: 'idempotency()', field: 'input field' },
+      ),
+    ).toThrow(/^\[idem\] idempotency\(\): `atomic: true` needs a store with atomic mode/);
+    expect(() =>
+      createAdapterKit(
+        { store: new MemoryStore(), principal: () => 'p', atomic: false },
+        { name: 'idempotency()', field: 'input field' },
+      ),
+    ).not.toThrow();
   });
 });

@@ -73,20 +73,31 @@ describe('engine', () => {
     });
     expect((await store.get(scope, 'k'))?.outcome).toMatchObject({ kind: 'error', status: 500 });
     const replay = await engine.execute({ scope, key: 'k', fingerprint: 'f' }, () => 'never');
-    expect(replay).toMatchObject({ ok: false, replayed: true, error: { code: 'INTERNAL_SERVER_ERROR', status: 500, message: 'undefined is not a function' } });
+    expect(replay).toMatchObject({
+      ok: false,
+      replayed: true,
+      error: { code: 'INTERNAL_SERVER_ERROR', status: 500, message: 'undefined is not a function' },
+    });
   });
 
   it('E2: replays an undefined result as undefined', async () => {
     const engine = createEngine({ store: new MemoryStore() });
     await engine.execute({ scope, key: 'k', fingerprint: null }, () => undefined);
-    expect(await engine.execute({ scope, key: 'k', fingerprint: null }, () => 1)).toMatchObject({ ok: true, value: undefined, replayed: true });
+    expect(await engine.execute({ scope, key: 'k', fingerprint: null }, () => 1)).toMatchObject({
+      ok: true,
+      value: undefined,
+      replayed: true,
+    });
   });
 
   it('E3: answers 409 with Retry-After while the first request runs, and stores nothing for it', async () => {
     const { onEvent, types } = recorder();
     const engine = createEngine({ store: new MemoryStore(), onEvent, conflictRetryAfter: 3 });
     let finish!: (value: string) => void;
-    const first = engine.execute({ scope, key: 'k', fingerprint: 'f' }, () => new Promise<string>((resolve) => (finish = resolve)));
+    const first = engine.execute(
+      { scope, key: 'k', fingerprint: 'f' },
+      () => new Promise<string>((resolve) => (finish = resolve)),
+    );
     await vi.waitFor(() => expect(finish).toBeTypeOf('function'));
     const error = await engine.execute({ scope, key: 'k', fingerprint: 'f' }, () => 'second').catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RequestInProgressError);
@@ -104,7 +115,9 @@ describe('engine', () => {
     await engine.execute({ scope, key: 'k', fingerprint: 'f1' }, () => 'one');
     const before = await store.get(scope, 'k');
     const handler = vi.fn(() => 'two');
-    await expect(engine.execute({ scope, key: 'k', fingerprint: 'f2' }, handler)).rejects.toBeInstanceOf(FingerprintMismatchError);
+    await expect(engine.execute({ scope, key: 'k', fingerprint: 'f2' }, handler)).rejects.toBeInstanceOf(
+      FingerprintMismatchError,
+    );
     expect(handler).not.toHaveBeenCalled();
     expect(await store.get(scope, 'k')).toEqual(before);
     expect(types()).toContain('mismatch');
@@ -113,7 +126,10 @@ describe('engine', () => {
   it('F2: never answers 422 when the endpoint has no fingerprint', async () => {
     const engine = createEngine({ store: new MemoryStore() });
     await engine.execute({ scope, key: 'k', fingerprint: null }, () => 'one');
-    expect(await engine.execute({ scope, key: 'k', fingerprint: null }, () => 'two')).toMatchObject({ value: 'one', replayed: true });
+    expect(await engine.execute({ scope, key: 'k', fingerprint: null }, () => 'two')).toMatchObject({
+      value: 'one',
+      replayed: true,
+    });
   });
 
   describe.each(unreachableStores)('E5 on a real store that cannot reach its database ($name)', ({ open }) => {
@@ -138,10 +154,14 @@ describe('engine', () => {
     const unreachable = await unreachableStores[0]!.open();
     try {
       const handler = vi.fn(() => 'charged');
-      await expect(createEngine({ store: unreachable.store }).execute({ scope, key: 'k', fingerprint: 'f' }, handler)).rejects.toBeInstanceOf(StoreUnavailableError);
+      await expect(
+        createEngine({ store: unreachable.store }).execute({ scope, key: 'k', fingerprint: 'f' }, handler),
+      ).rejects.toBeInstanceOf(StoreUnavailableError);
       const reconnected = unreachable.reconnect!();
       expect(await reconnected.get(scope, 'k')).toBeNull();
-      expect(await createEngine({ store: reconnected }).execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ value: 'charged', replayed: false });
+      expect(
+        await createEngine({ store: reconnected }).execute({ scope, key: 'k', fingerprint: 'f' }, handler),
+      ).toMatchObject({ value: 'charged', replayed: false });
       expect(handler).toHaveBeenCalledTimes(1);
     } finally {
       await unreachable.close();
@@ -154,7 +174,9 @@ describe('engine', () => {
       await migrate(target.db);
       const store = createDrizzleStore(target.db);
       // A real refusal by the database (as a full disk would answer), lifted after two failed writes.
-      target.client.exec("CREATE TRIGGER refuse_outcomes BEFORE UPDATE OF state ON idem_keys WHEN NEW.state = 'completed' BEGIN SELECT RAISE(ABORT, 'disk full'); END");
+      target.client.exec(
+        "CREATE TRIGGER refuse_outcomes BEFORE UPDATE OF state ON idem_keys WHEN NEW.state = 'completed' BEGIN SELECT RAISE(ABORT, 'disk full'); END",
+      );
       const { types, onEvent } = recorder();
       let refused = 0;
       const engine = createEngine({
@@ -165,12 +187,21 @@ describe('engine', () => {
         },
       });
       const handler = vi.fn(() => ({ charged: true }));
-      expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ ok: true, value: { charged: true }, replayed: false });
+      expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({
+        ok: true,
+        value: { charged: true },
+        replayed: false,
+      });
       expect((await store.get(scope, 'k'))?.state).toBe('processing');
-      await expect(engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).rejects.toBeInstanceOf(RequestInProgressError);
+      await expect(engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).rejects.toBeInstanceOf(
+        RequestInProgressError,
+      );
       await engine.drain();
       expect((await store.get(scope, 'k'))?.state).toBe('completed');
-      expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ value: { charged: true }, replayed: true });
+      expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({
+        value: { charged: true },
+        replayed: true,
+      });
       expect(handler).toHaveBeenCalledTimes(1);
       expect(types().filter((t) => t === 'storeError')).toHaveLength(2);
     } finally {
@@ -189,7 +220,10 @@ describe('engine', () => {
       }),
     ).rejects.toBe(denied);
     expect((await store.get(scope, 'k'))?.state).toBe('released');
-    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f2' }, () => 'ok')).toMatchObject({ value: 'ok', replayed: false });
+    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f2' }, () => 'ok')).toMatchObject({
+      value: 'ok',
+      replayed: false,
+    });
     expect(types()).toEqual(['claimed', 'released', 'claimed', 'completed']);
   });
 
@@ -198,17 +232,27 @@ describe('engine', () => {
     const { events, onEvent } = recorder();
     const engine = createEngine({ store, onEvent, lease: '10s' });
     let finishStale!: (value: string) => void;
-    const stale = engine.execute({ scope, key: 'k', fingerprint: 'f' }, () => new Promise<string>((resolve) => (finishStale = resolve)));
+    const stale = engine.execute(
+      { scope, key: 'k', fingerprint: 'f' },
+      () => new Promise<string>((resolve) => (finishStale = resolve)),
+    );
     await vi.waitFor(() => expect(finishStale).toBeTypeOf('function'));
     advance(5_000);
-    await expect(engine.execute({ scope, key: 'k', fingerprint: 'f' }, () => 'x')).rejects.toBeInstanceOf(RequestInProgressError);
+    await expect(engine.execute({ scope, key: 'k', fingerprint: 'f' }, () => 'x')).rejects.toBeInstanceOf(
+      RequestInProgressError,
+    );
     advance(6_000);
     const fresh = await engine.execute({ scope, key: 'k', fingerprint: 'f' }, () => 'new owner');
     expect(fresh).toMatchObject({ value: 'new owner', replayed: false });
     finishStale('stale owner');
     expect(await stale).toMatchObject({ value: 'stale owner' });
     expect((await store.get(scope, 'k'))?.outcome?.body).toBe('"new owner"');
-    expect(events.find((e) => e.type === 'staleTakeover')).toMatchObject({ scope, key: 'k', takeovers: 1, generation: 1 });
+    expect(events.find((e) => e.type === 'staleTakeover')).toMatchObject({
+      scope,
+      key: 'k',
+      takeovers: 1,
+      generation: 1,
+    });
     expect(events.find((e) => e.type === 'fenced')).toMatchObject({ key: 'k' });
   });
 
@@ -221,14 +265,26 @@ describe('engine', () => {
     advance(1_000);
     expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ replayed: true });
     advance(1_500);
-    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ replayed: false, generation: 2 });
+    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({
+      replayed: false,
+      generation: 2,
+    });
     expect(handler).toHaveBeenCalledTimes(2);
     const reused = events.find((e) => e.type === 'expiredKeyReused');
     expect(reused).toMatchObject({
       generation: 2,
-      previous: { generation: 1, status: 200, outcomeKind: 'success', firstSeenAt: new Date('2026-11-30T10:00:00.000Z'), expiresAt: new Date('2026-11-30T10:00:02.000Z') },
+      previous: {
+        generation: 1,
+        status: 200,
+        outcomeKind: 'success',
+        firstSeenAt: new Date('2026-11-30T10:00:00.000Z'),
+        expiresAt: new Date('2026-11-30T10:00:02.000Z'),
+      },
     });
-    expect((await store.timeline(scope, 'k')).map((g) => [g.generation, g.status])).toEqual([[1, 200], [2, 200]]);
+    expect((await store.timeline(scope, 'k')).map((g) => [g.generation, g.status])).toEqual([
+      [1, 200],
+      [2, 200],
+    ]);
   });
 
   it('R2: with expiredReuse reject, a reuse past retention answers 422 idempotency_key_expired and runs nothing', async () => {
@@ -247,8 +303,15 @@ describe('engine', () => {
     const store = new MemoryStore();
     const engine = createEngine({ store });
     const handler = vi.fn(() => ({ n: 1n }));
-    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ ok: true, value: { n: 1n } });
-    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ ok: false, replayed: true, error: { status: 500 } });
+    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({
+      ok: true,
+      value: { n: 1n },
+    });
+    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({
+      ok: false,
+      replayed: true,
+      error: { status: 500 },
+    });
     expect(handler).toHaveBeenCalledTimes(1);
   });
 
@@ -257,10 +320,30 @@ describe('engine', () => {
     const engine = createEngine({ store, maxStoredBytes: 64 });
     const big = { blob: 'x'.repeat(100) };
     const handler = vi.fn(() => big);
-    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({ ok: true, value: big, replayed: false });
+    expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler)).toMatchObject({
+      ok: true,
+      value: big,
+      replayed: false,
+    });
     const replay = await engine.execute({ scope, key: 'k', fingerprint: 'f' }, handler);
-    expect(replay).toMatchObject({ ok: false, replayed: true, error: { status: 500, code: 'INTERNAL_SERVER_ERROR', data: { executed: true, outcomeKind: 'success', status: 200, bytes: JSON.stringify(big).length, maxStoredBytes: 64 } } });
-    expect((replay as { error: Error }).error.message).toMatch(/was executed \(outcome: success, status 200\).*Do not retry/);
+    expect(replay).toMatchObject({
+      ok: false,
+      replayed: true,
+      error: {
+        status: 500,
+        code: 'INTERNAL_SERVER_ERROR',
+        data: {
+          executed: true,
+          outcomeKind: 'success',
+          status: 200,
+          bytes: JSON.stringify(big).length,
+          maxStoredBytes: 64,
+        },
+      },
+    });
+    expect((replay as { error: Error }).error.message).toMatch(
+      /was executed \(outcome: success, status 200\).*Do not retry/,
+    );
     expect(JSON.stringify(await store.get(scope, 'k'))).not.toContain('xxxx');
     expect(handler).toHaveBeenCalledTimes(1);
   });
@@ -276,7 +359,10 @@ describe('engine', () => {
     });
     await vi.waitFor(() => expect(finishStale).toBeTypeOf('function'));
     advance(11_000);
-    await engine.execute({ scope, key: 'k', fingerprint: 'f' }, (claim) => void seen.push(claim.deriveKey('channel'), claim.deriveKey('email')));
+    await engine.execute(
+      { scope, key: 'k', fingerprint: 'f' },
+      (claim) => void seen.push(claim.deriveKey('channel'), claim.deriveKey('email')),
+    );
     finishStale();
     await stale;
     advance(60_000);
@@ -287,11 +373,18 @@ describe('engine', () => {
     expect(email).not.toBe(first);
     expect(nextGeneration).not.toBe(first);
     expect(deriveKey({ scope, key: 'k', generation: 1 }, 'channel')).toBe(first);
-    expect(deriveKey({ scope: formatScope('payments.create', 'acct_2'), key: 'k', generation: 1 }, 'channel')).not.toBe(first);
+    expect(deriveKey({ scope: formatScope('payments.create', 'acct_2'), key: 'k', generation: 1 }, 'channel')).not.toBe(
+      first,
+    );
   });
 
   it('ignores exceptions thrown by the event hook', async () => {
-    const engine = createEngine({ store: new MemoryStore(), onEvent: () => { throw new Error('logger down'); } });
+    const engine = createEngine({
+      store: new MemoryStore(),
+      onEvent: () => {
+        throw new Error('logger down');
+      },
+    });
     expect(await engine.execute({ scope, key: 'k', fingerprint: 'f' }, () => 1)).toMatchObject({ value: 1 });
   });
 
@@ -304,6 +397,9 @@ describe('engine', () => {
       code: 'idempotency_request_in_progress',
       retryAfter: 2,
     });
-    expect(new FingerprintMismatchError().toProblem()).toMatchObject({ type: '/idempotency#idempotency_key_reused', status: 422 });
+    expect(new FingerprintMismatchError().toProblem()).toMatchObject({
+      type: '/idempotency#idempotency_key_reused',
+      status: 422,
+    });
   });
 });

@@ -28,7 +28,21 @@ describe('canonicalize / defaultFingerprint (F1)', () => {
   });
 
   it('F1: orders Map and Set entries, and encodes bytes and non-finite numbers', () => {
-    expect(canonicalize(new Map([['b', 1], ['a', 2]]))).toBe(canonicalize(new Map([['a', 2], ['b', 1]])));
+    expect(
+      canonicalize(
+        new Map([
+          ['b', 1],
+          ['a', 2],
+        ]),
+      ),
+    ).toBe(
+      canonicalize(
+        new Map([
+          ['a', 2],
+          ['b', 1],
+        ]),
+      ),
+    );
     expect(canonicalize(new Set([2, 1]))).toBe('{"$set":[1,2]}');
     expect(canonicalize(new Uint8Array([1, 2]))).toBe('{"$bytes":"AQI="}');
     expect(canonicalize(Number.NaN)).toBe('{"$number":"NaN"}');
@@ -54,7 +68,9 @@ describe('computeFingerprint (F2)', () => {
   it('F2: selected fields ignore the others', async () => {
     const option = { fields: ['amount', 'currency'] };
     expect(await computeFingerprint(input, option)).toBe(await computeFingerprint({ ...input, note: 'y' }, option));
-    expect(await computeFingerprint(input, option)).not.toBe(await computeFingerprint({ ...input, amount: 11 }, option));
+    expect(await computeFingerprint(input, option)).not.toBe(
+      await computeFingerprint({ ...input, amount: 11 }, option),
+    );
   });
 
   it('F2: a custom function, and none', async () => {

@@ -36,20 +36,32 @@ describe('problem types (item 14)', () => {
     const types = errors.map((error) => error.toProblem('https://api.example.com/idempotency').type);
     expect(new Set(types).size).toBe(errors.length);
     expect(types).toEqual(errors.map((error) => `https://api.example.com/idempotency#${error.code}`));
-    expect(new MissingKeyError().toProblem('https://api.example.com/policy#old').type).toBe('https://api.example.com/policy#idempotency_key_missing');
+    expect(new MissingKeyError().toProblem('https://api.example.com/policy#old').type).toBe(
+      'https://api.example.com/policy#idempotency_key_missing',
+    );
   });
 
   it('K2/R4: a relative documentation URL is resolved against the request; an absolute one (a configured base) is kept', () => {
-    expect(resolveDocumentationUrl('/idempotency', 'http://127.0.0.1:3000/trpc/payments.create?batch=1')).toBe('http://127.0.0.1:3000/idempotency');
-    expect(resolveDocumentationUrl('/idempotency', 'https://shop.example/api/graphql')).toBe('https://shop.example/idempotency');
-    expect(resolveDocumentationUrl('https://docs.example/idempotency', 'http://internal:8080/graphql')).toBe('https://docs.example/idempotency');
+    expect(resolveDocumentationUrl('/idempotency', 'http://127.0.0.1:3000/trpc/payments.create?batch=1')).toBe(
+      'http://127.0.0.1:3000/idempotency',
+    );
+    expect(resolveDocumentationUrl('/idempotency', 'https://shop.example/api/graphql')).toBe(
+      'https://shop.example/idempotency',
+    );
+    expect(resolveDocumentationUrl('https://docs.example/idempotency', 'http://internal:8080/graphql')).toBe(
+      'https://docs.example/idempotency',
+    );
     expect(resolveDocumentationUrl('/idempotency', undefined)).toBe('/idempotency');
   });
 
   it('K2: the request URL of a Fetch Request, and of a Node request from its Host header and connection', () => {
     expect(requestUrlOf(new Request('https://shop.example/graphql'))).toBe('https://shop.example/graphql');
-    expect(requestUrlOf({ url: '/trpc/x', headers: { host: '127.0.0.1:3000' }, socket: {} })).toBe('http://127.0.0.1:3000/trpc/x');
-    expect(requestUrlOf({ url: '/trpc/x', headers: { host: 'shop.example' }, socket: { encrypted: true } })).toBe('https://shop.example/trpc/x');
+    expect(requestUrlOf({ url: '/trpc/x', headers: { host: '127.0.0.1:3000' }, socket: {} })).toBe(
+      'http://127.0.0.1:3000/trpc/x',
+    );
+    expect(requestUrlOf({ url: '/trpc/x', headers: { host: 'shop.example' }, socket: { encrypted: true } })).toBe(
+      'https://shop.example/trpc/x',
+    );
     expect(requestUrlOf({ url: '/trpc/x', headers: {} })).toBeUndefined();
     expect(requestUrlOf({ url: '/x', headers: { host: 'bad host' } })).toBeUndefined();
     expect(requestUrlOf(undefined)).toBeUndefined();
@@ -57,7 +69,9 @@ describe('problem types (item 14)', () => {
 
   it('R4: the policy document lists each problem type, and the HTML page has an anchor for each', () => {
     const policy = createPolicyDocument({ documentationUrl: 'https://api.example.com/idempotency', endpoints: [] });
-    expect(policy.statuses.map((status) => status.type)).toEqual(policy.statuses.map((status) => `https://api.example.com/idempotency#${status.code}`));
+    expect(policy.statuses.map((status) => status.type)).toEqual(
+      policy.statuses.map((status) => `https://api.example.com/idempotency#${status.code}`),
+    );
     expect(policy.statuses.map((status) => status.code).sort()).toEqual(errors.map((error) => error.code).sort());
     const html = renderPolicyHtml(policy);
     for (const error of errors) expect(html).toContain(`id="${error.code}"`);

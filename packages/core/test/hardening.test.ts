@@ -3,7 +3,15 @@
  * a test that failed before its fix.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { canonicalize, computeFingerprint, createEngine, InputTooDeepError, MAX_FINGERPRINT_DEPTH, MemoryStore, RequestInProgressError } from '@idem/core';
+import {
+  canonicalize,
+  computeFingerprint,
+  createEngine,
+  InputTooDeepError,
+  MAX_FINGERPRINT_DEPTH,
+  MemoryStore,
+  RequestInProgressError,
+} from '@idem/core';
 
 /** `depth` containers nested in one another, built without recursion. */
 function nested(depth: number, wrap: (inner: unknown) => unknown): unknown {
@@ -48,7 +56,10 @@ describe('a retention shorter than the lease (issue 14, item 3)', () => {
     const engine = createEngine({ store: new MemoryStore(), retention: '3s', lease: '30s' });
     createEngine({ store: new MemoryStore(), retention: '3s', lease: '30s' });
     expect(warn).toHaveBeenCalledTimes(1);
-    expect(warn.mock.calls[0]).toEqual([expect.stringMatching(/^\[idem\] the retention \(3s\) is shorter than the lease \(30s\)/), { code: 'IDEM_RETENTION_BELOW_LEASE' }]);
+    expect(warn.mock.calls[0]).toEqual([
+      expect.stringMatching(/^\[idem\] the retention \(3s\) is shorter than the lease \(30s\)/),
+      { code: 'IDEM_RETENTION_BELOW_LEASE' },
+    ]);
     // A per-request policy is checked too, once per distinct pair.
     await engine.execute({ scope: 's', key: 'k1', fingerprint: null, retention: '2s', lease: '1m' }, () => 1);
     await engine.execute({ scope: 's', key: 'k2', fingerprint: null, retention: '2s', lease: '1m' }, () => 1);
@@ -68,7 +79,12 @@ describe('a retention shorter than the lease (issue 14, item 3)', () => {
     let now = Date.parse('2026-11-30T10:00:00.000Z');
     const store = new MemoryStore({ now: () => now });
     const events: string[] = [];
-    const engine = createEngine({ store, retention: '3s', lease: '30s', onEvent: (event) => void events.push(event.type) });
+    const engine = createEngine({
+      store,
+      retention: '3s',
+      lease: '30s',
+      onEvent: (event) => void events.push(event.type),
+    });
     const request = { scope: 'public/payments.create', key: 'order-1', fingerprint: 'f' };
     let charges = 0;
     const charge = () => ++charges;

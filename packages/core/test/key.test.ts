@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { AmbiguousKeyError, InvalidKeyError, MissingKeyError, MemoryStore, formatIdempotencyKey, parseIdempotencyKey } from '@idem/core';
+import {
+  AmbiguousKeyError,
+  InvalidKeyError,
+  MissingKeyError,
+  MemoryStore,
+  formatIdempotencyKey,
+  parseIdempotencyKey,
+} from '@idem/core';
 import { createAdapterKit } from '@idem/core/adapter';
 
 describe('parseIdempotencyKey', () => {
@@ -16,7 +23,10 @@ describe('parseIdempotencyKey', () => {
   it('K3: trims only HTTP white space (SP, HTAB): NBSP, VT and FF around a key are refused', () => {
     expect(parseIdempotencyKey('\t abc \t')).toBe('abc');
     for (const padding of ['\u00a0', '\u000b', '\u000c']) {
-      expect(catchError(() => parseIdempotencyKey(`${padding}abc${padding}`))).toMatchObject({ reason: 'charset', status: 400 });
+      expect(catchError(() => parseIdempotencyKey(`${padding}abc${padding}`))).toMatchObject({
+        reason: 'charset',
+        status: 400,
+      });
     }
   });
 
@@ -62,7 +72,10 @@ describe('parseIdempotencyKey', () => {
 
 describe('the adapter kit: chooseKey', () => {
   const chooseKey = (sources: { header?: string; field?: string }, required: boolean) =>
-    createAdapterKit({ store: new MemoryStore(), principal: () => 'p', required }, { name: 'test', field: 'field' }).chooseKey('op', { header: sources.header, field: sources.field });
+    createAdapterKit(
+      { store: new MemoryStore(), principal: () => 'p', required },
+      { name: 'test', field: 'field' },
+    ).chooseKey('op', { header: sources.header, field: sources.field });
 
   it('K4: refuses a header and an argument that differ', () => {
     expect(() => chooseKey({ header: 'a', field: 'b' }, true)).toThrow(AmbiguousKeyError);

@@ -16,14 +16,25 @@ const endpoint = {
 
 describe('published policy (R4)', () => {
   it('R4: publishes each endpoint with readable retention and lease, and bounds client retries by the shortest retention', () => {
-    const doc = createPolicyDocument({ documentationUrl: '/idempotency', endpoints: [endpoint, { ...endpoint, endpoint: 'GraphQL Mutation.refund', retentionMs: 1_800_000 }] });
-    expect(doc.endpoints.map((e) => [e.retention, e.lease])).toEqual([['24h', '30s'], ['30m', '30s']]);
+    const doc = createPolicyDocument({
+      documentationUrl: '/idempotency',
+      endpoints: [endpoint, { ...endpoint, endpoint: 'GraphQL Mutation.refund', retentionMs: 1_800_000 }],
+    });
+    expect(doc.endpoints.map((e) => [e.retention, e.lease])).toEqual([
+      ['24h', '30s'],
+      ['30m', '30s'],
+    ]);
     expect(doc.clientGuidance).toContain('within 30m');
     expect(doc.statuses.map((s) => s.status)).toEqual([400, 400, 400, 400, 409, 422, 422, 503]);
   });
 
   it('R4: renders HTML with every endpoint, escaping what it prints', () => {
-    const html = renderPolicyHtml(createPolicyDocument({ documentationUrl: '/idempotency', endpoints: [{ ...endpoint, endpoint: '<script>x</script>' }] }));
+    const html = renderPolicyHtml(
+      createPolicyDocument({
+        documentationUrl: '/idempotency',
+        endpoints: [{ ...endpoint, endpoint: '<script>x</script>' }],
+      }),
+    );
     expect(html).toContain('&#60;script&#62;x&#60;/script&#62;');
     expect(html).not.toContain('<script>');
     expect(html).toContain('<td>24h</td>');

@@ -21,7 +21,9 @@ function statusCell(entry: TimelineEntry): string {
 
 /** The retention end and whether it has passed, by the database's clock. */
 function expiredCell(entry: TimelineEntry, now: Date): string {
-  return entry.expiresAt.getTime() <= now.getTime() ? `yes, at ${iso(entry.expiresAt)}` : `no, until ${iso(entry.expiresAt)}`;
+  return entry.expiresAt.getTime() <= now.getTime()
+    ? `yes, at ${iso(entry.expiresAt)}`
+    : `no, until ${iso(entry.expiresAt)}`;
 }
 
 /** One table row per generation, oldest first. */
@@ -58,16 +60,25 @@ export function explainTimeline(generations: readonly TimelineEntry[], now: Date
   if (generations.length < 2) return '';
   const sentences = generations.map((entry, index) => {
     const next = generations[index + 1];
-    const clauses = [`Generation ${entry.generation}, first seen at ${iso(entry.firstSeenAt)}, ${outcomeClause(entry)}`];
-    if (entry.takeovers > 0) clauses.push(`its claim was taken over ${entry.takeovers === 1 ? 'once' : `${entry.takeovers} times`} after a lease lapsed (E6)`);
-    clauses.push(`its retention ${entry.expiresAt.getTime() <= now.getTime() ? 'ended' : 'ends'} at ${iso(entry.expiresAt)}`);
+    const clauses = [
+      `Generation ${entry.generation}, first seen at ${iso(entry.firstSeenAt)}, ${outcomeClause(entry)}`,
+    ];
+    if (entry.takeovers > 0)
+      clauses.push(
+        `its claim was taken over ${entry.takeovers === 1 ? 'once' : `${entry.takeovers} times`} after a lease lapsed (E6)`,
+      );
+    clauses.push(
+      `its retention ${entry.expiresAt.getTime() <= now.getTime() ? 'ended' : 'ends'} at ${iso(entry.expiresAt)}`,
+    );
     if (entry.archivedAt && (!entry.reusedAt || entry.archivedAt.getTime() < entry.reusedAt.getTime())) {
       clauses.push(`the sweeper archived it at ${iso(entry.archivedAt)}`);
     }
     if (entry.reusedAt && next) {
       const late = entry.reusedAt.getTime() - entry.expiresAt.getTime();
       const after = late >= 0 ? `, ${humanizeSpan(late)} after its retention ended,` : '';
-      clauses.push(`the key was reused at ${iso(entry.reusedAt)}${after} and executed again as generation ${next.generation}`);
+      clauses.push(
+        `the key was reused at ${iso(entry.reusedAt)}${after} and executed again as generation ${next.generation}`,
+      );
     }
     return `${clauses.join('; ')}.`;
   });

@@ -16,7 +16,9 @@ export function iso(date: Date | null | undefined): string {
  * spaces; trailing spaces are trimmed.
  */
 export function renderTable(headers: readonly string[], rows: readonly (readonly string[])[]): string {
-  const widths = headers.map((header, column) => Math.max(header.length, ...rows.map((row) => (row[column] ?? '').length)));
+  const widths = headers.map((header, column) =>
+    Math.max(header.length, ...rows.map((row) => (row[column] ?? '').length)),
+  );
   const line = (cells: readonly string[]) =>
     widths
       .map((width, column) => (cells[column] ?? '').padEnd(width))

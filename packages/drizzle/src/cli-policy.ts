@@ -13,7 +13,19 @@ export function renderDatabasePolicy(description: string, now: Date, scopes: rea
   const title = `idem records in ${description} (database clock ${iso(now)})`;
   if (scopes.length === 0) return `${title}\nno records yet.`;
   const table = renderTable(
-    ['scope', 'retention', 'lease', 'processing', 'completed', 'released', 'archived', 'history', 'expired, not swept', 'oldest live', 'oldest archived'],
+    [
+      'scope',
+      'retention',
+      'lease',
+      'processing',
+      'completed',
+      'released',
+      'archived',
+      'history',
+      'expired, not swept',
+      'oldest live',
+      'oldest archived',
+    ],
     scopes.map((s) => [
       s.scope,
       duration(s.retentionMs),
@@ -32,7 +44,7 @@ export function renderDatabasePolicy(description: string, now: Date, scopes: rea
     title,
     table,
     '',
-    'retention, lease: those of the scope\'s newest record (lease: newest never taken over); the app\'s configuration sets them for new records.',
+    "retention, lease: those of the scope's newest record (lease: newest never taken over); the app's configuration sets them for new records.",
     'archived: swept in place (R3); history: earlier generations of reused keys (R2); expired, not swept: past retention, waiting for `idem sweep`.',
     'oldest live: first sight of the oldest record not archived; oldest archived: of the oldest archived generation kept, i.e. how far back `idem explain` reaches (A1).',
   ].join('\n');
@@ -50,7 +62,13 @@ export function databasePolicyJson(description: string, now: Date, scopes: reado
         retention: s.retentionMs === null ? null : formatDuration(s.retentionMs),
         leaseMs: s.leaseMs,
         lease: s.leaseMs === null ? null : formatDuration(s.leaseMs),
-        counts: { processing: s.processing, completed: s.completed, released: s.released, archived: s.archived, history: s.history },
+        counts: {
+          processing: s.processing,
+          completed: s.completed,
+          released: s.released,
+          archived: s.archived,
+          history: s.history,
+        },
         expiredNotSwept: s.expiredNotSwept,
         oldestLiveFirstSeenAt: s.oldestLive,
         oldestArchivedFirstSeenAt: s.oldestArchived,
@@ -83,13 +101,19 @@ export interface PublishedPolicy {
 export function asPublishedPolicy(value: unknown): PublishedPolicy | undefined {
   if (typeof value !== 'object' || value === null) return undefined;
   const endpoints = (value as { endpoints?: unknown }).endpoints;
-  if (!Array.isArray(endpoints) || !endpoints.every((e) => typeof e === 'object' && e !== null && typeof (e as { endpoint?: unknown }).endpoint === 'string')) {
+  if (
+    !Array.isArray(endpoints) ||
+    !endpoints.every(
+      (e) => typeof e === 'object' && e !== null && typeof (e as { endpoint?: unknown }).endpoint === 'string',
+    )
+  ) {
     return undefined;
   }
   return value as PublishedPolicy;
 }
 
-const spanText = (text: string | undefined, ms: number | undefined) => text ?? (typeof ms === 'number' ? formatDuration(ms) : NONE);
+const spanText = (text: string | undefined, ms: number | undefined) =>
+  text ?? (typeof ms === 'number' ? formatDuration(ms) : NONE);
 
 /** A published policy as a table: endpoint, retention, lease, key sources, stored. */
 export function renderPublishedPolicy(url: string, policy: PublishedPolicy): string {
@@ -103,5 +127,9 @@ export function renderPublishedPolicy(url: string, policy: PublishedPolicy): str
       e.stored ?? NONE,
     ]),
   );
-  return [`${policy.title ?? 'Idempotency policy'} (${url})`, policy.endpoints.length > 0 ? table : 'no endpoints.', ...(policy.clientGuidance ? ['', policy.clientGuidance] : [])].join('\n');
+  return [
+    `${policy.title ?? 'Idempotency policy'} (${url})`,
+    policy.endpoints.length > 0 ? table : 'no endpoints.',
+    ...(policy.clientGuidance ? ['', policy.clientGuidance] : []),
+  ].join('\n');
 }

@@ -27,7 +27,9 @@ async function rows(opened: OpenedDatabase, query: SQL): Promise<Row[]> {
 /** The default-named tables of the opened dialect (the ones `migrate` creates). */
 function tablesOf(opened: OpenedDatabase) {
   if (opened.dialect === 'mysql') return { keys: mysqlKeys, history: mysqlHistory };
-  return opened.dialect === 'sqlite' ? { keys: sqliteKeys, history: sqliteHistory } : { keys: pgKeys, history: pgHistory };
+  return opened.dialect === 'sqlite'
+    ? { keys: sqliteKeys, history: sqliteHistory }
+    : { keys: pgKeys, history: pgHistory };
 }
 
 function clockOf(opened: OpenedDatabase): DatabaseClock {
@@ -126,14 +128,29 @@ export async function scopeFigures(opened: OpenedDatabase): Promise<ScopeFigures
             FROM ${keys} WHERE ${where}) ranked
           WHERE newest = 1`,
     );
-  const retention = await newest(sql`${ms(keys.expiresAt)} - ${ms(sql`coalesce(${keys.completedAt}, ${keys.createdAt})`)}`, sql`1 = 1`);
+  const retention = await newest(
+    sql`${ms(keys.expiresAt)} - ${ms(sql`coalesce(${keys.completedAt}, ${keys.createdAt})`)}`,
+    sql`1 = 1`,
+  );
   const lease = await newest(sql`${ms(keys.leaseUntil)} - ${ms(keys.createdAt)}`, sql`${keys.takeovers} = 0`);
 
   const byScope = new Map<string, ScopeFigures>();
   const figures = (scope: string): ScopeFigures => {
     let entry = byScope.get(scope);
     if (!entry) {
-      entry = { scope, retentionMs: null, leaseMs: null, processing: 0, completed: 0, released: 0, archived: 0, history: 0, expiredNotSwept: 0, oldestLive: null, oldestArchived: null };
+      entry = {
+        scope,
+        retentionMs: null,
+        leaseMs: null,
+        processing: 0,
+        completed: 0,
+        released: 0,
+        archived: 0,
+        history: 0,
+        expiredNotSwept: 0,
+        oldestLive: null,
+        oldestArchived: null,
+      };
       byScope.set(scope, entry);
     }
     return entry;

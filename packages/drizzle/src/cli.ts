@@ -148,15 +148,20 @@ export function parseInvocation(argv: readonly string[]): Invocation {
   const { values, positionals, tokens } = parsed;
   if (values.help) return { command: 'help' };
   const [name, ...rest] = positionals;
-  if (name === undefined) throw usageError('missing command: migrate, sweep, purge, explain or policy (idem --help shows how)');
-  if (!Object.hasOwn(COMMANDS, name)) throw usageError(`unknown command "${name}": use migrate, sweep, purge, explain or policy (idem --help shows how)`);
+  if (name === undefined)
+    throw usageError('missing command: migrate, sweep, purge, explain or policy (idem --help shows how)');
+  if (!Object.hasOwn(COMMANDS, name))
+    throw usageError(`unknown command "${name}": use migrate, sweep, purge, explain or policy (idem --help shows how)`);
   const command = name as CommandName;
   const spec = COMMANDS[command];
   for (const token of tokens) {
-    if (token.kind !== 'option' || token.name === 'database' || token.name === 'driver' || token.name === 'help') continue;
-    if (!spec.options.includes(token.name as OptionName)) throw usageError(`${token.rawName} does not apply to ${command} (idem --help shows how)`);
+    if (token.kind !== 'option' || token.name === 'database' || token.name === 'driver' || token.name === 'help')
+      continue;
+    if (!spec.options.includes(token.name as OptionName))
+      throw usageError(`${token.rawName} does not apply to ${command} (idem --help shows how)`);
   }
-  if (spec.argument === undefined && rest.length > 0) throw usageError(`${command} takes no arguments, got "${rest[0]}"`);
+  if (spec.argument === undefined && rest.length > 0)
+    throw usageError(`${command} takes no arguments, got "${rest[0]}"`);
   const database = values.database;
   const driver = driverOf(values.driver);
 
@@ -170,18 +175,27 @@ export function parseInvocation(argv: readonly string[]): Invocation {
     case 'purge': {
       const olderThan = values['older-than'];
       if (olderThan === undefined) throw usageError('purge needs --older-than <duration>, e.g. --older-than 90d');
-      return { command, database, driver, olderThanMs: durationOf('--older-than', olderThan), olderThan: olderThan.trim() };
+      return {
+        command,
+        database,
+        driver,
+        olderThanMs: durationOf('--older-than', olderThan),
+        olderThan: olderThan.trim(),
+      };
     }
     case 'explain': {
       const [key, ...extra] = rest;
-      if (key === undefined || key === '') throw usageError('explain needs a key: idem explain <key> [--scope S] [--json]');
-      if (extra.length > 0) throw usageError(`explain takes one key, got ${rest.length} arguments (quote a key that has spaces)`);
+      if (key === undefined || key === '')
+        throw usageError('explain needs a key: idem explain <key> [--scope S] [--json]');
+      if (extra.length > 0)
+        throw usageError(`explain takes one key, got ${rest.length} arguments (quote a key that has spaces)`);
       if (values.scope !== undefined && values.scope === '') throw usageError('--scope needs a non-empty value');
       return { command, database, driver, key: keyOf(key), scope: values.scope, json: values.json === true };
     }
     case 'policy': {
       const url = values.url;
-      if (url !== undefined && !isHttpUrl(url)) throw usageError(`--url must be an http:// or https:// URL, got "${url}"`);
+      if (url !== undefined && !isHttpUrl(url))
+        throw usageError(`--url must be an http:// or https:// URL, got "${url}"`);
       return { command, database, driver, url, json: values.json === true };
     }
   }
@@ -210,7 +224,8 @@ function driverOf(value: string | undefined): DriverName | undefined {
 function batchSizeOf(value: string | undefined): number {
   if (value === undefined) return DEFAULT_BATCH_SIZE;
   const n = /^\s*\d+\s*$/.test(value) ? Number(value) : NaN;
-  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_BATCH_SIZE) throw usageError(`--batch-size must be a whole number from 1 to ${MAX_BATCH_SIZE}, got "${value}"`);
+  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_BATCH_SIZE)
+    throw usageError(`--batch-size must be a whole number from 1 to ${MAX_BATCH_SIZE}, got "${value}"`);
   return n;
 }
 
@@ -238,7 +253,8 @@ function parseArgsMessage(error: unknown): string {
   if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option) return `unknown option ${option} (idem --help lists them)`;
   if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && option) {
     if (/does not take/.test(message ?? '')) return `${option} takes no value`;
-    if (/ambiguous/.test(message ?? '')) return `${option} needs a value (write ${option}=<value> for a value that starts with -)`;
+    if (/ambiguous/.test(message ?? ''))
+      return `${option} needs a value (write ${option}=<value> for a value that starts with -)`;
     return `${option} needs a value`;
   }
   return firstSentence(message ?? String(error));
@@ -264,7 +280,8 @@ async function execute(invocation: Exclude<Invocation, { command: 'help' }>, io:
 
 function locate({ database: flag, driver }: Target, env: CliIo['env']): DatabaseLocation {
   const value = flag ?? env.DATABASE_URL;
-  if (value === undefined || value.trim() === '') throw usageError('set DATABASE_URL or pass --database (file:<path>, <path>.db, postgres://…, mysql://…)');
+  if (value === undefined || value.trim() === '')
+    throw usageError('set DATABASE_URL or pass --database (file:<path>, <path>.db, postgres://…, mysql://…)');
   try {
     return parseDatabaseUrl(value, { name: flag === undefined ? 'DATABASE_URL' : '--database', driver });
   } catch (error) {
@@ -276,7 +293,13 @@ function locate({ database: flag, driver }: Target, env: CliIo['env']): Database
 /** Opens the database and makes sure it answers, so that every later failure is about the work. */
 async function connect(location: DatabaseLocation, { create }: { create: boolean }): Promise<OpenedDatabase> {
   const description = describeDatabase(location);
-  if (location.dialect === 'sqlite' && 'path' in location && !create && location.path !== ':memory:' && !existsSync(resolve(location.path))) {
+  if (
+    location.dialect === 'sqlite' &&
+    'path' in location &&
+    !create &&
+    location.path !== ':memory:' &&
+    !existsSync(resolve(location.path))
+  ) {
     throw failure(`no SQLite database at ${resolve(location.path)}: run idem migrate first`);
   }
   let opened: OpenedDatabase;
@@ -294,7 +317,11 @@ async function connect(location: DatabaseLocation, { create }: { create: boolean
   return opened;
 }
 
-async function run(invocation: Exclude<Invocation, { command: 'help' }>, opened: OpenedDatabase, io: CliIo): Promise<void> {
+async function run(
+  invocation: Exclude<Invocation, { command: 'help' }>,
+  opened: OpenedDatabase,
+  io: CliIo,
+): Promise<void> {
   switch (invocation.command) {
     case 'migrate': {
       await migrate(opened.db);
@@ -323,7 +350,10 @@ async function run(invocation: Exclude<Invocation, { command: 'help' }>, opened:
       if (timelines.scopes.length === 0) {
         if (scope === undefined) throw failure(`no record of key ${JSON.stringify(key)}`);
         const elsewhere = await findScopes(opened, key);
-        const hint = elsewhere.length > 0 ? ` (it is recorded in scope ${elsewhere.map((s) => JSON.stringify(s)).join(', ')})` : '';
+        const hint =
+          elsewhere.length > 0
+            ? ` (it is recorded in scope ${elsewhere.map((s) => JSON.stringify(s)).join(', ')})`
+            : '';
         throw failure(`no record of key ${JSON.stringify(key)} in scope ${JSON.stringify(scope)}${hint}`);
       }
       io.stdout(`${json ? explainJson(timelines) : renderExplain(timelines, await databaseNow(opened))}\n`);
@@ -332,7 +362,9 @@ async function run(invocation: Exclude<Invocation, { command: 'help' }>, opened:
     case 'policy': {
       const now = await databaseNow(opened);
       const scopes = await scopeFigures(opened);
-      io.stdout(`${invocation.json ? databasePolicyJson(opened.description, now, scopes) : renderDatabasePolicy(opened.description, now, scopes)}\n`);
+      io.stdout(
+        `${invocation.json ? databasePolicyJson(opened.description, now, scopes) : renderDatabasePolicy(opened.description, now, scopes)}\n`,
+      );
       return;
     }
   }
@@ -342,7 +374,10 @@ async function run(invocation: Exclude<Invocation, { command: 'help' }>, opened:
 async function publishedPolicy(url: string, json: boolean, io: CliIo): Promise<void> {
   let response: Response;
   try {
-    response = await fetch(url, { headers: { accept: 'application/json' }, signal: AbortSignal.timeout(FETCH_TIMEOUT_MS) });
+    response = await fetch(url, {
+      headers: { accept: 'application/json' },
+      signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
+    });
   } catch (error) {
     throw failure(`cannot reach ${url}: ${oneLine(error)}`);
   }
@@ -361,7 +396,11 @@ async function publishedPolicy(url: string, json: boolean, io: CliIo): Promise<v
 /** The error and its causes, outermost first. */
 function causes(error: unknown): unknown[] {
   const chain: unknown[] = [];
-  for (let current = error; current !== undefined && current !== null && chain.length < 8; current = (current as { cause?: unknown }).cause) {
+  for (
+    let current = error;
+    current !== undefined && current !== null && chain.length < 8;
+    current = (current as { cause?: unknown }).cause
+  ) {
     chain.push(current);
   }
   return chain;
@@ -369,7 +408,11 @@ function causes(error: unknown): unknown[] {
 
 function isMissingTable(error: unknown): boolean {
   // PostgreSQL's undefined_table, MySQL's ER_NO_SUCH_TABLE, SQLite's message.
-  return causes(error).some((e) => ['42P01', 'ER_NO_SUCH_TABLE'].includes(String((e as { code?: unknown }).code)) || /no such table/i.test(String((e as Error).message)));
+  return causes(error).some(
+    (e) =>
+      ['42P01', 'ER_NO_SUCH_TABLE'].includes(String((e as { code?: unknown }).code)) ||
+      /no such table/i.test(String((e as Error).message)),
+  );
 }
 
 /**
@@ -381,7 +424,10 @@ function oneLine(error: unknown): string {
   for (const each of causes(error)) {
     const text = each instanceof Error ? each.message : String(each);
     const inner = (each as { errors?: unknown }).errors;
-    const aggregated = text === '' && Array.isArray(inner) ? inner.map((e) => (e instanceof Error ? e.message : String(e))).join('; ') : '';
+    const aggregated =
+      text === '' && Array.isArray(inner)
+        ? inner.map((e) => (e instanceof Error ? e.message : String(e))).join('; ')
+        : '';
     const candidate = text || aggregated || String((each as { code?: unknown }).code ?? '');
     if (candidate === '') continue;
     message = candidate;

@@ -60,13 +60,24 @@ export interface ParseDatabaseUrlOptions {
  * `libsql://` a remote libsql database; `postgres://` or `postgresql://` selects PostgreSQL;
  * unset or empty selects `defaultSqlitePath`. Anything else throws a {@link DatabaseUrlError}.
  */
-export function parseDatabaseUrl(value: string | undefined, { defaultSqlitePath, name = 'DATABASE_URL', driver }: ParseDatabaseUrlOptions = {}): DatabaseLocation {
+export function parseDatabaseUrl(
+  value: string | undefined,
+  { defaultSqlitePath, name = 'DATABASE_URL', driver }: ParseDatabaseUrlOptions = {},
+): DatabaseLocation {
   const location = locationOf(value, defaultSqlitePath, name);
   if (driver === undefined) return location;
   const choices: readonly string[] =
-    location.dialect === 'postgres' ? POSTGRES_DRIVERS : location.dialect === 'mysql' ? ['mysql2'] : 'remote' in location ? ['libsql'] : SQLITE_DRIVERS;
+    location.dialect === 'postgres'
+      ? POSTGRES_DRIVERS
+      : location.dialect === 'mysql'
+        ? ['mysql2']
+        : 'remote' in location
+          ? ['libsql']
+          : SQLITE_DRIVERS;
   if (!choices.includes(driver)) {
-    throw new DatabaseUrlError(`driver ${driver} cannot open ${name} "${describeDatabase(location)}": use ${choices.join(' or ')}`);
+    throw new DatabaseUrlError(
+      `driver ${driver} cannot open ${name} "${describeDatabase(location)}": use ${choices.join(' or ')}`,
+    );
   }
   return { ...location, driver } as DatabaseLocation;
 }
@@ -92,7 +103,9 @@ function locationOf(value: string | undefined, defaultSqlitePath: string | undef
   }
   if (/\.(db|sqlite)$/i.test(url)) return { dialect: 'sqlite', path: url };
   // Redacted: an unsupported URL may still carry a password.
-  throw new DatabaseUrlError(`${name} "${/^[a-z][a-z0-9+.-]*:/i.test(url) ? redactDatabaseUrl(url) : url}" is neither postgres://…, postgresql://…, mysql://…, libsql://…, file:<path> nor a path ending in .db or .sqlite`);
+  throw new DatabaseUrlError(
+    `${name} "${/^[a-z][a-z0-9+.-]*:/i.test(url) ? redactDatabaseUrl(url) : url}" is neither postgres://…, postgresql://…, mysql://…, libsql://…, file:<path> nor a path ending in .db or .sqlite`,
+  );
 }
 
 /**
@@ -103,8 +116,14 @@ function locationOf(value: string | undefined, defaultSqlitePath: string | undef
 export function redactDatabaseUrl(url: string): string {
   try {
     const parsed = new URL(url);
-    const credentials = parsed.username ? `${parsed.username}${parsed.password ? ':***' : ''}@` : parsed.password ? ':***@' : '';
-    const parameters = [...parsed.searchParams].map(([name, value]) => `${name}=${name.toLowerCase() === 'password' ? '***' : value}`);
+    const credentials = parsed.username
+      ? `${parsed.username}${parsed.password ? ':***' : ''}@`
+      : parsed.password
+        ? ':***@'
+        : '';
+    const parameters = [...parsed.searchParams].map(
+      ([name, value]) => `${name}=${name.toLowerCase() === 'password' ? '***' : value}`,
+    );
     return `${parsed.protocol}//${credentials}${parsed.host}${parsed.pathname}${parameters.length > 0 ? `?${parameters.join('&')}` : ''}`;
   } catch {
     // Not a URL we can parse: show only the scheme, never what might be a password.
@@ -164,7 +183,10 @@ export function describeDatabase(location: DatabaseLocation): string {
  * missing. PostgreSQL: a `pg.Pool`, which connects on first use (so an unreachable server
  * shows up on the first query, not here).
  */
-export async function openDatabase(target: string | DatabaseLocation | undefined, options: OpenDatabaseOptions = {}): Promise<OpenedDatabase> {
+export async function openDatabase(
+  target: string | DatabaseLocation | undefined,
+  options: OpenDatabaseOptions = {},
+): Promise<OpenedDatabase> {
   const location = typeof target === 'object' ? target : parseDatabaseUrl(target, options);
   if (location.dialect === 'mysql') return firstInstalled(['mysql2'], 'MySQL', () => openMysql(location.url, options));
   if (location.dialect === 'postgres') {
@@ -179,10 +201,20 @@ export async function openDatabase(target: string | DatabaseLocation | undefined
 }
 
 /** What each driver needs installed, for the message when none is. */
-const PACKAGES: Record<DriverName, string> = { 'node-postgres': 'pg@^8', 'postgres-js': 'postgres@^3', 'better-sqlite3': 'better-sqlite3@^12', libsql: '@libsql/client', mysql2: 'mysql2@^3' };
+const PACKAGES: Record<DriverName, string> = {
+  'node-postgres': 'pg@^8',
+  'postgres-js': 'postgres@^3',
+  'better-sqlite3': 'better-sqlite3@^12',
+  libsql: '@libsql/client',
+  mysql2: 'mysql2@^3',
+};
 
 /** `open` with the first of `drivers` that is installed; when none is, one line naming them. */
-async function firstInstalled<D extends DriverName>(drivers: readonly D[], database: string, open: (driver: D) => Promise<OpenedDatabase>): Promise<OpenedDatabase> {
+async function firstInstalled<D extends DriverName>(
+  drivers: readonly D[],
+  database: string,
+  open: (driver: D) => Promise<OpenedDatabase>,
+): Promise<OpenedDatabase> {
   for (const driver of drivers) {
     try {
       return await open(driver);
@@ -190,11 +222,19 @@ async function firstInstalled<D extends DriverName>(drivers: readonly D[], datab
       if (!(error instanceof DriverMissingError)) throw error;
     }
   }
-  if (drivers.length === 1) throw new Error(`[idem] ${database} needs the ${drivers[0]} driver, which is not installed: npm install ${PACKAGES[drivers[0]!]}`);
-  throw new Error(`[idem] ${database} needs one of its drivers, none of which is installed: npm install ${drivers.map((driver) => `${PACKAGES[driver]} (${driver})`).join(' or ')}`);
+  if (drivers.length === 1)
+    throw new Error(
+      `[idem] ${database} needs the ${drivers[0]} driver, which is not installed: npm install ${PACKAGES[drivers[0]!]}`,
+    );
+  throw new Error(
+    `[idem] ${database} needs one of its drivers, none of which is installed: npm install ${drivers.map((driver) => `${PACKAGES[driver]} (${driver})`).join(' or ')}`,
+  );
 }
 
-async function openSqlite(path: string, { busyTimeoutMs = DEFAULT_BUSY_TIMEOUT_MS, create = true }: OpenDatabaseOptions): Promise<OpenedDatabase> {
+async function openSqlite(
+  path: string,
+  { busyTimeoutMs = DEFAULT_BUSY_TIMEOUT_MS, create = true }: OpenDatabaseOptions,
+): Promise<OpenedDatabase> {
   const [{ default: Database }, { drizzle }] = await Promise.all([
     importDriver(() => import('better-sqlite3'), 'better-sqlite3'),
     importDriver(() => import('drizzle-orm/better-sqlite3'), 'better-sqlite3'),
@@ -221,14 +261,21 @@ async function openSqlite(path: string, { busyTimeoutMs = DEFAULT_BUSY_TIMEOUT_M
 }
 
 /** libsql on a local file, in WAL mode, with a busy timeout for other processes' locks (see `busyTimeoutMs`). */
-async function openLocalLibsql(path: string, { busyTimeoutMs = DEFAULT_LIBSQL_BUSY_TIMEOUT_MS, create = true }: OpenDatabaseOptions): Promise<OpenedDatabase> {
+async function openLocalLibsql(
+  path: string,
+  { busyTimeoutMs = DEFAULT_LIBSQL_BUSY_TIMEOUT_MS, create = true }: OpenDatabaseOptions,
+): Promise<OpenedDatabase> {
   const file = path === ':memory:' ? path : resolve(path);
   if (file !== ':memory:') {
     // libsql creates a missing file on open: refuse it first when asked to.
     if (!create && !existsSync(file)) throw new Error(`[idem] no SQLite database at ${file}`);
     if (create) mkdirSync(dirname(file), { recursive: true });
   }
-  const opened = await openLibsql(file === ':memory:' ? ':memory:' : `file:${file}`, describeDatabase({ dialect: 'sqlite', path }), { busyTimeoutMs });
+  const opened = await openLibsql(
+    file === ':memory:' ? ':memory:' : `file:${file}`,
+    describeDatabase({ dialect: 'sqlite', path }),
+    { busyTimeoutMs },
+  );
   try {
     await opened.db.run(sqlText('PRAGMA journal_mode = WAL'));
   } catch (error) {
@@ -238,8 +285,15 @@ async function openLocalLibsql(path: string, { busyTimeoutMs = DEFAULT_LIBSQL_BU
   return opened;
 }
 
-async function openLibsql(url: string, description: string, { busyTimeoutMs = DEFAULT_LIBSQL_BUSY_TIMEOUT_MS }: OpenDatabaseOptions): Promise<OpenedDatabase & { dialect: 'sqlite' }> {
-  const [{ createClient }, { drizzle }] = await Promise.all([importDriver(() => import('@libsql/client'), 'libsql'), importDriver(() => import('drizzle-orm/libsql'), 'libsql')]);
+async function openLibsql(
+  url: string,
+  description: string,
+  { busyTimeoutMs = DEFAULT_LIBSQL_BUSY_TIMEOUT_MS }: OpenDatabaseOptions,
+): Promise<OpenedDatabase & { dialect: 'sqlite' }> {
+  const [{ createClient }, { drizzle }] = await Promise.all([
+    importDriver(() => import('@libsql/client'), 'libsql'),
+    importDriver(() => import('drizzle-orm/libsql'), 'libsql'),
+  ]);
   // `authToken` (Turso) is read from the URL's query by the client itself.
   const client = createClient({ url, timeout: Math.max(0, Math.trunc(busyTimeoutMs)) });
   return {
@@ -253,8 +307,14 @@ async function openLibsql(url: string, description: string, { busyTimeoutMs = DE
   };
 }
 
-async function openPostgres(url: string, { max = 10, connectionTimeoutMillis = DEFAULT_CONNECTION_TIMEOUT_MS }: OpenDatabaseOptions): Promise<OpenedDatabase> {
-  const [{ default: pg }, { drizzle }] = await Promise.all([importDriver(() => import('pg'), 'node-postgres'), importDriver(() => import('drizzle-orm/node-postgres'), 'node-postgres')]);
+async function openPostgres(
+  url: string,
+  { max = 10, connectionTimeoutMillis = DEFAULT_CONNECTION_TIMEOUT_MS }: OpenDatabaseOptions,
+): Promise<OpenedDatabase> {
+  const [{ default: pg }, { drizzle }] = await Promise.all([
+    importDriver(() => import('pg'), 'node-postgres'),
+    importDriver(() => import('drizzle-orm/node-postgres'), 'node-postgres'),
+  ]);
   const pool = new pg.Pool({ connectionString: url, max, connectionTimeoutMillis });
   // An idle connection that drops (server restart, network) must not crash the process: the
   // pool discards it and the next query opens a new one.
@@ -278,9 +338,19 @@ async function openPostgres(url: string, { max = 10, connectionTimeoutMillis = D
 }
 
 /** postgres-js: its own pool (`max`), connecting on the first query; notices are not printed. */
-async function openPostgresJs(url: string, { max = 10, connectionTimeoutMillis = DEFAULT_CONNECTION_TIMEOUT_MS }: OpenDatabaseOptions): Promise<OpenedDatabase> {
-  const [{ default: postgres }, { drizzle }] = await Promise.all([importDriver(() => import('postgres'), 'postgres-js'), importDriver(() => import('drizzle-orm/postgres-js'), 'postgres-js')]);
-  const client = postgres(url, { max, connect_timeout: Math.max(1, Math.ceil(connectionTimeoutMillis / 1000)), onnotice: () => {} });
+async function openPostgresJs(
+  url: string,
+  { max = 10, connectionTimeoutMillis = DEFAULT_CONNECTION_TIMEOUT_MS }: OpenDatabaseOptions,
+): Promise<OpenedDatabase> {
+  const [{ default: postgres }, { drizzle }] = await Promise.all([
+    importDriver(() => import('postgres'), 'postgres-js'),
+    importDriver(() => import('drizzle-orm/postgres-js'), 'postgres-js'),
+  ]);
+  const client = postgres(url, {
+    max,
+    connect_timeout: Math.max(1, Math.ceil(connectionTimeoutMillis / 1000)),
+    onnotice: () => {},
+  });
   let ended = false;
   return {
     dialect: 'postgres',
@@ -295,8 +365,14 @@ async function openPostgresJs(url: string, { max = 10, connectionTimeoutMillis =
   };
 }
 
-async function openMysql(url: string, { max = 10, connectionTimeoutMillis = DEFAULT_CONNECTION_TIMEOUT_MS }: OpenDatabaseOptions): Promise<OpenedDatabase> {
-  const [mysql, { drizzle }] = await Promise.all([importDriver(() => import('mysql2/promise'), 'mysql2'), importDriver(() => import('drizzle-orm/mysql2'), 'mysql2')]);
+async function openMysql(
+  url: string,
+  { max = 10, connectionTimeoutMillis = DEFAULT_CONNECTION_TIMEOUT_MS }: OpenDatabaseOptions,
+): Promise<OpenedDatabase> {
+  const [mysql, { drizzle }] = await Promise.all([
+    importDriver(() => import('mysql2/promise'), 'mysql2'),
+    importDriver(() => import('drizzle-orm/mysql2'), 'mysql2'),
+  ]);
   const pool = mysql.createPool({ uri: url, connectionLimit: max, connectTimeout: connectionTimeoutMillis });
   let ended = false;
   return {
@@ -316,7 +392,13 @@ async function openMysql(url: string, { max = 10, connectionTimeoutMillis = DEFA
 class DriverMissingError extends Error {}
 
 /** The module packages each driver's import needs. */
-const MODULES: Record<DriverName, string> = { 'node-postgres': 'pg', 'postgres-js': 'postgres', 'better-sqlite3': 'better-sqlite3', libsql: '@libsql/client', mysql2: 'mysql2' };
+const MODULES: Record<DriverName, string> = {
+  'node-postgres': 'pg',
+  'postgres-js': 'postgres',
+  'better-sqlite3': 'better-sqlite3',
+  libsql: '@libsql/client',
+  mysql2: 'mysql2',
+};
 
 async function importDriver<T>(load: () => Promise<T>, driver: DriverName): Promise<T> {
   try {
@@ -324,7 +406,11 @@ async function importDriver<T>(load: () => Promise<T>, driver: DriverName): Prom
   } catch (error) {
     const code = (error as { code?: unknown }).code;
     const module = MODULES[driver];
-    if ((code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && String((error as Error).message).includes(`'${module}`)) throw new DriverMissingError(driver);
+    if (
+      (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') &&
+      String((error as Error).message).includes(`'${module}`)
+    )
+      throw new DriverMissingError(driver);
     throw error;
   }
 }

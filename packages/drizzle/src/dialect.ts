@@ -75,13 +75,16 @@ export function detectDialect(db: unknown): DetectedDatabase {
         : kinds.includes('MySqlDatabase') || kinds.includes('MySqlAsyncDatabase')
           ? 'mysql'
           : undefined;
-  if (dialect === undefined) throw new TypeError(`[idem] unsupported database: pass a drizzle instance for ${SUPPORTED}`);
+  if (dialect === undefined)
+    throw new TypeError(`[idem] unsupported database: pass a drizzle instance for ${SUPPORTED}`);
   const [kind] = kinds;
   const refusal = kind === undefined ? undefined : REFUSED[kind];
   if (refusal) throw new TypeError(`[idem] ${refusal}`);
   const known = kind === undefined ? undefined : DRIVERS[kind];
   if (!known || known.dialect !== dialect) {
-    throw new TypeError(`[idem] unsupported ${DIALECT_NAMES[dialect]} driver (drizzle's ${kind ?? 'unnamed'}): the store runs on ${SUPPORTED}`);
+    throw new TypeError(
+      `[idem] unsupported ${DIALECT_NAMES[dialect]} driver (drizzle's ${kind ?? 'unnamed'}): the store runs on ${SUPPORTED}`,
+    );
   }
   if (known.name === 'node-postgres' && !isPool((db as { $client?: unknown }).$client)) {
     throw new TypeError(
@@ -90,10 +93,18 @@ export function detectDialect(db: unknown): DetectedDatabase {
   }
   const driver: Driver = { name: known.name, transactions: known.transactions };
   if (dialect === 'postgres') return { dialect, db: db as AnyPgDatabase, driver };
-  return dialect === 'mysql' ? { dialect, db: db as AnyMysqlDatabase, driver } : { dialect, db: db as AnySQLiteDatabase, driver };
+  return dialect === 'mysql'
+    ? { dialect, db: db as AnyMysqlDatabase, driver }
+    : { dialect, db: db as AnySQLiteDatabase, driver };
 }
 
 /** A `pg.Pool` (drizzle gives each transaction its own pool connection) rather than one `pg.Client`. */
 function isPool(client: unknown): boolean {
-  return typeof client === 'object' && client !== null && 'totalCount' in client && 'idleCount' in client && typeof (client as { connect?: unknown }).connect === 'function';
+  return (
+    typeof client === 'object' &&
+    client !== null &&
+    'totalCount' in client &&
+    'idleCount' in client &&
+    typeof (client as { connect?: unknown }).connect === 'function'
+  );
 }

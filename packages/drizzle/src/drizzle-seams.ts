@@ -23,7 +23,11 @@ import type { LiveRow } from './record-rows.js';
 export function entityKinds(value: unknown): string[] {
   const kinds: string[] = [];
   if (typeof value !== 'object' || value === null) return kinds;
-  for (let type = Object.getPrototypeOf(value)?.constructor; typeof type === 'function' && type !== Object; type = Object.getPrototypeOf(type)) {
+  for (
+    let type = Object.getPrototypeOf(value)?.constructor;
+    typeof type === 'function' && type !== Object;
+    type = Object.getPrototypeOf(type)
+  ) {
     const kind = Object.hasOwn(type, entityKind) ? (type as unknown as Record<symbol, unknown>)[entityKind] : undefined;
     if (typeof kind === 'string') kinds.push(kind);
   }
@@ -32,8 +36,22 @@ export function entityKinds(value: unknown): string[] {
 
 /** The columns of SQLite's hot read, in the order `liveRowOfValues` takes them. */
 export const LIVE_READ_ORDER = [
-  'scope', 'key', 'generation', 'fingerprint', 'state', 'token', 'createdAt', 'leaseUntil', 'expiresAt',
-  'completedAt', 'archivedAt', 'takeovers', 'outcomeKind', 'outcomeStatus', 'body', 'now',
+  'scope',
+  'key',
+  'generation',
+  'fingerprint',
+  'state',
+  'token',
+  'createdAt',
+  'leaseUntil',
+  'expiresAt',
+  'completedAt',
+  'archivedAt',
+  'takeovers',
+  'outcomeKind',
+  'outcomeStatus',
+  'body',
+  'now',
 ] as const;
 
 /**
@@ -41,7 +59,8 @@ export const LIVE_READ_ORDER = [
  * {@link LIVE_READ_ORDER} in that order: the statement's columns come out in that order.
  */
 export function assertLiveReadOrder(selection: object): void {
-  if (Object.keys(selection).join() !== LIVE_READ_ORDER.join()) throw new Error('[idem] the SQLite live table changed: update LIVE_READ_ORDER and liveRowOfValues');
+  if (Object.keys(selection).join() !== LIVE_READ_ORDER.join())
+    throw new Error('[idem] the SQLite live table changed: update LIVE_READ_ORDER and liveRowOfValues');
 }
 
 /**

@@ -22,7 +22,12 @@ import { isExpired, toRecord, toTimeline, type LiveRow } from './record-rows.js'
 import { defineSqliteTables } from './sqlite-schema.js';
 import { DEFAULT_BUSY_RETRY_MS } from './sqlite-busy.js';
 import { sqliteStatements } from './sqlite-store.js';
-import { CLAIM_IN_PROGRESS, type FirstStep, type StoreStatements, type TransactionStatements } from './store-statements.js';
+import {
+  CLAIM_IN_PROGRESS,
+  type FirstStep,
+  type StoreStatements,
+  type TransactionStatements,
+} from './store-statements.js';
 import { resolveTableNames, type TableNames, type TableOptions } from './table-names.js';
 import { withoutQueryParameters } from './query-errors.js';
 
@@ -97,7 +102,9 @@ export function createDrizzleStore<TDb extends DrizzleDatabase>(
         ? mysqlStatements(detected.db, defineMysqlTables(tables))
         : sqliteStatements(detected.db, defineSqliteTables(tables), detected.driver, busyRetryMs);
   // Every method answers a promise through this wrapper, also those that answer at once inside.
-  return withoutQueryParameters(storeOver(statements, detected.dialect, detected.driver.name, tables)) as DrizzleStore<DrizzleTransaction<TDb>>;
+  return withoutQueryParameters(storeOver(statements, detected.dialect, detected.driver.name, tables)) as DrizzleStore<
+    DrizzleTransaction<TDb>
+  >;
 }
 
 function storeOver(s: StoreStatements, dialect: Dialect, driver: string, tables: TableNames): DrizzleStore {
@@ -106,9 +113,17 @@ function storeOver(s: StoreStatements, dialect: Dialect, driver: string, tables:
    * rejected): the answer at once, or undefined when rules 2–4 may change the row.
    */
   function settledWithoutWrite(request: ClaimRequest, row: LiveRow, now: Date): ClaimResult | undefined {
-    if (isExpired(row, now)) return request.expiredReuse === 'reject' ? { outcome: 'existing', record: toRecord(row), now, expired: true } : undefined;
+    if (isExpired(row, now))
+      return request.expiredReuse === 'reject'
+        ? { outcome: 'existing', record: toRecord(row), now, expired: true }
+        : undefined;
     if (row.state === 'released') return undefined;
-    if (row.state === 'processing' && row.leaseUntil.getTime() <= now.getTime() && fingerprintsMatch(row.fingerprint, request.fingerprint)) return undefined;
+    if (
+      row.state === 'processing' &&
+      row.leaseUntil.getTime() <= now.getTime() &&
+      fingerprintsMatch(row.fingerprint, request.fingerprint)
+    )
+      return undefined;
     return { outcome: 'existing', record: toRecord(row), now, expired: false };
   }
 
@@ -125,13 +140,20 @@ function storeOver(s: StoreStatements, dialect: Dialect, driver: string, tables:
       return record && { outcome: 'claimed', record: toRecord(record) };
     }
     const record = await s.takeOverStale(request, row.token);
-    return record && { outcome: 'claimed', record: toRecord(record), takeover: { previousToken: row.token, previousLeaseUntil: row.leaseUntil } };
+    return (
+      record && {
+        outcome: 'claimed',
+        record: toRecord(record),
+        takeover: { previousToken: row.token, previousLeaseUntil: row.leaseUntil },
+      }
+    );
   }
 
   /** After the first step: claimed, answered, or the loop of {@link settleContended}. */
   function afterFirstStep(request: ClaimRequest, first: FirstStep): Eventually<ClaimResult> {
     if (first && 'inserted' in first) return { outcome: 'claimed', record: toRecord(first.inserted) };
-    if (first) return settledWithoutWrite(request, first.live.row, first.live.now) ?? settleContended(request, first.live);
+    if (first)
+      return settledWithoutWrite(request, first.live.row, first.live.now) ?? settleContended(request, first.live);
     return settleContended(request, undefined);
   }
 
@@ -139,7 +161,10 @@ function storeOver(s: StoreStatements, dialect: Dialect, driver: string, tables:
    * The rest: a write of rules 2–4 on the row seen first, then, while a compare-and-set or an
    * insert loses to a concurrent claimant (or the row is purged in between), read and try again.
    */
-  async function settleContended(request: ClaimRequest, seen: { row: LiveRow; now: Date } | undefined): Promise<ClaimResult> {
+  async function settleContended(
+    request: ClaimRequest,
+    seen: { row: LiveRow; now: Date } | undefined,
+  ): Promise<ClaimResult> {
     if (seen) {
       const result = await settle(request, seen.row, seen.now);
       if (result) return result;
@@ -174,13 +199,21 @@ function storeOver(s: StoreStatements, dialect: Dialect, driver: string, tables:
    * The handler on a savepoint, then its outcome stored if `record.token` still owns the claim;
    * when it does not, everything is rolled back and `fenced` answered.
    */
-  function runAndComplete<T, F>(t: TransactionStatements, record: IdempotencyRecord, run: Handler<T>, toOutcome: ToOutcome<T>, fenced: F): Eventually<AtomicResult<T>> {
+  function runAndComplete<T, F>(
+    t: TransactionStatements,
+    record: IdempotencyRecord,
+    run: Handler<T>,
+    toOutcome: ToOutcome<T>,
+    fenced: F,
+  ): Eventually<AtomicResult<T>> {
     const { scope, key, token } = record;
-    return chain(t.savepoint((tx) => run(tx, record)), (result) =>
-      chain(t.complete({ scope, key, token, outcome: toOutcome(result) }), (owned) => {
-        if (!owned) throw new Rollback(fenced);
-        return result;
-      }),
+    return chain(
+      t.savepoint((tx) => run(tx, record)),
+      (result) =>
+        chain(t.complete({ scope, key, token, outcome: toOutcome(result) }), (owned) => {
+          if (!owned) throw new Rollback(fenced);
+          return result;
+        }),
     );
   }
 
@@ -193,7 +226,9 @@ function storeOver(s: StoreStatements, dialect: Dialect, driver: string, tables:
     // a measurable share of it. `withoutQueryParameters` below hands the caller a promise.
     claim(request) {
       const first = s.claimOrRead(request);
-      return (isThenable(first) ? first.then((step) => afterFirstStep(request, step)) : afterFirstStep(request, first)) as Promise<ClaimResult>;
+      return (
+        isThenable(first) ? first.then((step) => afterFirstStep(request, step)) : afterFirstStep(request, first)
+      ) as Promise<ClaimResult>;
     },
 
     atomicHandlers: s.atomicHandlers,
@@ -201,24 +236,35 @@ function storeOver(s: StoreStatements, dialect: Dialect, driver: string, tables:
     atomicClaim<T>(request: ClaimRequest, run: Handler<T>, toOutcome: ToOutcome<T>) {
       const notNew = { executed: false } as const;
       const inProgress = { executed: false, inProgress: true } as const;
-      return inTransaction<{ executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | typeof notNew | typeof inProgress>((t) =>
+      return inTransaction<
+        { executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | typeof notNew | typeof inProgress
+      >((t) =>
         chain(t.insertClaim(request), (row) => {
           if (row === CLAIM_IN_PROGRESS) throw new Rollback(inProgress);
           if (!row) throw new Rollback(notNew);
           const record = toRecord(row);
-          return chain(runAndComplete(t, record, run, toOutcome, notNew), (result) => ({ executed: true as const, record, result }));
+          return chain(runAndComplete(t, record, run, toOutcome, notNew), (result) => ({
+            executed: true as const,
+            record,
+            result,
+          }));
         }),
       );
     },
 
     atomicComplete<T>(owner: { scope: string; key: string; token: string }, run: Handler<T>, toOutcome: ToOutcome<T>) {
       const fenced = { completed: false } as const;
-      return inTransaction<{ completed: true; record: IdempotencyRecord; result: AtomicResult<T> } | typeof fenced>((t) =>
-        chain(t.lockOwned(owner), (row) => {
-          if (!row) throw new Rollback(fenced);
-          const record = toRecord(row);
-          return chain(runAndComplete(t, record, run, toOutcome, fenced), (result) => ({ completed: true as const, record, result }));
-        }),
+      return inTransaction<{ completed: true; record: IdempotencyRecord; result: AtomicResult<T> } | typeof fenced>(
+        (t) =>
+          chain(t.lockOwned(owner), (row) => {
+            if (!row) throw new Rollback(fenced);
+            const record = toRecord(row);
+            return chain(runAndComplete(t, record, run, toOutcome, fenced), (result) => ({
+              completed: true as const,
+              record,
+              result,
+            }));
+          }),
       );
     },
 
@@ -244,7 +290,8 @@ function storeOver(s: StoreStatements, dialect: Dialect, driver: string, tables:
     },
 
     async purge({ olderThanMs }) {
-      if (!Number.isFinite(olderThanMs) || olderThanMs < 0) throw new RangeError(`[idem] purge: olderThanMs must be a non-negative number, got ${olderThanMs}`);
+      if (!Number.isFinite(olderThanMs) || olderThanMs < 0)
+        throw new RangeError(`[idem] purge: olderThanMs must be a non-negative number, got ${olderThanMs}`);
       let deleted = 0;
       // History first: a live tombstone is never archived earlier than the generations before it.
       for (const purgeBatch of [s.purgeHistory, s.purgeLive]) {
@@ -270,7 +317,10 @@ export interface SweepAllOptions {
  * Runs `store.sweep` until a batch comes back short, and returns how many records were
  * archived in total. Run it from a scheduled job (R3); any store of the contract works.
  */
-export async function sweepAll(store: Pick<IdempotencyStore, 'sweep'>, { batchSize = DEFAULT_SWEEP_BATCH }: SweepAllOptions = {}): Promise<{ archived: number }> {
+export async function sweepAll(
+  store: Pick<IdempotencyStore, 'sweep'>,
+  { batchSize = DEFAULT_SWEEP_BATCH }: SweepAllOptions = {},
+): Promise<{ archived: number }> {
   let archived = 0;
   for (;;) {
     const batch = (await store.sweep({ batchSize })).archived;
@@ -280,5 +330,6 @@ export async function sweepAll(store: Pick<IdempotencyStore, 'sweep'>, { batchSi
 }
 
 function assertPositiveInteger(name: string, value: number): void {
-  if (!Number.isInteger(value) || value <= 0) throw new RangeError(`[idem] ${name} must be a positive integer, got ${value}`);
+  if (!Number.isInteger(value) || value <= 0)
+    throw new RangeError(`[idem] ${name} must be a positive integer, got ${value}`);
 }

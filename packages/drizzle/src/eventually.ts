@@ -6,7 +6,11 @@
 export type Eventually<T> = T | Promise<T>;
 
 export function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return (typeof value === 'object' || typeof value === 'function') && value !== null && typeof (value as { then?: unknown }).then === 'function';
+  return (
+    (typeof value === 'object' || typeof value === 'function') &&
+    value !== null &&
+    typeof (value as { then?: unknown }).then === 'function'
+  );
 }
 
 /** `next(value)`: at once when `value` is there, after it resolves when it is a promise. */

@@ -10,7 +10,13 @@
 import { createHash } from 'node:crypto';
 import { sql, type SQL } from 'drizzle-orm';
 import type { MigrationMeta } from 'drizzle-orm/migrator';
-import { detectDialect, type AnyMysqlDatabase, type AnyPgDatabase, type AnySQLiteDatabase, type DrizzleDatabase } from './dialect.js';
+import {
+  detectDialect,
+  type AnyMysqlDatabase,
+  type AnyPgDatabase,
+  type AnySQLiteDatabase,
+  type DrizzleDatabase,
+} from './dialect.js';
 import { chain, eachInTurn, type Eventually } from './eventually.js';
 import { migrationsFor } from './migration-files.js';
 import { executedRows } from './mysql-store.js';
@@ -27,7 +33,10 @@ export interface MigrateOptions {
 }
 
 /** Creates or updates the store's tables (default names) in the database behind `db`. */
-export async function migrate(db: DrizzleDatabase, { migrationsTable = '__idem_migrations', migrationsSchema }: MigrateOptions = {}): Promise<void> {
+export async function migrate(
+  db: DrizzleDatabase,
+  { migrationsTable = '__idem_migrations', migrationsSchema }: MigrateOptions = {},
+): Promise<void> {
   const detected = detectDialect(db);
   if (detected.dialect === 'sqlite') {
     // Another process holding the write lock (starting at the same time, or serving): wait for
@@ -47,19 +56,34 @@ export async function migrate(db: DrizzleDatabase, { migrationsTable = '__idem_m
 
 /** The migrations newer than the journal's last entry (drizzle's rule: by their folder time). */
 function pending(migrations: readonly MigrationMeta[], lastCreatedAt: unknown): MigrationMeta[] {
-  return lastCreatedAt === undefined || lastCreatedAt === null ? [...migrations] : migrations.filter((migration) => Number(lastCreatedAt) < migration.folderMillis);
+  return lastCreatedAt === undefined || lastCreatedAt === null
+    ? [...migrations]
+    : migrations.filter((migration) => Number(lastCreatedAt) < migration.folderMillis);
 }
 
-async function migratePostgres(db: AnyPgDatabase, migrations: readonly MigrationMeta[], table: string, schema: string): Promise<void> {
+async function migratePostgres(
+  db: AnyPgDatabase,
+  migrations: readonly MigrationMeta[],
+  table: string,
+  schema: string,
+): Promise<void> {
   const journal = sql`${sql.identifier(schema)}.${sql.identifier(table)}`;
   await db.transaction(async (tx) => {
     await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtextextended(${`idem:migrate:${schema}.${table}`}, 0))`);
     await tx.execute(sql`CREATE SCHEMA IF NOT EXISTS ${sql.identifier(schema)}`);
-    await tx.execute(sql`CREATE TABLE IF NOT EXISTS ${journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
-    const [last] = await tx.select({ createdAt: sql<unknown>`created_at` }).from(journal).orderBy(sql`created_at DESC`).limit(1);
+    await tx.execute(
+      sql`CREATE TABLE IF NOT EXISTS ${journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`,
+    );
+    const [last] = await tx
+      .select({ createdAt: sql<unknown>`created_at` })
+      .from(journal)
+      .orderBy(sql`created_at DESC`)
+      .limit(1);
     for (const migration of pending(migrations, last?.createdAt)) {
       for (const statement of migration.sql) await tx.execute(sql.raw(statement));
-      await tx.execute(sql`INSERT INTO ${journal} ("hash", "created_at") VALUES (${migration.hash}, ${migration.folderMillis})`);
+      await tx.execute(
+        sql`INSERT INTO ${journal} ("hash", "created_at") VALUES (${migration.hash}, ${migration.folderMillis})`,
+      );
     }
   });
 }
@@ -79,14 +103,27 @@ async function migrateMysql(db: AnyMysqlDatabase, migrations: readonly Migration
   const lock = named.length <= 64 ? named : `idem:migrate:${createHash('sha256').update(named).digest('base64url')}`;
   const journal = sql.identifier(table);
   await db.transaction(async (tx) => {
-    const [answer] = executedRows(await tx.execute(sql`SELECT GET_LOCK(${lock}, ${MYSQL_MIGRATION_WAIT_SECONDS}) AS got`));
-    if (Number(answer?.got) !== 1) throw new Error(`[idem] migrate: another process held the MySQL lock ${lock} for ${MYSQL_MIGRATION_WAIT_SECONDS} s`);
+    const [answer] = executedRows(
+      await tx.execute(sql`SELECT GET_LOCK(${lock}, ${MYSQL_MIGRATION_WAIT_SECONDS}) AS got`),
+    );
+    if (Number(answer?.got) !== 1)
+      throw new Error(
+        `[idem] migrate: another process held the MySQL lock ${lock} for ${MYSQL_MIGRATION_WAIT_SECONDS} s`,
+      );
     try {
-      await tx.execute(sql`CREATE TABLE IF NOT EXISTS ${journal} (id serial PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
-      const [last] = await tx.select({ createdAt: sql<unknown>`created_at` }).from(sql`${journal}`).orderBy(sql`created_at DESC`).limit(1);
+      await tx.execute(
+        sql`CREATE TABLE IF NOT EXISTS ${journal} (id serial PRIMARY KEY, hash text NOT NULL, created_at bigint)`,
+      );
+      const [last] = await tx
+        .select({ createdAt: sql<unknown>`created_at` })
+        .from(sql`${journal}`)
+        .orderBy(sql`created_at DESC`)
+        .limit(1);
       for (const migration of pending(migrations, last?.createdAt)) {
         for (const statement of migration.sql) await tx.execute(sql.raw(statement));
-        await tx.execute(sql`INSERT INTO ${journal} (\`hash\`, \`created_at\`) VALUES (${migration.hash}, ${migration.folderMillis})`);
+        await tx.execute(
+          sql`INSERT INTO ${journal} (\`hash\`, \`created_at\`) VALUES (${migration.hash}, ${migration.folderMillis})`,
+        );
       }
     } finally {
       await tx.execute(sql`SELECT RELEASE_LOCK(${lock})`);
@@ -100,15 +137,27 @@ function migrateSqlite(db: AnySQLiteDatabase, migrations: readonly MigrationMeta
   return db.transaction(
     (tx) => {
       const run = (statement: SQL) => tx.run(statement);
-      return chain(run(sql`CREATE TABLE IF NOT EXISTS ${journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at numeric)`), () =>
-        chain(tx.select({ createdAt: sql<unknown>`created_at` }).from(sql`${journal}`).orderBy(sql`created_at DESC`).limit(1).all(), ([last]) =>
-          eachInTurn(pending(migrations, last?.createdAt), (migration) =>
-            chain(
-              eachInTurn(migration.sql, (statement) => run(sql.raw(statement))),
-              () => run(sql`INSERT INTO ${journal} ("hash", "created_at") VALUES (${migration.hash}, ${migration.folderMillis})`),
-            ),
+      return chain(
+        run(sql`CREATE TABLE IF NOT EXISTS ${journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at numeric)`),
+        () =>
+          chain(
+            tx
+              .select({ createdAt: sql<unknown>`created_at` })
+              .from(sql`${journal}`)
+              .orderBy(sql`created_at DESC`)
+              .limit(1)
+              .all(),
+            ([last]) =>
+              eachInTurn(pending(migrations, last?.createdAt), (migration) =>
+                chain(
+                  eachInTurn(migration.sql, (statement) => run(sql.raw(statement))),
+                  () =>
+                    run(
+                      sql`INSERT INTO ${journal} ("hash", "created_at") VALUES (${migration.hash}, ${migration.folderMillis})`,
+                    ),
+                ),
+              ),
           ),
-        ),
       ) as never;
     },
     { behavior: 'immediate' },
@@ -146,6 +195,9 @@ function isConcurrentDdlConflict(error: unknown): boolean {
 async function currentSchema(db: AnyPgDatabase): Promise<string> {
   const [row] = await db.select({ schema: sql<string | null>`current_schema()` }).from(sql`(VALUES (1)) AS one (x)`);
   const schema = row?.schema;
-  if (!schema) throw new Error('[idem] migrate: the connection has no current schema (empty search_path); set one or pass migrationsSchema');
+  if (!schema)
+    throw new Error(
+      '[idem] migrate: the connection has no current schema (empty search_path); set one or pass migrationsSchema',
+    );
   return schema;
 }

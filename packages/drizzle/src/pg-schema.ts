@@ -75,7 +75,10 @@ export function definePgTables(options: TableOptions = {}) {
       body: text('body'),
       reusedAt: instant('reused_at').notNull(),
     },
-    (table) => [primaryKey({ columns: [table.scope, table.key, table.generation] }), index(`${history}_archived_at_idx`).on(table.archivedAt)],
+    (table) => [
+      primaryKey({ columns: [table.scope, table.key, table.generation] }),
+      index(`${history}_archived_at_idx`).on(table.archivedAt),
+    ],
   );
   return { keys: liveTable, history: historyTable };
 }

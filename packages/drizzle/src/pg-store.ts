@@ -52,7 +52,8 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   // A statement name stands for one text on each connection: the table names keep two stores apart.
   const name = (statement: string) => `idem:${statement}:${getTableName(keys)}:${getTableName(history)}`;
   const thisKey = (b: Pick<ClaimBindings, 'scope' | 'key'>) => and(eq(keys.scope, b.scope), eq(keys.key, b.key));
-  const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) => sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
+  const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) =>
+    sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
   const b = claimPlaceholders;
 
   // Built on `db` and prepared for the hot path, or on a transaction with bound values (atomic mode).
@@ -75,7 +76,9 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   // with. PostgreSQL wants the data-modifying WITH at the top, so the UNION sits in FROM.
   const claimed = db.$with('claimed').as(claimInsert(db, b));
   const fromUnion = (column: { name: string }) => sql`r.${sql.identifier(column.name)}`;
-  const unionColumns = Object.fromEntries(Object.entries(getTableColumns(keys)).map(([field, column]) => [field, fromUnion(column).mapWith(column)]));
+  const unionColumns = Object.fromEntries(
+    Object.entries(getTableColumns(keys)).map(([field, column]) => [field, fromUnion(column).mapWith(column)]),
+  );
   const claimOrRead = db
     .with(claimed)
     .select({ inserted: sql<boolean>`r.inserted`, ...unionColumns, now: sql`r.now`.mapWith(keys.createdAt) })
@@ -95,7 +98,14 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   const reclaimReleased = db
     .update(keys)
     .set(freshClaim(clock, b))
-    .where(and(thisKey(b), eq(keys.token, b.previousToken), sql`${keys.state} = 'released'`, sql`${keys.expiresAt} > ${clock.now}`))
+    .where(
+      and(
+        thisKey(b),
+        eq(keys.token, b.previousToken),
+        sql`${keys.state} = 'released'`,
+        sql`${keys.expiresAt} > ${clock.now}`,
+      ),
+    )
     .returning()
     .prepare(name('reclaim'));
 
@@ -175,9 +185,18 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   const lockedClaimInsert = (tx: AnyPgDatabase, request: ClaimRequest) => {
     const b = claimValues(request, '');
     const lockKey = JSON.stringify([getTableName(keys), request.scope, request.key]);
-    const lock = tx.$with('idem_lock').as(tx.select({ got: sql<boolean>`pg_try_advisory_xact_lock(hashtextextended(${lockKey}, 0))`.as('got') }).from(sql`(VALUES (1)) AS one (x)`));
+    const lock = tx
+      .$with('idem_lock')
+      .as(
+        tx
+          .select({ got: sql<boolean>`pg_try_advisory_xact_lock(hashtextextended(${lockKey}, 0))`.as('got') })
+          .from(sql`(VALUES (1)) AS one (x)`),
+      );
     // The values of `claimInsert`, in the table's column order, as an INSERT … SELECT … WHERE got.
-    const values = tx.select({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) }).from(lock).where(sql`${lock.got}`);
+    const values = tx
+      .select({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
+      .from(lock)
+      .where(sql`${lock.got}`);
     const inserted = tx.$with('idem_inserted').as(
       tx
         .insert(keys)
@@ -186,8 +205,17 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
         .onConflictDoNothing({ target: [keys.scope, keys.key] })
         .returning(),
     );
-    const fromInserted = Object.fromEntries(Object.entries(getTableColumns(keys)).map(([field, column]) => [field, sql`${inserted}.${sql.identifier(column.name)}`.mapWith(column)]));
-    return tx.with(lock, inserted).select({ got: lock.got, ...fromInserted }).from(lock).leftJoin(inserted, sql`true`);
+    const fromInserted = Object.fromEntries(
+      Object.entries(getTableColumns(keys)).map(([field, column]) => [
+        field,
+        sql`${inserted}.${sql.identifier(column.name)}`.mapWith(column),
+      ]),
+    );
+    return tx
+      .with(lock, inserted)
+      .select({ got: lock.got, ...fromInserted })
+      .from(lock)
+      .leftJoin(inserted, sql`true`);
   };
 
   /** Atomic mode's statements on the transaction `tx`. */
@@ -257,7 +285,12 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
         if (!locked || !isStillExpiredGeneration(locked as LiveRow, seen, locked.now)) return undefined;
         const [archived] = await tx
           .insert(history)
-          .select(tx.select(historyCopy(getTableColumns(keys), clock)).from(keys).where(thisKey(v)))
+          .select(
+            tx
+              .select(historyCopy(getTableColumns(keys), clock))
+              .from(keys)
+              .where(thisKey(v)),
+          )
           .returning();
         const [record] = await tx
           .update(keys)

@@ -13,7 +13,10 @@ export class StoreQueryError extends Error {
 
   constructor(error: DrizzleQueryError) {
     const cause = error.cause;
-    super(`[idem] store query failed: ${cause?.message ?? 'unknown driver error'}`, cause === undefined ? undefined : { cause });
+    super(
+      `[idem] store query failed: ${cause?.message ?? 'unknown driver error'}`,
+      cause === undefined ? undefined : { cause },
+    );
     this.name = 'StoreQueryError';
     const code = (cause as { code?: unknown } | undefined)?.code;
     this.code = typeof code === 'string' ? code : undefined;
@@ -31,7 +34,9 @@ export function withoutQueryParameters<T extends object>(target: T): T {
     wrapped[name] = (...args: unknown[]) => {
       try {
         const result: unknown = (value as (...a: unknown[]) => unknown).apply(target, args);
-        return isThenable(result) ? (result as Promise<unknown>).then(undefined, rethrowWithoutParameters) : Promise.resolve(result);
+        return isThenable(result)
+          ? (result as Promise<unknown>).then(undefined, rethrowWithoutParameters)
+          : Promise.resolve(result);
       } catch (error) {
         return Promise.reject(withoutParameters(error));
       }

@@ -2,7 +2,13 @@
  * The dialect-neutral shape of a row, as drizzle maps it from either dialect (timestamps as
  * `Date`), and its projection onto the store contract's types.
  */
-import { isExpired as isExpiredRecord, toTimelineEntry, type IdempotencyRecord, type RecordState, type TimelineEntry } from '@idem/core/store';
+import {
+  isExpired as isExpiredRecord,
+  toTimelineEntry,
+  type IdempotencyRecord,
+  type RecordState,
+  type TimelineEntry,
+} from '@idem/core/store';
 
 /** A row of the live table. */
 export interface LiveRow {
@@ -43,7 +49,10 @@ export function toRecord(row: LiveRow): IdempotencyRecord {
     completedAt: row.completedAt,
     archivedAt: row.archivedAt,
     takeovers: row.takeovers,
-    outcome: row.outcomeKind === null || row.outcomeStatus === null ? null : { kind: row.outcomeKind, status: row.outcomeStatus, body: row.body },
+    outcome:
+      row.outcomeKind === null || row.outcomeStatus === null
+        ? null
+        : { kind: row.outcomeKind, status: row.outcomeStatus, body: row.body },
   };
 }
 

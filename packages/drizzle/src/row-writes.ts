@@ -89,7 +89,11 @@ export interface OutcomeBindings {
   body: SQL;
 }
 
-export const outcomePlaceholders: OutcomeBindings = { kind: placeholder('kind'), status: placeholder('status'), body: placeholder('body') };
+export const outcomePlaceholders: OutcomeBindings = {
+  kind: placeholder('kind'),
+  status: placeholder('status'),
+  body: placeholder('body'),
+};
 
 export function outcomeParameters(outcome: StoredOutcome) {
   return { kind: outcome.kind, status: outcome.status, body: outcome.body };
@@ -105,7 +109,11 @@ export function outcomeValues(outcome: StoredOutcome): OutcomeBindings {
  * plus the retention the claim was given (`expires_at − created_at`, a number of milliseconds on
  * SQLite, an interval on PostgreSQL, microseconds on MySQL).
  */
-export function completion(clock: DatabaseClock, columns: { expiresAt: SQLWrapper; createdAt: SQLWrapper }, outcome: OutcomeBindings = outcomePlaceholders) {
+export function completion(
+  clock: DatabaseClock,
+  columns: { expiresAt: SQLWrapper; createdAt: SQLWrapper },
+  outcome: OutcomeBindings = outcomePlaceholders,
+) {
   return {
     state: sql`'completed'`,
     completedAt: clock.now,
@@ -120,7 +128,10 @@ export function completion(clock: DatabaseClock, columns: { expiresAt: SQLWrappe
  * R1, as SQL over a live table's columns: archived, or past its retention and not a `processing`
  * claim inside its lease (which never expires). The sweeper's and `idem policy`'s test.
  */
-export function expiredAt(clock: DatabaseClock, columns: { state: SQLWrapper; expiresAt: SQLWrapper; leaseUntil: SQLWrapper }): SQL {
+export function expiredAt(
+  clock: DatabaseClock,
+  columns: { state: SQLWrapper; expiresAt: SQLWrapper; leaseUntil: SQLWrapper },
+): SQL {
   return sql`(${columns.expiresAt} <= ${clock.now} AND NOT (${columns.state} = 'processing' AND ${columns.leaseUntil} > ${clock.now}))`;
 }
 
@@ -142,5 +153,6 @@ export function historyCopy<TColumns extends { archivedAt: SQLWrapper }>(columns
     body: sql<null>`NULL`.as('body'),
     reusedAt: sql<Date>`${clock.now}`.as('reused_at'),
   };
-  return copy as Omit<TColumns, 'state' | 'archivedAt' | 'body'> & Pick<typeof copy, 'state' | 'archivedAt' | 'body' | 'reusedAt'>;
+  return copy as Omit<TColumns, 'state' | 'archivedAt' | 'body'> &
+    Pick<typeof copy, 'state' | 'archivedAt' | 'body' | 'reusedAt'>;
 }

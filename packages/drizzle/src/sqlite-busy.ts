@@ -30,7 +30,11 @@ export function isSqliteBusy(error: unknown): boolean {
  * error is thrown. `run` must have done nothing when it failed busy: one statement, or a
  * transaction that rolled back.
  */
-export function whileBusy<T>(run: () => Eventually<T>, timeoutMs: number, retryable: (error: unknown) => boolean = isSqliteBusy): Eventually<T> {
+export function whileBusy<T>(
+  run: () => Eventually<T>,
+  timeoutMs: number,
+  retryable: (error: unknown) => boolean = isSqliteBusy,
+): Eventually<T> {
   const retry = (error: unknown): Promise<T> => {
     if (!retryable(error)) throw error;
     return retryUntil(run, Date.now() + timeoutMs, error, retryable);
@@ -44,7 +48,12 @@ export function whileBusy<T>(run: () => Eventually<T>, timeoutMs: number, retrya
   return isThenable(result) ? (result as Promise<T>).then(undefined, retry) : result;
 }
 
-async function retryUntil<T>(run: () => Eventually<T>, deadline: number, first: unknown, retryable: (error: unknown) => boolean): Promise<T> {
+async function retryUntil<T>(
+  run: () => Eventually<T>,
+  deadline: number,
+  first: unknown,
+  retryable: (error: unknown) => boolean,
+): Promise<T> {
   let last = first;
   for (let step = 0; ; step++) {
     const wait = Math.min(BACK_OFF_MS[Math.min(step, BACK_OFF_MS.length - 1)]!, deadline - Date.now());
@@ -69,6 +78,9 @@ async function retryUntil<T>(run: () => Eventually<T>, deadline: number, first: 
  * await retrySqliteBusy(() => db.insert(ledger).values(entry).run());
  * ```
  */
-export async function retrySqliteBusy<T>(run: () => T | Promise<T>, { timeoutMs = DEFAULT_BUSY_RETRY_MS }: { timeoutMs?: number } = {}): Promise<T> {
+export async function retrySqliteBusy<T>(
+  run: () => T | Promise<T>,
+  { timeoutMs = DEFAULT_BUSY_RETRY_MS }: { timeoutMs?: number } = {},
+): Promise<T> {
   return whileBusy(run, timeoutMs);
 }

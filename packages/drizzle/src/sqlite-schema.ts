@@ -71,7 +71,10 @@ export function defineSqliteTables(options: TableOptions = {}) {
       body: text('body'),
       reusedAt: integer('reused_at', { mode: 'timestamp_ms' }).notNull(),
     },
-    (table) => [primaryKey({ columns: [table.scope, table.key, table.generation] }), index(`${history}_archived_at_idx`).on(table.archivedAt)],
+    (table) => [
+      primaryKey({ columns: [table.scope, table.key, table.generation] }),
+      index(`${history}_archived_at_idx`).on(table.archivedAt),
+    ],
   );
   return { keys: liveTable, history: historyTable };
 }

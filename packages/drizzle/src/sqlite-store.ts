@@ -31,7 +31,8 @@ import {
 import type { SqliteTables } from './sqlite-schema.js';
 import type { StoreStatements, TransactionStatements } from './store-statements.js';
 
-const SYNCHRONOUS_HANDLER_REQUIRED = '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
+const SYNCHRONOUS_HANDLER_REQUIRED =
+  '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
 
 const param = sql.placeholder;
 
@@ -46,7 +47,12 @@ export function sqliteSweepCandidates(db: AnySQLiteDatabase, { keys }: SqliteTab
 }
 
 /** The store's statements over `db`; each one retried for up to `busyRetryMs` while another connection holds the write lock. */
-export function sqliteStatements(db: AnySQLiteDatabase, tables: SqliteTables, driver: Driver, busyRetryMs: number): StoreStatements {
+export function sqliteStatements(
+  db: AnySQLiteDatabase,
+  tables: SqliteTables,
+  driver: Driver,
+  busyRetryMs: number,
+): StoreStatements {
   const statements = withBusyRetry(statementsOf(db, tables, driver), busyRetryMs);
   return driver.transactions === 'asynchronous' ? oneWriterAtATime(statements) : statements;
 }
@@ -78,12 +84,15 @@ function oneWriterAtATime(statements: StoreStatements): StoreStatements {
   const wrapped = { ...statements } as Record<string, unknown>;
   for (const [name, value] of Object.entries(statements)) {
     if (typeof value !== 'function' || READS.has(name) || name === 'claimOrRead') continue;
-    wrapped[name] = (...args: unknown[]) => queued(() => (value as (...a: unknown[]) => Eventually<unknown>).apply(statements, args));
+    wrapped[name] = (...args: unknown[]) =>
+      queued(() => (value as (...a: unknown[]) => Eventually<unknown>).apply(statements, args));
   }
   const insertClaim = wrapped.insertClaim as StoreStatements['insertClaim'];
   // Read first, unqueued (a replay); a miss queues the insert.
   wrapped.claimOrRead = (request: ClaimRequest) =>
-    chain(statements.readLive(request.scope, request.key), (live) => (live ? { live } : chain(insertClaim(request), (inserted) => inserted && { inserted })));
+    chain(statements.readLive(request.scope, request.key), (live) =>
+      live ? { live } : chain(insertClaim(request), (inserted) => inserted && { inserted }),
+    );
   return wrapped as unknown as StoreStatements;
 }
 
@@ -96,7 +105,8 @@ function withBusyRetry(statements: StoreStatements, timeoutMs: number): StoreSta
   const wrapped = { ...statements } as Record<string, unknown>;
   for (const [name, value] of Object.entries(statements)) {
     if (typeof value !== 'function' || name === 'transaction') continue;
-    wrapped[name] = (...args: unknown[]) => whileBusy(() => (value as (...a: unknown[]) => unknown).apply(statements, args), timeoutMs);
+    wrapped[name] = (...args: unknown[]) =>
+      whileBusy(() => (value as (...a: unknown[]) => unknown).apply(statements, args), timeoutMs);
   }
   const transaction = <R>(work: (t: TransactionStatements) => Eventually<R>): Promise<R> => {
     let started = false;
@@ -117,7 +127,8 @@ function statementsOf(db: AnySQLiteDatabase, tables: SqliteTables, driver: Drive
   const { keys, history } = tables;
   const thisKey = and(eq(keys.scope, b.scope), eq(keys.key, b.key));
   const ownedBy = (token: SQL) => eq(keys.token, token);
-  const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) => sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
+  const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) =>
+    sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
   const synchronous = driver.transactions === 'synchronous';
 
   // Built on `db` and prepared once, or on a transaction's handle (prepared there: libsql runs a
@@ -146,7 +157,12 @@ function statementsOf(db: AnySQLiteDatabase, tables: SqliteTables, driver: Drive
   const archiveIntoHistoryOn = (on: AnySQLiteDatabase) =>
     on
       .insert(history)
-      .select(on.select(historyCopy(getTableColumns(keys), clock)).from(keys).where(thisKey))
+      .select(
+        on
+          .select(historyCopy(getTableColumns(keys), clock))
+          .from(keys)
+          .where(thisKey),
+      )
       .returning();
   const nextGenerationOn = (on: AnySQLiteDatabase) =>
     on
@@ -158,15 +174,21 @@ function statementsOf(db: AnySQLiteDatabase, tables: SqliteTables, driver: Drive
   const insertClaim = insertClaimOn(db).prepare();
   const readLive = readLiveOn(db).prepare();
   // Arrays (`values()`) for the insert too: it steps the insert to SQLITE_DONE, which lets the WAL auto-checkpoint run.
-  const insertedRow = (rows: ArrayLike<unknown>[]): LiveRow | undefined => (rows[0] ? liveRowOfValues(rows[0]) : undefined);
-  const liveRowRead = (rows: ArrayLike<unknown>[]): { row: LiveRow; now: Date } | undefined => (rows[0] ? { row: liveRowOfValues(rows[0]), now: nowOfValues(rows[0]) } : undefined);
-  const insertClaimRow = (request: ClaimRequest): Eventually<LiveRow | undefined> => chain(insertClaim.values(claimParameters(request)), insertedRow);
-  const readLiveRow = (scope: string, key: string): Eventually<{ row: LiveRow; now: Date } | undefined> => chain(readLive.values({ scope, key }), liveRowRead);
+  const insertedRow = (rows: ArrayLike<unknown>[]): LiveRow | undefined =>
+    rows[0] ? liveRowOfValues(rows[0]) : undefined;
+  const liveRowRead = (rows: ArrayLike<unknown>[]): { row: LiveRow; now: Date } | undefined =>
+    rows[0] ? { row: liveRowOfValues(rows[0]), now: nowOfValues(rows[0]) } : undefined;
+  const insertClaimRow = (request: ClaimRequest): Eventually<LiveRow | undefined> =>
+    chain(insertClaim.values(claimParameters(request)), insertedRow);
+  const readLiveRow = (scope: string, key: string): Eventually<{ row: LiveRow; now: Date } | undefined> =>
+    chain(readLive.values({ scope, key }), liveRowRead);
 
   const reclaimReleased = db
     .update(keys)
     .set(freshClaim(clock, b))
-    .where(and(thisKey, ownedBy(b.previousToken), sql`${keys.state} = 'released'`, sql`${keys.expiresAt} > ${clock.now}`))
+    .where(
+      and(thisKey, ownedBy(b.previousToken), sql`${keys.state} = 'released'`, sql`${keys.expiresAt} > ${clock.now}`),
+    )
     .returning()
     .prepare();
 
@@ -239,7 +261,8 @@ function statementsOf(db: AnySQLiteDatabase, tables: SqliteTables, driver: Drive
     db.transaction(
       (tx) => {
         const done = work(tx as unknown as AnySQLiteDatabase);
-        if (synchronous && isThenable(done)) throw new TypeError('[idem] a SQLite transaction cannot wait for a promise');
+        if (synchronous && isThenable(done))
+          throw new TypeError('[idem] a SQLite transaction cannot wait for a promise');
         return done as R;
       },
       { behavior: 'immediate' },
@@ -249,7 +272,13 @@ function statementsOf(db: AnySQLiteDatabase, tables: SqliteTables, driver: Drive
   const within = (tx: AnySQLiteDatabase): TransactionStatements => ({
     insertClaim: (request) => chain(insertClaimOn(tx).prepare().values(claimParameters(request)), insertedRow),
     lockOwned: (owner) => readOwnedOn(tx).prepare().get(owner) as Eventually<LiveRow | undefined>,
-    complete: ({ scope, key, token, outcome }) => chain(completeOn(tx).prepare().all({ scope, key, token, ...outcomeParameters(outcome) }), (rows) => rows.length === 1),
+    complete: ({ scope, key, token, outcome }) =>
+      chain(
+        completeOn(tx)
+          .prepare()
+          .all({ scope, key, token, ...outcomeParameters(outcome) }),
+        (rows) => rows.length === 1,
+      ),
     savepoint(run) {
       if (!synchronous) {
         return (tx.transaction(async (savepoint) => run(savepoint)) as Promise<Awaited<ReturnType<typeof run>>>).then(
@@ -287,7 +316,9 @@ function statementsOf(db: AnySQLiteDatabase, tables: SqliteTables, driver: Drive
     // Read first: a replay is this one SELECT; a new key adds a miss of a few µs to a claim of
     // ≈80 µs (two WAL writes). The loop in the store settles an insert that lost to another process.
     claimOrRead(request) {
-      return chain(readLiveRow(request.scope, request.key), (live) => (live ? { live } : chain(insertClaimRow(request), (inserted) => inserted && { inserted })));
+      return chain(readLiveRow(request.scope, request.key), (live) =>
+        live ? { live } : chain(insertClaimRow(request), (inserted) => inserted && { inserted }),
+      );
     },
     async readLive(scope, key) {
       return readLiveRow(scope, key);
@@ -301,12 +332,18 @@ function statementsOf(db: AnySQLiteDatabase, tables: SqliteTables, driver: Drive
     async reuseExpired(request, seen) {
       const parameters = claimParameters(request, seen.token);
       return immediately((tx) =>
-        chain(chain(readLiveOn(tx).prepare().values({ scope: request.scope, key: request.key }), liveRowRead), (locked) => {
-          if (!locked || !isStillExpiredGeneration(locked.row, seen, locked.now)) return undefined;
-          return chain(archiveIntoHistoryOn(tx).prepare().get(parameters), (archived) =>
-            chain(nextGenerationOn(tx).prepare().get(parameters), (record) => ({ record: record as LiveRow, archived: archived as HistoryRow })),
-          );
-        }),
+        chain(
+          chain(readLiveOn(tx).prepare().values({ scope: request.scope, key: request.key }), liveRowRead),
+          (locked) => {
+            if (!locked || !isStillExpiredGeneration(locked.row, seen, locked.now)) return undefined;
+            return chain(archiveIntoHistoryOn(tx).prepare().get(parameters), (archived) =>
+              chain(nextGenerationOn(tx).prepare().get(parameters), (record) => ({
+                record: record as LiveRow,
+                archived: archived as HistoryRow,
+              })),
+            );
+          },
+        ),
       );
     },
     async complete({ scope, key, token, outcome }) {

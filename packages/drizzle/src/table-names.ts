@@ -20,8 +20,13 @@ export interface TableOptions extends Partial<TableNames> {
 }
 
 /** The table names `options` selects. */
-export function resolveTableNames({ prefix = '', keys = DEFAULT_TABLE_NAMES.keys, history = DEFAULT_TABLE_NAMES.history }: TableOptions = {}): TableNames {
+export function resolveTableNames({
+  prefix = '',
+  keys = DEFAULT_TABLE_NAMES.keys,
+  history = DEFAULT_TABLE_NAMES.history,
+}: TableOptions = {}): TableNames {
   const names = { keys: `${prefix}${keys}`, history: `${prefix}${history}` };
-  if (names.keys === names.history) throw new TypeError(`[idem] the live and history tables need different names, got "${names.keys}" for both`);
+  if (names.keys === names.history)
+    throw new TypeError(`[idem] the live and history tables need different names, got "${names.keys}" for both`);
   return names;
 }

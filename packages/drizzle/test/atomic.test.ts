@@ -31,7 +31,16 @@ import {
 import type { ClaimRequest } from '@idem/core/store';
 import { createDrizzleStore, migrate, type DrizzleStore } from '../src/index.ts';
 import type { CrashChildConfig } from './atomic-crash-child.ts';
-import { CREATE_MYSQL_PAYMENTS, CREATE_PAYMENTS, countMysqlPayments, countPgPayments, payOnMysql, payOnPostgres, payOnSqlite, sqlitePayments } from './payments.ts';
+import {
+  CREATE_MYSQL_PAYMENTS,
+  CREATE_PAYMENTS,
+  countMysqlPayments,
+  countPgPayments,
+  payOnMysql,
+  payOnPostgres,
+  payOnSqlite,
+  sqlitePayments,
+} from './payments.ts';
 import { DRIVERS, driverSpec, type DriverTarget } from './drivers.ts';
 import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 import { databaseUrl, isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
@@ -41,7 +50,8 @@ import { claimed, sleep } from './store-behaviour.ts';
 type Handler = (claim: { tx: unknown; generation: number }) => unknown;
 
 /** A handler as the store runs it, `run(tx, record)`. */
-const storeRun = (handler: Handler) => (tx: unknown, record: { generation: number }) => handler({ tx, generation: record.generation });
+const storeRun = (handler: Handler) => (tx: unknown, record: { generation: number }) =>
+  handler({ tx, generation: record.generation });
 
 interface AtomicTarget {
   dialect: 'sqlite' | 'postgres' | 'mysql';
@@ -80,13 +90,20 @@ async function atomicTarget(target: DriverTarget): Promise<AtomicTarget> {
             return after(claim);
           }
         : async (claim) => {
-            await (target.dialect === 'postgres' ? payOnPostgres(claim.tx, id) : (claim.tx as typeof sqlite).insert(sqlitePayments).values({ id }));
+            await (target.dialect === 'postgres'
+              ? payOnPostgres(claim.tx, id)
+              : (claim.tx as typeof sqlite).insert(sqlitePayments).values({ id }));
             return after(claim);
           },
-    payments: async () => (target.dialect === 'postgres' ? countPgPayments(target.db as NodePgDatabase) : ((await sqlite.select({ n: sql<number>`count(*)` }).from(sqlitePayments))[0]?.n ?? 0)),
+    payments: async () =>
+      target.dialect === 'postgres'
+        ? countPgPayments(target.db as NodePgDatabase)
+        : ((await sqlite.select({ n: sql<number>`count(*)` }).from(sqlitePayments))[0]?.n ?? 0),
     steal: (tx, scope, key) => {
       const statement = sql`UPDATE idem_keys SET token = 'thief' WHERE scope = ${scope} AND key = ${key}`;
-      return target.dialect === 'postgres' ? (tx as NodePgDatabase).execute(statement) : (tx as typeof sqlite).run(statement);
+      return target.dialect === 'postgres'
+        ? (tx as NodePgDatabase).execute(statement)
+        : (tx as typeof sqlite).run(statement);
     },
     close: () => target.close(),
   };
@@ -100,12 +117,17 @@ const openMysql = async (): Promise<AtomicTarget> => {
     dialect: 'mysql',
     synchronous: false,
     store: createDrizzleStore(target.db),
-    pay: (id, after = () => ({ paymentId: id })) => async (claim) => {
-      await payOnMysql(claim.tx, id);
-      return after(claim);
-    },
+    pay:
+      (id, after = () => ({ paymentId: id })) =>
+      async (claim) => {
+        await payOnMysql(claim.tx, id);
+        return after(claim);
+      },
     payments: () => countMysqlPayments(target.db),
-    steal: (tx, scope, key) => (tx as MySql2Database).execute(sql`UPDATE idem_keys SET token = 'thief' WHERE scope = ${scope} AND \`key\` = ${key}`),
+    steal: (tx, scope, key) =>
+      (tx as MySql2Database).execute(
+        sql`UPDATE idem_keys SET token = 'thief' WHERE scope = ${scope} AND \`key\` = ${key}`,
+      ),
     close: () => target.close(),
   };
 };
@@ -114,10 +136,19 @@ const postgresServer = (await isServerReachable()) || postgresRequired();
 
 function recorder() {
   const events: IdempotencyEvent[] = [];
-  return { events, onEvent: (event: IdempotencyEvent) => events.push(event), types: () => events.map((event) => event.type) };
+  return {
+    events,
+    onEvent: (event: IdempotencyEvent) => events.push(event),
+    types: () => events.map((event) => event.type),
+  };
 }
 
-const request = (overrides: Partial<ExecuteRequest> = {}): ExecuteRequest => ({ scope: 'acct_1/payments.create', key: randomUUID(), fingerprint: 'fp-1', ...overrides });
+const request = (overrides: Partial<ExecuteRequest> = {}): ExecuteRequest => ({
+  scope: 'acct_1/payments.create',
+  key: randomUUID(),
+  fingerprint: 'fp-1',
+  ...overrides,
+});
 
 const claimRequest = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => ({
   scope: 'acct_1/payments.create',
@@ -141,7 +172,10 @@ describe.each([
   const engineOn = (options: Partial<EngineOptions> = {}) => createEngine({ store: target.store, ...options });
   /** Counts a handler's runs. */
   const counted = (handler: Handler) => {
-    const counter = { runs: 0, handler: (claim: { tx: unknown; generation: number }) => (counter.runs++, handler(claim)) };
+    const counter = {
+      runs: 0,
+      handler: (claim: { tx: unknown; generation: number }) => (counter.runs++, handler(claim)),
+    };
     return counter;
   };
 
@@ -163,10 +197,19 @@ describe.each([
     expect(result).toEqual({ ok: true, value: { paymentId: `pay_${req.key}` }, replayed: false, generation: 1 });
     expect(await target.payments()).toBe(before + 1);
     const record = await target.store.get(req.scope, req.key);
-    expect(record).toMatchObject({ state: 'completed', generation: 1, outcome: { kind: 'success', status: 200, body: JSON.stringify({ paymentId: `pay_${req.key}` }) } });
+    expect(record).toMatchObject({
+      state: 'completed',
+      generation: 1,
+      outcome: { kind: 'success', status: 200, body: JSON.stringify({ paymentId: `pay_${req.key}` }) },
+    });
 
     const retry = counted(target.pay(`pay_${req.key}`));
-    expect(await engine.executeAtomic(req, retry.handler)).toEqual({ ok: true, value: { paymentId: `pay_${req.key}` }, replayed: true, generation: 1 });
+    expect(await engine.executeAtomic(req, retry.handler)).toEqual({
+      ok: true,
+      value: { paymentId: `pay_${req.key}` },
+      replayed: true,
+      generation: 1,
+    });
     expect(first.runs + retry.runs).toBe(1);
     expect(await target.payments()).toBe(before + 1);
     expect(types()).toEqual(['claimed', 'completed', 'replayed']);
@@ -197,7 +240,10 @@ describe.each([
     const result = await engine.executeAtomic(req, failing.handler);
     expect(result).toMatchObject({ ok: false, replayed: false, generation: 1, error: { message: 'card declined' } });
     expect(await target.payments()).toBe(before);
-    expect(await target.store.get(req.scope, req.key)).toMatchObject({ state: 'completed', outcome: { kind: 'error', status: 402 } });
+    expect(await target.store.get(req.scope, req.key)).toMatchObject({
+      state: 'completed',
+      outcome: { kind: 'error', status: 402 },
+    });
 
     const replay = await engine.executeAtomic(req, failing.handler);
     expect(replay.ok).toBe(false);
@@ -225,7 +271,11 @@ describe.each([
 
     const { onEvent, types } = recorder();
     const retry = counted(target.pay(`pay_${key}`));
-    expect(await engineOn({ onEvent }).executeAtomic(req, retry.handler)).toMatchObject({ ok: true, replayed: false, generation: 1 });
+    expect(await engineOn({ onEvent }).executeAtomic(req, retry.handler)).toMatchObject({
+      ok: true,
+      replayed: false,
+      generation: 1,
+    });
     expect(retry.runs).toBe(1);
     expect(await target.payments()).toBe(before + 1);
     expect(types()).toEqual(['claimed', 'completed']);
@@ -271,14 +321,17 @@ describe.each([
         return { generation: claim.generation };
       }),
     );
-    const results = await Promise.allSettled(Array.from({ length: 20 }, () => engine.executeAtomic(req, handler.handler)));
+    const results = await Promise.allSettled(
+      Array.from({ length: 20 }, () => engine.executeAtomic(req, handler.handler)),
+    );
 
     expect(handler.runs).toBe(1);
     expect(await target.payments()).toBe(before + 1);
     const fulfilled = results.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
     expect(fulfilled.filter((result) => !result.replayed)).toHaveLength(1);
     for (const result of fulfilled) expect(result).toMatchObject({ ok: true, value: { generation: 1 } });
-    for (const result of results) if (result.status === 'rejected') expect(result.reason).toBeInstanceOf(RequestInProgressError);
+    for (const result of results)
+      if (result.status === 'rejected') expect(result.reason).toBeInstanceOf(RequestInProgressError);
   });
 
   it('E6: a stale claim whose owner died is taken over, and the handler runs once in the transaction that completes it', async () => {
@@ -290,12 +343,20 @@ describe.each([
     const handler = counted(target.pay(`pay_${stale.key}`));
 
     const req = request({ scope: stale.scope, key: stale.key, fingerprint: stale.fingerprint });
-    expect(await engineOn({ onEvent }).executeAtomic(req, handler.handler)).toMatchObject({ ok: true, replayed: false, generation: 1 });
+    expect(await engineOn({ onEvent }).executeAtomic(req, handler.handler)).toMatchObject({
+      ok: true,
+      replayed: false,
+      generation: 1,
+    });
     expect(handler.runs).toBe(1);
     expect(await target.payments()).toBe(before + 1);
     expect(types()).toEqual(['staleTakeover', 'claimed', 'completed']);
     expect(events[0]).toMatchObject({ takeovers: 1 });
-    expect(await target.store.get(stale.scope, stale.key)).toMatchObject({ state: 'completed', takeovers: 1, outcome: { status: 200 } });
+    expect(await target.store.get(stale.scope, stale.key)).toMatchObject({
+      state: 'completed',
+      takeovers: 1,
+      outcome: { status: 200 },
+    });
   });
 
   it('R2: a reuse after expiry runs as generation 2 in one transaction, and emits expiredKeyReused', async () => {
@@ -305,7 +366,11 @@ describe.each([
     const before = await target.payments();
     await engine.executeAtomic(req, target.pay(`pay_${req.key}_1`));
     await sleep(80);
-    expect(await engine.executeAtomic(req, target.pay(`pay_${req.key}_2`))).toMatchObject({ ok: true, replayed: false, generation: 2 });
+    expect(await engine.executeAtomic(req, target.pay(`pay_${req.key}_2`))).toMatchObject({
+      ok: true,
+      replayed: false,
+      generation: 2,
+    });
     expect(await target.payments()).toBe(before + 2);
     expect(types()).toEqual(['claimed', 'completed', 'expiredKeyReused', 'claimed', 'completed']);
   });
@@ -318,12 +383,22 @@ describe.each([
     const before = await target.payments();
     const handler = counted(target.pay(`pay_${lost.key}`));
 
-    expect(await target.store.atomicComplete({ scope: lost.scope, key: lost.key, token: lost.token }, storeRun(handler.handler), () => ({ kind: 'success', status: 200, body: '"late"' }))).toEqual({
+    expect(
+      await target.store.atomicComplete(
+        { scope: lost.scope, key: lost.key, token: lost.token },
+        storeRun(handler.handler),
+        () => ({ kind: 'success', status: 200, body: '"late"' }),
+      ),
+    ).toEqual({
       completed: false,
     });
     expect(handler.runs).toBe(0);
     expect(await target.payments()).toBe(before);
-    expect(await target.store.get(lost.scope, lost.key)).toMatchObject({ state: 'processing', token: winner.record.token, outcome: null });
+    expect(await target.store.get(lost.scope, lost.key)).toMatchObject({
+      state: 'processing',
+      token: winner.record.token,
+      outcome: null,
+    });
   });
 
   it('E6: when the claim is fenced after the handler ran, its writes are rolled back with everything else', async () => {
@@ -334,14 +409,26 @@ describe.each([
     const handler = target.pay(`pay_${held.key}`, () => undefined);
     const fencedHandler: Handler = (claim) => {
       const paid = handler(claim);
-      return target.synchronous ? target.steal(claim.tx, held.scope, held.key) : (paid as Promise<unknown>).then(() => target.steal(claim.tx, held.scope, held.key));
+      return target.synchronous
+        ? target.steal(claim.tx, held.scope, held.key)
+        : (paid as Promise<unknown>).then(() => target.steal(claim.tx, held.scope, held.key));
     };
 
-    expect(await target.store.atomicComplete({ scope: held.scope, key: held.key, token: held.token }, storeRun(fencedHandler), () => ({ kind: 'success', status: 200, body: '1' }))).toEqual({
+    expect(
+      await target.store.atomicComplete(
+        { scope: held.scope, key: held.key, token: held.token },
+        storeRun(fencedHandler),
+        () => ({ kind: 'success', status: 200, body: '1' }),
+      ),
+    ).toEqual({
       completed: false,
     });
     expect(await target.payments()).toBe(before);
-    expect(await target.store.get(held.scope, held.key)).toMatchObject({ state: 'processing', token: held.token, outcome: null });
+    expect(await target.store.get(held.scope, held.key)).toMatchObject({
+      state: 'processing',
+      token: held.token,
+      outcome: null,
+    });
   });
 
   it('E6: an execution fenced out between its claim and its transaction replays the outcome of the claim that fenced it', async () => {
@@ -349,15 +436,26 @@ describe.each([
     const req = request({ lease: 50 });
     // An earlier owner died holding the claim; our takeover is then itself taken over and completed
     // by another instance right before our transaction starts.
-    claimed(await target.store.claim(claimRequest({ scope: req.scope, key: req.key, fingerprint: req.fingerprint, leaseMs: 50 })));
+    claimed(
+      await target.store.claim(
+        claimRequest({ scope: req.scope, key: req.key, fingerprint: req.fingerprint, leaseMs: 50 }),
+      ),
+    );
     await sleep(120);
     const racing: IdempotencyStore = {
       ...target.store,
       claim: (r) => target.store.claim(r),
       async atomicComplete(owner, run, toOutcome) {
         await sleep(120);
-        const other = claimed(await target.store.claim(claimRequest({ scope: req.scope, key: req.key, fingerprint: req.fingerprint })));
-        await target.store.complete({ scope: req.scope, key: req.key, token: other.record.token, outcome: { kind: 'success', status: 200, body: '{"paymentId":"theirs"}' } });
+        const other = claimed(
+          await target.store.claim(claimRequest({ scope: req.scope, key: req.key, fingerprint: req.fingerprint })),
+        );
+        await target.store.complete({
+          scope: req.scope,
+          key: req.key,
+          token: other.record.token,
+          outcome: { kind: 'success', status: 200, body: '{"paymentId":"theirs"}' },
+        });
         return target.store.atomicComplete(owner, run, toOutcome);
       },
     };
@@ -373,7 +471,9 @@ describe.each([
     await broken.close();
     const handler = counted(broken.pay('never'));
     const { onEvent, types } = recorder();
-    await expect(createEngine({ store: broken.store, onEvent }).executeAtomic(request(), handler.handler)).rejects.toBeInstanceOf(StoreUnavailableError);
+    await expect(
+      createEngine({ store: broken.store, onEvent }).executeAtomic(request(), handler.handler),
+    ).rejects.toBeInstanceOf(StoreUnavailableError);
     expect(handler.runs).toBe(0);
     expect(types()).toEqual(['storeError']);
   });
@@ -387,7 +487,8 @@ describe('atomic mode on SQLite refuses asynchronous handlers', () => {
   afterAll(async () => {
     await target?.close();
   });
-  const refusal = '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
+  const refusal =
+    '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
 
   it('an async function is refused before anything runs', async () => {
     const req = request();
@@ -417,21 +518,36 @@ describe('atomic mode on SQLite refuses asynchronous handlers', () => {
 });
 
 describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and commits', () => {
-  it('a process killed mid-transaction (SIGKILL) leaves nothing; the retry executes cleanly as generation 1 without a takeover', { timeout: 30_000 }, async () => {
+  it('a process killed mid-transaction (SIGKILL) leaves nothing; the retry executes cleanly as generation 1 without a takeover', {
+    timeout: 30_000,
+  }, async () => {
     const target = await openPostgresTarget({ schemaPrefix: 'idem_atomic_crash' });
     try {
       await migrate(target.db);
       await target.db.execute(sql.raw(CREATE_PAYMENTS));
       const store = createDrizzleStore(target.db);
-      const config: CrashChildConfig = { url: target.url!, scope: 'acct_1/payments.create', key: randomUUID(), paymentId: 'pay_crash' };
-      const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./atomic-crash-child.ts', import.meta.url)), JSON.stringify(config)], {
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
+      const config: CrashChildConfig = {
+        url: target.url!,
+        scope: 'acct_1/payments.create',
+        key: randomUUID(),
+        paymentId: 'pay_crash',
+      };
+      const child = spawn(
+        process.execPath,
+        ['--import', 'tsx', fileURLToPath(new URL('./atomic-crash-child.ts', import.meta.url)), JSON.stringify(config)],
+        {
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      );
       let stderr = '';
       child.stderr.on('data', (chunk) => (stderr += chunk));
-      const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)));
+      const exited = new Promise<NodeJS.Signals | null>((resolve) =>
+        child.once('exit', (_code, signal) => resolve(signal)),
+      );
       await new Promise<void>((resolve, reject) => {
-        createInterface({ input: child.stdout }).once('line', (line) => (line === 'written' ? resolve() : reject(new Error(`unexpected: ${line}`))));
+        createInterface({ input: child.stdout }).once('line', (line) =>
+          line === 'written' ? resolve() : reject(new Error(`unexpected: ${line}`)),
+        );
         void exited.then(() => reject(new Error(`child exited early: ${stderr}`)));
       });
 
@@ -443,22 +559,31 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
 
       const { onEvent, types } = recorder();
       let runs = 0;
-      const result = await createEngine({ store, onEvent }).executeAtomic({ scope: config.scope, key: config.key, fingerprint: 'crash' }, async ({ tx }) => {
-        runs++;
-        await payOnPostgres(tx, config.paymentId);
-        return 'paid';
-      });
+      const result = await createEngine({ store, onEvent }).executeAtomic(
+        { scope: config.scope, key: config.key, fingerprint: 'crash' },
+        async ({ tx }) => {
+          runs++;
+          await payOnPostgres(tx, config.paymentId);
+          return 'paid';
+        },
+      );
       expect(result).toEqual({ ok: true, value: 'paid', replayed: false, generation: 1 });
       expect(runs).toBe(1);
       expect(await countPgPayments(target.db)).toBe(1);
       expect(types()).toEqual(['claimed', 'completed']);
-      expect(await store.get(config.scope, config.key)).toMatchObject({ generation: 1, takeovers: 0, state: 'completed' });
+      expect(await store.get(config.scope, config.key)).toMatchObject({
+        generation: 1,
+        takeovers: 0,
+        state: 'completed',
+      });
     } finally {
       await target.close();
     }
   });
 
-  it('a fresh mutation commits once in atomic mode (claim, write and outcome) and three times without it (claim, write, outcome)', { timeout: 30_000 }, async () => {
+  it('a fresh mutation commits once in atomic mode (claim, write and outcome) and three times without it (claim, write, outcome)', {
+    timeout: 30_000,
+  }, async () => {
     // A database of its own: pg_stat_database counts per database, and other test files run in parallel.
     const name = `idem_commits_${randomBytes(4).toString('hex')}`;
     const admin = new pg.Client({ connectionString: databaseUrl() });
@@ -495,7 +620,11 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
           const counted = statements;
           const after = await commits();
           // The flush call itself is one more committed transaction.
-          const perRun = { commits: (after.commits - before.commits - 1) / runs, rollbacks: (after.rollbacks - before.rollbacks) / runs, statements: counted / runs };
+          const perRun = {
+            commits: (after.commits - before.commits - 1) / runs,
+            rollbacks: (after.rollbacks - before.rollbacks) / runs,
+            statements: counted / runs,
+          };
           if (!best || perRun.commits < best.commits) best = perRun;
         }
         return best!;
@@ -506,7 +635,9 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
       const plain = await measure((key) => engine.execute(fresh(key), () => payOnPostgres(db, key)));
       const replayKey = randomUUID();
       await engine.executeAtomic(fresh(replayKey), ({ tx }) => payOnPostgres(tx, replayKey));
-      const atomicReplay = await measure(() => engine.executeAtomic(fresh(replayKey), ({ tx }) => payOnPostgres(tx, replayKey)));
+      const atomicReplay = await measure(() =>
+        engine.executeAtomic(fresh(replayKey), ({ tx }) => payOnPostgres(tx, replayKey)),
+      );
       const plainReplay = await measure(() => engine.execute(fresh(replayKey), () => payOnPostgres(db, replayKey)));
 
       console.info('[idem] commits per mutation', { atomic, plain, atomicReplay, plainReplay });

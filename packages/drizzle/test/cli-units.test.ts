@@ -32,13 +32,24 @@ describe('parseDatabaseUrl', () => {
   });
 
   it('unset or blank selects the default SQLite file when one is given, and is a one-line DatabaseUrlError otherwise', () => {
-    expect(parseDatabaseUrl(undefined, { defaultSqlitePath: '/srv/app.db' })).toEqual({ dialect: 'sqlite', path: '/srv/app.db' });
-    expect(parseDatabaseUrl('  ', { defaultSqlitePath: '/srv/app.db' })).toEqual({ dialect: 'sqlite', path: '/srv/app.db' });
-    expect(() => parseDatabaseUrl(undefined)).toThrow(new DatabaseUrlError('set DATABASE_URL (file:<path>, <path>.db, postgres://…, mysql://…)'));
+    expect(parseDatabaseUrl(undefined, { defaultSqlitePath: '/srv/app.db' })).toEqual({
+      dialect: 'sqlite',
+      path: '/srv/app.db',
+    });
+    expect(parseDatabaseUrl('  ', { defaultSqlitePath: '/srv/app.db' })).toEqual({
+      dialect: 'sqlite',
+      path: '/srv/app.db',
+    });
+    expect(() => parseDatabaseUrl(undefined)).toThrow(
+      new DatabaseUrlError('set DATABASE_URL (file:<path>, <path>.db, postgres://…, mysql://…)'),
+    );
   });
 
   it.each([
-    ['mongodb://app:s3cret@db/app', /^DATABASE_URL "mongodb:\/\/app:\*\*\*@db\/app" is neither postgres:\/\/…, postgresql:\/\/…, mysql:\/\/…, libsql:\/\/…, file:<path> nor a path ending in \.db or \.sqlite$/],
+    [
+      'mongodb://app:s3cret@db/app',
+      /^DATABASE_URL "mongodb:\/\/app:\*\*\*@db\/app" is neither postgres:\/\/…, postgresql:\/\/…, mysql:\/\/…, libsql:\/\/…, file:<path> nor a path ending in \.db or \.sqlite$/,
+    ],
     ['idem.txt', /is neither/],
     ['file:', /^DATABASE_URL "file:" names no file$/],
     ['file://remote-host/idem.db', /^DATABASE_URL "file:\/\/remote-host\/idem\.db" is not a valid file URL/],
@@ -84,7 +95,9 @@ describe('openDatabase', () => {
       await migrate(opened.db);
       await opened.close();
       await opened.close();
-      await expect(openDatabase({ dialect: 'sqlite', path: join(directory, 'missing.db') }, { create: false })).rejects.toThrow();
+      await expect(
+        openDatabase({ dialect: 'sqlite', path: join(directory, 'missing.db') }, { create: false }),
+      ).rejects.toThrow();
       expect(existsSync(join(directory, 'missing.db'))).toBe(false);
     } finally {
       rmSync(directory, { recursive: true, force: true });
@@ -105,11 +118,31 @@ describe('openDatabase', () => {
 describe('idem arguments', () => {
   it('parses each command with its options and defaults', () => {
     expect(parseInvocation(['sweep'])).toEqual({ command: 'sweep', database: undefined, batchSize: 1000 });
-    expect(parseInvocation(['sweep', '--batch-size=250', '--database', 'x.db'])).toEqual({ command: 'sweep', database: 'x.db', batchSize: 250 });
-    expect(parseInvocation(['purge', '--older-than', '90d'])).toEqual({ command: 'purge', database: undefined, olderThanMs: 90 * 86_400_000, olderThan: '90d' });
-    expect(parseInvocation(['explain', 'k', '--scope', 's', '--json'])).toEqual({ command: 'explain', database: undefined, key: 'k', scope: 's', json: true });
+    expect(parseInvocation(['sweep', '--batch-size=250', '--database', 'x.db'])).toEqual({
+      command: 'sweep',
+      database: 'x.db',
+      batchSize: 250,
+    });
+    expect(parseInvocation(['purge', '--older-than', '90d'])).toEqual({
+      command: 'purge',
+      database: undefined,
+      olderThanMs: 90 * 86_400_000,
+      olderThan: '90d',
+    });
+    expect(parseInvocation(['explain', 'k', '--scope', 's', '--json'])).toEqual({
+      command: 'explain',
+      database: undefined,
+      key: 'k',
+      scope: 's',
+      json: true,
+    });
     expect(parseInvocation(['explain', '--', '-odd-key'])).toMatchObject({ key: '-odd-key' });
-    expect(parseInvocation(['policy', '--url', 'https://api.example/idempotency'])).toEqual({ command: 'policy', database: undefined, url: 'https://api.example/idempotency', json: false });
+    expect(parseInvocation(['policy', '--url', 'https://api.example/idempotency'])).toEqual({
+      command: 'policy',
+      database: undefined,
+      url: 'https://api.example/idempotency',
+      json: false,
+    });
     expect(parseInvocation(['migrate', '--help'])).toEqual({ command: 'help' });
   });
 
@@ -155,8 +188,21 @@ describe('idem explain text (A1)', () => {
 
   it('tells how a swept, expired key came back and ran again; a single generation needs no story', () => {
     const generations = [
-      entry({ state: 'archived', archivedAt: at('2026-03-02T10:05:00.000Z'), reusedAt: at('2026-03-03T12:30:00.000Z'), takeovers: 1 }),
-      entry({ generation: 2, firstSeenAt: at('2026-03-03T12:30:00.000Z'), completedAt: null, status: null, outcomeKind: null, state: 'processing', expiresAt: at('2026-03-06T00:00:00.000Z') }),
+      entry({
+        state: 'archived',
+        archivedAt: at('2026-03-02T10:05:00.000Z'),
+        reusedAt: at('2026-03-03T12:30:00.000Z'),
+        takeovers: 1,
+      }),
+      entry({
+        generation: 2,
+        firstSeenAt: at('2026-03-03T12:30:00.000Z'),
+        completedAt: null,
+        status: null,
+        outcomeKind: null,
+        state: 'processing',
+        expiresAt: at('2026-03-06T00:00:00.000Z'),
+      }),
     ];
     expect(explainTimeline(generations, now)).toBe(
       'Generation 1, first seen at 2026-03-01T10:00:00.000Z, completed with 200 at 2026-03-01T10:00:01.250Z; its claim was taken over once after a lease lapsed (E6); ' +
@@ -173,7 +219,22 @@ describe('idem explain text (A1)', () => {
   });
 
   it('spans read as a person says them, tables align on the widest cell', () => {
-    expect([250, 1500, 61_000, 3_600_000, 93_784_000, 3 * 86_400_000].map(humanizeSpan)).toEqual(['250ms', '1.5s', '1m 1s', '1h', '1d 2h', '3d']);
-    expect(renderTable(['a', 'bb'], [['xxx', 'y'], ['', '']])).toBe('a    bb\nxxx  y\n');
+    expect([250, 1500, 61_000, 3_600_000, 93_784_000, 3 * 86_400_000].map(humanizeSpan)).toEqual([
+      '250ms',
+      '1.5s',
+      '1m 1s',
+      '1h',
+      '1d 2h',
+      '3d',
+    ]);
+    expect(
+      renderTable(
+        ['a', 'bb'],
+        [
+          ['xxx', 'y'],
+          ['', ''],
+        ],
+      ),
+    ).toBe('a    bb\nxxx  y\n');
   });
 });

@@ -33,27 +33,52 @@ const scratchFile = () => {
 };
 
 /** `idem …` in a child process, with `hidden` packages unresolvable. */
-function idem(args: string[], databaseUrl: string, hidden: string[] = []): Promise<{ code: number; stdout: string; stderr: string }> {
+function idem(
+  args: string[],
+  databaseUrl: string,
+  hidden: string[] = [],
+): Promise<{ code: number; stdout: string; stderr: string }> {
   const env = { ...process.env, DATABASE_URL: databaseUrl, IDEM_HIDE_PACKAGES: hidden.join(',') };
   return new Promise((resolve) => {
-    execFile(process.execPath, ['--import', HIDE, BIN, ...args], { cwd: ROOT, env, timeout: 30_000 }, (error, stdout, stderr) => {
-      resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      ['--import', HIDE, BIN, ...args],
+      { cwd: ROOT, env, timeout: 30_000 },
+      (error, stdout, stderr) => {
+        resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
 describe('parseDatabaseUrl: dialects and drivers', () => {
-  it('libsql:// is a remote libsql database; driver picks a driver of the URL\'s dialect', () => {
-    expect(parseDatabaseUrl('libsql://idem-acme.turso.io?authToken=t')).toEqual({ dialect: 'sqlite', remote: 'libsql://idem-acme.turso.io?authToken=t', driver: 'libsql' });
-    expect(parseDatabaseUrl('file:./db.sqlite', { driver: 'libsql' })).toEqual({ dialect: 'sqlite', path: './db.sqlite', driver: 'libsql' });
-    expect(parseDatabaseUrl('postgres://app@db/app', { driver: 'postgres-js' })).toEqual({ dialect: 'postgres', url: 'postgres://app@db/app', driver: 'postgres-js' });
+  it("libsql:// is a remote libsql database; driver picks a driver of the URL's dialect", () => {
+    expect(parseDatabaseUrl('libsql://idem-acme.turso.io?authToken=t')).toEqual({
+      dialect: 'sqlite',
+      remote: 'libsql://idem-acme.turso.io?authToken=t',
+      driver: 'libsql',
+    });
+    expect(parseDatabaseUrl('file:./db.sqlite', { driver: 'libsql' })).toEqual({
+      dialect: 'sqlite',
+      path: './db.sqlite',
+      driver: 'libsql',
+    });
+    expect(parseDatabaseUrl('postgres://app@db/app', { driver: 'postgres-js' })).toEqual({
+      dialect: 'postgres',
+      url: 'postgres://app@db/app',
+      driver: 'postgres-js',
+    });
   });
 
   it('a driver of another dialect is a one-line DatabaseUrlError, the password redacted', () => {
     expect(() => parseDatabaseUrl('postgres://app:s3cret@db/app', { driver: 'libsql' })).toThrow(
-      new DatabaseUrlError('driver libsql cannot open DATABASE_URL "postgres://app:***@db/app": use node-postgres or postgres-js'),
+      new DatabaseUrlError(
+        'driver libsql cannot open DATABASE_URL "postgres://app:***@db/app": use node-postgres or postgres-js',
+      ),
     );
-    expect(() => parseDatabaseUrl('libsql://idem-acme.turso.io', { driver: 'better-sqlite3' })).toThrow(/^driver better-sqlite3 cannot open .*: use libsql$/);
+    expect(() => parseDatabaseUrl('libsql://idem-acme.turso.io', { driver: 'better-sqlite3' })).toThrow(
+      /^driver better-sqlite3 cannot open .*: use libsql$/,
+    );
   });
 });
 
@@ -64,12 +89,24 @@ describe('openDatabase on each driver', () => {
       try {
         expect(opened).toMatchObject({ dialect: 'sqlite', driver: driver ?? 'better-sqlite3' });
         if (opened.dialect !== 'sqlite') throw new Error('expected SQLite');
-        const [mode] = (await opened.db.all<{ journal_mode: string }>(sql`PRAGMA journal_mode`)) as Array<{ journal_mode: string }>;
+        const [mode] = (await opened.db.all<{ journal_mode: string }>(sql`PRAGMA journal_mode`)) as Array<{
+          journal_mode: string;
+        }>;
         expect(mode?.journal_mode).toBe('wal');
         await migrate(opened.db);
         const store = createDrizzleStore(opened.db);
         expect(store.driver).toBe(driver ?? 'better-sqlite3');
-        claimed(await store.claim({ scope: 's', key: randomUUID(), fingerprint: null, token: 't', leaseMs: 1000, retentionMs: 1000, expiredReuse: 'execute' }));
+        claimed(
+          await store.claim({
+            scope: 's',
+            key: randomUUID(),
+            fingerprint: null,
+            token: 't',
+            leaseMs: 1000,
+            retentionMs: 1000,
+            expiredReuse: 'execute',
+          }),
+        );
       } finally {
         await opened.close();
       }
@@ -77,26 +114,34 @@ describe('openDatabase on each driver', () => {
   });
 
   it('libsql with create: false refuses a missing file instead of creating it', async () => {
-    await expect(openDatabase(`file:${scratchFile()}`, { driver: 'libsql', create: false })).rejects.toThrow(/^\[idem\] no SQLite database at /);
+    await expect(openDatabase(`file:${scratchFile()}`, { driver: 'libsql', create: false })).rejects.toThrow(
+      /^\[idem\] no SQLite database at /,
+    );
   });
 
-  it.skipIf(!server.runs)('postgres:// opens node-postgres by default and postgres-js when asked; migrate() runs on both', async () => {
-    const target = await server.open({ schemaPrefix: 'idem_connect' });
-    try {
-      for (const driver of [undefined, 'postgres-js'] as const) {
-        const opened = await openDatabase(target.child && 'url' in target.child ? target.child.url : '', { driver, max: 2 });
-        try {
-          expect(opened).toMatchObject({ dialect: 'postgres', driver: driver ?? 'node-postgres' });
-          await migrate(opened.db);
-          expect(createDrizzleStore(opened.db).driver).toBe(driver ?? 'node-postgres');
-        } finally {
-          await opened.close();
+  it.skipIf(!server.runs)(
+    'postgres:// opens node-postgres by default and postgres-js when asked; migrate() runs on both',
+    async () => {
+      const target = await server.open({ schemaPrefix: 'idem_connect' });
+      try {
+        for (const driver of [undefined, 'postgres-js'] as const) {
+          const opened = await openDatabase(target.child && 'url' in target.child ? target.child.url : '', {
+            driver,
+            max: 2,
+          });
+          try {
+            expect(opened).toMatchObject({ dialect: 'postgres', driver: driver ?? 'node-postgres' });
+            await migrate(opened.db);
+            expect(createDrizzleStore(opened.db).driver).toBe(driver ?? 'node-postgres');
+          } finally {
+            await opened.close();
+          }
         }
+      } finally {
+        await target.close();
       }
-    } finally {
-      await target.close();
-    }
-  });
+    },
+  );
 });
 
 describe('the CLI picks the first installed driver', () => {
@@ -113,7 +158,9 @@ describe('the CLI picks the first installed driver', () => {
     }
     const neither = await idem(['migrate'], `file:${scratchFile()}`, ['better-sqlite3', '@libsql/client']);
     expect(neither.code).toBe(1);
-    expect(neither.stderr).toMatch(/^idem: cannot open file:.*: SQLite needs one of its drivers, none of which is installed: npm install better-sqlite3@\^12 \(better-sqlite3\) or @libsql\/client \(libsql\)\n$/);
+    expect(neither.stderr).toMatch(
+      /^idem: cannot open file:.*: SQLite needs one of its drivers, none of which is installed: npm install better-sqlite3@\^12 \(better-sqlite3\) or @libsql\/client \(libsql\)\n$/,
+    );
   });
 
   it.skipIf(!server.runs)('postgres:// without pg installed migrates through postgres-js', async () => {
@@ -132,8 +179,17 @@ describe('the CLI picks the first installed driver', () => {
 
   it('--driver that does not exist, or does not fit the URL, is bad usage: exit 2, one line', async () => {
     const unknown = await idem(['migrate', '--driver', 'sqlite3'], `file:${scratchFile()}`);
-    expect(unknown).toMatchObject({ code: 2, stdout: '', stderr: 'idem: --driver must be one of node-postgres, postgres-js, better-sqlite3, libsql, mysql2, got "sqlite3"\n' });
+    expect(unknown).toMatchObject({
+      code: 2,
+      stdout: '',
+      stderr:
+        'idem: --driver must be one of node-postgres, postgres-js, better-sqlite3, libsql, mysql2, got "sqlite3"\n',
+    });
     const mismatch = await idem(['migrate', '--driver', 'postgres-js'], 'file:/tmp/x.db');
-    expect(mismatch).toMatchObject({ code: 2, stdout: '', stderr: 'idem: driver postgres-js cannot open DATABASE_URL "file:/tmp/x.db": use better-sqlite3 or libsql\n' });
+    expect(mismatch).toMatchObject({
+      code: 2,
+      stdout: '',
+      stderr: 'idem: driver postgres-js cannot open DATABASE_URL "file:/tmp/x.db": use better-sqlite3 or libsql\n',
+    });
   });
 });

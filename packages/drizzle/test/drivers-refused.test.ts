@@ -21,7 +21,9 @@ describe('drivers the store refuses, with the reason', () => {
   it('neon-http: no interactive transactions, so neither the store (R2 reuse, atomic mode) nor migrate', async () => {
     const db = drizzleNeonHttp({ client: neon(NEON_URL) });
     expect(() => createDrizzleStore(db)).toThrow(TypeError);
-    expect(() => createDrizzleStore(db)).toThrow(/^\[idem\] neon-http has no interactive transactions .*neon-serverless/);
+    expect(() => createDrizzleStore(db)).toThrow(
+      /^\[idem\] neon-http has no interactive transactions .*neon-serverless/,
+    );
     await expect(migrate(db)).rejects.toThrow(/\[idem\] neon-http has no interactive transactions/);
   });
 
@@ -32,22 +34,36 @@ describe('drivers the store refuses, with the reason', () => {
 
   it('node-postgres on a single pg.Client: its transactions would interleave; a pg.Pool is accepted', async () => {
     const client = new pg.Client({ connectionString: 'postgres://postgres@127.0.0.1:1/never' });
-    expect(() => createDrizzleStore(drizzleNodePostgres({ client }))).toThrow(/^\[idem\] node-postgres: pass a pg.Pool, not a single pg.Client/);
+    expect(() => createDrizzleStore(drizzleNodePostgres({ client }))).toThrow(
+      /^\[idem\] node-postgres: pass a pg.Pool, not a single pg.Client/,
+    );
     const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/never' });
-    expect(createDrizzleStore(drizzleNodePostgres({ client: pool }))).toMatchObject({ dialect: 'postgres', driver: 'node-postgres', atomicHandlers: 'asynchronous' });
+    expect(createDrizzleStore(drizzleNodePostgres({ client: pool }))).toMatchObject({
+      dialect: 'postgres',
+      driver: 'node-postgres',
+      atomicHandlers: 'asynchronous',
+    });
     await pool.end();
   });
 
   it('drivers idem does not know (the HTTP proxies) are refused by name rather than run on a guess', () => {
-    expect(() => createDrizzleStore(drizzlePgProxy(async () => ({ rows: [] })))).toThrow(/^\[idem\] unsupported PostgreSQL driver \(drizzle's PgRemoteDatabase\)/);
-    expect(() => createDrizzleStore(drizzleSqliteProxy(async () => ({ rows: [] })))).toThrow(/^\[idem\] unsupported SQLite driver \(drizzle's SqliteRemoteDatabase\)/);
+    expect(() => createDrizzleStore(drizzlePgProxy(async () => ({ rows: [] })))).toThrow(
+      /^\[idem\] unsupported PostgreSQL driver \(drizzle's PgRemoteDatabase\)/,
+    );
+    expect(() => createDrizzleStore(drizzleSqliteProxy(async () => ({ rows: [] })))).toThrow(
+      /^\[idem\] unsupported SQLite driver \(drizzle's SqliteRemoteDatabase\)/,
+    );
   });
 });
 
 describe('drivers accepted but untested here', () => {
   it('neon-serverless (a WebSocket Pool): the PostgreSQL store, asynchronous atomic handlers', async () => {
     const pool = new NeonPool({ connectionString: NEON_URL });
-    expect(createDrizzleStore(drizzleNeonServerless({ client: pool }))).toMatchObject({ dialect: 'postgres', driver: 'neon-serverless', atomicHandlers: 'asynchronous' });
+    expect(createDrizzleStore(drizzleNeonServerless({ client: pool }))).toMatchObject({
+      dialect: 'postgres',
+      driver: 'neon-serverless',
+      atomicHandlers: 'asynchronous',
+    });
     await pool.end();
   });
 });

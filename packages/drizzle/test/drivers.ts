@@ -59,8 +59,18 @@ export interface DriverSpec {
 const server = (await isServerReachable()) || postgresRequired();
 
 export const DRIVERS: readonly DriverSpec[] = [
-  { name: 'node-postgres', dialect: 'postgres', runs: server, open: (options) => openServerDriver('node-postgres', options) },
-  { name: 'postgres-js', dialect: 'postgres', runs: server, open: (options) => openServerDriver('postgres-js', options) },
+  {
+    name: 'node-postgres',
+    dialect: 'postgres',
+    runs: server,
+    open: (options) => openServerDriver('node-postgres', options),
+  },
+  {
+    name: 'postgres-js',
+    dialect: 'postgres',
+    runs: server,
+    open: (options) => openServerDriver('postgres-js', options),
+  },
   { name: 'pglite', dialect: 'postgres', runs: true, open: () => openPglite() },
   { name: 'better-sqlite3', dialect: 'sqlite', runs: true, open: () => openSqliteFile('better-sqlite3') },
   { name: 'libsql', dialect: 'sqlite', runs: true, open: () => openSqliteFile('libsql') },
@@ -86,8 +96,12 @@ async function adminQuery(text: string): Promise<void> {
   }
 }
 
-async function openServerDriver(driver: 'node-postgres' | 'postgres-js', { max = 10, schemaPrefix = 'idem_test' }: OpenOptions = {}): Promise<DriverTarget> {
-  if (!(await isServerReachable())) throw new Error(`[idem] IDEM_REQUIRE_POSTGRES is set but PostgreSQL at ${databaseUrl()} is unreachable`);
+async function openServerDriver(
+  driver: 'node-postgres' | 'postgres-js',
+  { max = 10, schemaPrefix = 'idem_test' }: OpenOptions = {},
+): Promise<DriverTarget> {
+  if (!(await isServerReachable()))
+    throw new Error(`[idem] IDEM_REQUIRE_POSTGRES is set but PostgreSQL at ${databaseUrl()} is unreachable`);
   const schema = `${schemaPrefix}_${randomBytes(6).toString('hex')}`;
   await adminQuery(`CREATE SCHEMA "${schema}"`);
   const url = withSearchPath(databaseUrl(), schema);
@@ -96,8 +110,10 @@ async function openServerDriver(driver: 'node-postgres' | 'postgres-js', { max =
     driver,
     dialect: 'postgres',
     db,
-    rows: async (query) => rowsOfResult((await (db as import('drizzle-orm/pg-core').PgDatabase<any>).execute(query)) as unknown),
-    exec: async (statement) => void (await (db as import('drizzle-orm/pg-core').PgDatabase<any>).execute(sql.raw(statement))),
+    rows: async (query) =>
+      rowsOfResult((await (db as import('drizzle-orm/pg-core').PgDatabase<any>).execute(query)) as unknown),
+    exec: async (statement) =>
+      void (await (db as import('drizzle-orm/pg-core').PgDatabase<any>).execute(sql.raw(statement))),
     child: { driver, url, connections: 8 },
     schema,
     async close() {
@@ -108,13 +124,20 @@ async function openServerDriver(driver: 'node-postgres' | 'postgres-js', { max =
 }
 
 /** A drizzle instance over a new pool of `driver` at `url`, and how to end it. */
-export async function connectPostgres(driver: 'node-postgres' | 'postgres-js', url: string, max: number): Promise<{ db: DrizzleDatabase; end(): Promise<void> }> {
+export async function connectPostgres(
+  driver: 'node-postgres' | 'postgres-js',
+  url: string,
+  max: number,
+): Promise<{ db: DrizzleDatabase; end(): Promise<void> }> {
   if (driver === 'node-postgres') {
     const { drizzle } = await import('drizzle-orm/node-postgres');
     const pool = new pg.Pool({ connectionString: url, max });
     return { db: drizzle({ client: pool }), end: () => pool.end() };
   }
-  const [{ default: postgres }, { drizzle }] = await Promise.all([import('postgres'), import('drizzle-orm/postgres-js')]);
+  const [{ default: postgres }, { drizzle }] = await Promise.all([
+    import('postgres'),
+    import('drizzle-orm/postgres-js'),
+  ]);
   const client = postgres(url, { max, onnotice: () => {} });
   return { db: drizzle({ client }), end: () => client.end({ timeout: 5 }) };
 }
@@ -164,9 +187,15 @@ async function openSqliteFile(driver: 'better-sqlite3' | 'libsql'): Promise<Driv
  * SQLITE_BUSY at once and the store retries without blocking the event loop. libsql: a busy
  * timeout of 5 s for other processes' locks (the store queues its own writes in the process).
  */
-export async function connectSqlite(driver: 'better-sqlite3' | 'libsql', file: string): Promise<{ db: DrizzleDatabase; end(): Promise<void> }> {
+export async function connectSqlite(
+  driver: 'better-sqlite3' | 'libsql',
+  file: string,
+): Promise<{ db: DrizzleDatabase; end(): Promise<void> }> {
   if (driver === 'better-sqlite3') {
-    const [{ default: Database }, { drizzle }] = await Promise.all([import('better-sqlite3'), import('drizzle-orm/better-sqlite3')]);
+    const [{ default: Database }, { drizzle }] = await Promise.all([
+      import('better-sqlite3'),
+      import('drizzle-orm/better-sqlite3'),
+    ]);
     const client = new Database(file, { timeout: 0 });
     client.pragma('journal_mode = WAL');
     return { db: drizzle({ client }), end: async () => void (client.open && client.close()) };
@@ -178,7 +207,10 @@ export async function connectSqlite(driver: 'better-sqlite3' | 'libsql', file: s
 }
 
 /** A drizzle instance over a new mysql2 pool at `url` (the MySQL suites' server, mysql-target.ts). */
-async function connectMysql(url: string, connectionLimit: number): Promise<{ db: DrizzleDatabase; end(): Promise<void> }> {
+async function connectMysql(
+  url: string,
+  connectionLimit: number,
+): Promise<{ db: DrizzleDatabase; end(): Promise<void> }> {
   const [{ default: mysql }, { drizzle }] = await Promise.all([import('mysql2/promise'), import('drizzle-orm/mysql2')]);
   const pool = mysql.createPool({ uri: url, connectionLimit });
   return { db: drizzle({ client: pool }), end: () => pool.end() };

@@ -52,7 +52,8 @@ function generate(dialect: 'postgresql' | 'sqlite'): string[] {
 }
 
 const unprefixed = (value: unknown) => (typeof value === 'string' ? value.replaceAll(PREFIX, '') : value);
-const normalized = (rows: Array<Record<string, unknown>>) => rows.map((row) => Object.fromEntries(Object.entries(row).map(([name, value]) => [name, unprefixed(value)])));
+const normalized = (rows: Array<Record<string, unknown>>) =>
+  rows.map((row) => Object.fromEntries(Object.entries(row).map(([name, value]) => [name, unprefixed(value)])));
 
 /** Columns, primary keys and indexes of idem's tables in the connection's schema, names without the prefix. */
 async function pgStructure(target: DriverTarget) {
@@ -75,16 +76,27 @@ async function pgStructure(target: DriverTarget) {
 async function sqliteStructure(target: DriverTarget, tables: { keys: string; history: string }) {
   const structure: Record<string, unknown> = {};
   for (const table of [tables.keys, tables.history]) {
-    const indexes = await target.rows<{ name: string; unique: number; origin: string; partial: number }>(sql`SELECT name, "unique", origin, partial FROM pragma_index_list(${table}) ORDER BY name`);
+    const indexes = await target.rows<{ name: string; unique: number; origin: string; partial: number }>(
+      sql`SELECT name, "unique", origin, partial FROM pragma_index_list(${table}) ORDER BY name`,
+    );
     const indexColumns: Record<string, unknown> = {};
-    for (const index of indexes) indexColumns[unprefixed(index.name) as string] = await target.rows(sql`SELECT seqno, name FROM pragma_index_info(${index.name}) ORDER BY seqno`);
+    for (const index of indexes)
+      indexColumns[unprefixed(index.name) as string] = await target.rows(
+        sql`SELECT seqno, name FROM pragma_index_info(${index.name}) ORDER BY seqno`,
+      );
     // The partial indexes' predicates, as SQLite keeps them (IF NOT EXISTS dropped, quotes as written).
-    const definitions = await target.rows<{ name: string; sql: string }>(sql`SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ${table} AND sql IS NOT NULL ORDER BY name`);
+    const definitions = await target.rows<{ name: string; sql: string }>(
+      sql`SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ${table} AND sql IS NOT NULL ORDER BY name`,
+    );
     structure[unprefixed(table) as string] = {
-      columns: await target.rows(sql`SELECT cid, name, type, "notnull", dflt_value, pk FROM pragma_table_info(${table}) ORDER BY cid`),
+      columns: await target.rows(
+        sql`SELECT cid, name, type, "notnull", dflt_value, pk FROM pragma_table_info(${table}) ORDER BY cid`,
+      ),
       indexes: normalized(indexes),
       indexColumns,
-      definitions: normalized(definitions.map(({ name, sql: text }) => ({ name, sql: text.replace(/\s+/g, ' ').replace(/["`]/g, '') }))),
+      definitions: normalized(
+        definitions.map(({ name, sql: text }) => ({ name, sql: text.replace(/\s+/g, ' ').replace(/["`]/g, '') })),
+      ),
     };
   }
   return structure;
@@ -94,7 +106,9 @@ const pgSpec = DRIVERS.find((spec) => spec.dialect === 'postgres' && spec.runs)!
 const sqliteSpec = DRIVERS.find((spec) => spec.name === 'better-sqlite3')!;
 
 describe('S1: drizzle-kit generate with the exported tables makes what migrate() makes', () => {
-  it(`PostgreSQL (${pgSpec.name}): columns, primary keys and indexes, the partial expiry index included; the store runs on them`, { timeout: 60_000 }, async () => {
+  it(`PostgreSQL (${pgSpec.name}): columns, primary keys and indexes, the partial expiry index included; the store runs on them`, {
+    timeout: 60_000,
+  }, async () => {
     const statements = generate('postgresql');
     const generated = await pgSpec.open({ schemaPrefix: 'idem_kit' });
     const migrated = await pgSpec.open({ schemaPrefix: 'idem_kit' });
@@ -103,8 +117,14 @@ describe('S1: drizzle-kit generate with the exported tables makes what migrate()
       await migrate(migrated.db);
       const fromKit = await pgStructure(generated);
       expect(fromKit).toEqual(await pgStructure(migrated));
-      expect(fromKit.indexes).toContainEqual({ indexname: 'idem_keys_expires_at_idx', indexdef: expect.stringMatching(/ON idem_keys USING btree \(expires_at\) WHERE \(state <> 'archived'::text\)$/) });
-      expect(fromKit.keys.filter((key) => key.table_name === 'idem_keys').map((key) => key.column_name)).toEqual(['scope', 'key']);
+      expect(fromKit.indexes).toContainEqual({
+        indexname: 'idem_keys_expires_at_idx',
+        indexdef: expect.stringMatching(/ON idem_keys USING btree \(expires_at\) WHERE \(state <> 'archived'::text\)$/),
+      });
+      expect(fromKit.keys.filter((key) => key.table_name === 'idem_keys').map((key) => key.column_name)).toEqual([
+        'scope',
+        'key',
+      ]);
       await expectStoreOnPrefixedTables(generated);
     } finally {
       await generated.close();
@@ -112,17 +132,27 @@ describe('S1: drizzle-kit generate with the exported tables makes what migrate()
     }
   });
 
-  it('SQLite (better-sqlite3): columns, primary keys and indexes, the partial expiry index included; the store runs on them', { timeout: 60_000 }, async () => {
+  it('SQLite (better-sqlite3): columns, primary keys and indexes, the partial expiry index included; the store runs on them', {
+    timeout: 60_000,
+  }, async () => {
     const statements = generate('sqlite');
     const generated = await sqliteSpec.open();
     const migrated = await sqliteSpec.open();
     try {
       for (const statement of statements) await generated.exec(statement);
       await migrate(migrated.db);
-      const fromKit = await sqliteStructure(generated, { keys: `${PREFIX}idem_keys`, history: `${PREFIX}idem_key_history` });
+      const fromKit = await sqliteStructure(generated, {
+        keys: `${PREFIX}idem_keys`,
+        history: `${PREFIX}idem_key_history`,
+      });
       expect(fromKit).toEqual(await sqliteStructure(migrated, { keys: 'idem_keys', history: 'idem_key_history' }));
       expect(fromKit.idem_keys).toMatchObject({
-        definitions: expect.arrayContaining([{ name: 'idem_keys_expires_at_idx', sql: "CREATE INDEX idem_keys_expires_at_idx ON idem_keys (expires_at) WHERE state <> 'archived'" }]),
+        definitions: expect.arrayContaining([
+          {
+            name: 'idem_keys_expires_at_idx',
+            sql: "CREATE INDEX idem_keys_expires_at_idx ON idem_keys (expires_at) WHERE state <> 'archived'",
+          },
+        ]),
       });
       await expectStoreOnPrefixedTables(generated);
     } finally {
@@ -136,11 +166,31 @@ describe('S1: drizzle-kit generate with the exported tables makes what migrate()
 async function expectStoreOnPrefixedTables(target: DriverTarget) {
   const store = createDrizzleStore(target.db, { tables: { prefix: PREFIX } });
   expect(store.tables).toEqual({ keys: `${PREFIX}idem_keys`, history: `${PREFIX}idem_key_history` });
-  const request = { scope: 's', key: randomUUID(), fingerprint: 'f', token: randomUUID(), leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' } as const;
+  const request = {
+    scope: 's',
+    key: randomUUID(),
+    fingerprint: 'f',
+    token: randomUUID(),
+    leaseMs: 60_000,
+    retentionMs: 60_000,
+    expiredReuse: 'execute',
+  } as const;
   claimed(await store.claim(request));
-  expect(await store.complete({ scope: 's', key: request.key, token: request.token, outcome: { kind: 'success', status: 200, body: '"ok"' } })).toBe(true);
-  expect(await store.claim({ ...request, token: randomUUID() })).toMatchObject({ outcome: 'existing', record: { outcome: { body: '"ok"' } } });
+  expect(
+    await store.complete({
+      scope: 's',
+      key: request.key,
+      token: request.token,
+      outcome: { kind: 'success', status: 200, body: '"ok"' },
+    }),
+  ).toBe(true);
+  expect(await store.claim({ ...request, token: randomUUID() })).toMatchObject({
+    outcome: 'existing',
+    record: { outcome: { body: '"ok"' } },
+  });
   expect(await store.sweep()).toEqual({ archived: 0 });
-  const [row] = await target.rows<{ n: number | string }>(sql`SELECT count(*) AS n FROM ${sql.identifier(`${PREFIX}idem_keys`)}`);
+  const [row] = await target.rows<{ n: number | string }>(
+    sql`SELECT count(*) AS n FROM ${sql.identifier(`${PREFIX}idem_keys`)}`,
+  );
   expect(Number(row?.n)).toBe(1);
 }

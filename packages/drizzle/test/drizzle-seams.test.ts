@@ -33,7 +33,11 @@ describe(`drizzle seams on drizzle-orm ${npmVersion}`, () => {
         try {
           const kinds = entityKinds(target.db);
           expect(kinds[0]).toBe(DATABASE_CLASS[spec.name]);
-          expect(kinds.some((kind) => (spec.dialect === 'postgres' ? ['PgDatabase', 'PgAsyncDatabase'] : ['BaseSQLiteDatabase']).includes(kind))).toBe(true);
+          expect(
+            kinds.some((kind) =>
+              (spec.dialect === 'postgres' ? ['PgDatabase', 'PgAsyncDatabase'] : ['BaseSQLiteDatabase']).includes(kind),
+            ),
+          ).toBe(true);
           expect(detectDialect(target.db)).toMatchObject({ dialect: spec.dialect, driver: { name: spec.name } });
         } finally {
           await target.close();
@@ -45,13 +49,33 @@ describe(`drizzle seams on drizzle-orm ${npmVersion}`, () => {
         try {
           await migrate(target.db);
           const store = createDrizzleStore(target.db);
-          const request = { scope: 's', key: randomUUID(), fingerprint: 'f', token: 't1', leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' } as const;
+          const request = {
+            scope: 's',
+            key: randomUUID(),
+            fingerprint: 'f',
+            token: 't1',
+            leaseMs: 60_000,
+            retentionMs: 60_000,
+            expiredReuse: 'execute',
+          } as const;
           const fresh = await store.claim(request);
-          expect(fresh).toMatchObject({ outcome: 'claimed', record: { state: 'processing', generation: 1, token: 't1', outcome: null, completedAt: null } });
+          expect(fresh).toMatchObject({
+            outcome: 'claimed',
+            record: { state: 'processing', generation: 1, token: 't1', outcome: null, completedAt: null },
+          });
           expect(fresh.record).toEqual(await store.get('s', request.key));
-          await store.complete({ scope: 's', key: request.key, token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } });
+          await store.complete({
+            scope: 's',
+            key: request.key,
+            token: 't1',
+            outcome: { kind: 'success', status: 201, body: '{"id":1}' },
+          });
           const replay = await store.claim({ ...request, token: 't2' });
-          expect(replay).toMatchObject({ outcome: 'existing', expired: false, record: { state: 'completed', token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } } });
+          expect(replay).toMatchObject({
+            outcome: 'existing',
+            expired: false,
+            record: { state: 'completed', token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } },
+          });
           expect(replay.record).toEqual(await store.get('s', request.key));
           expect(replay.record.completedAt).toBeInstanceOf(Date);
           if (replay.outcome !== 'existing') throw new Error('expected a replay');

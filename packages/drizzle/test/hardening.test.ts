@@ -45,7 +45,11 @@ const postgresServer = (await isServerReachable()) || postgresRequired();
 async function cli(argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   let stdout = '';
   let stderr = '';
-  const code = await runCli(argv, { stdout: (text) => void (stdout += text), stderr: (text) => void (stderr += text), env: {} });
+  const code = await runCli(argv, {
+    stdout: (text) => void (stdout += text),
+    stderr: (text) => void (stderr += text),
+    env: {},
+  });
   return { code, stdout, stderr };
 }
 
@@ -63,29 +67,53 @@ describe.each([
     await shared?.close();
   });
 
-  it.skipIf(skip)('A1/K1: finds a key pasted in its header form ("…") as well as bare, with the same timeline', async () => {
-    const store = createDrizzleStore(shared.db);
-    const key = `order-${randomUUID()}`;
-    const token = randomUUID();
-    claimed(await store.claim({ scope: 'public/payments.create', key, fingerprint: 'f', token, leaseMs: 30_000, retentionMs: 60_000, expiredReuse: 'execute' }));
-    await store.complete({ scope: 'public/payments.create', key, token, outcome: { kind: 'success', status: 200, body: '{}' } });
+  it.skipIf(skip)(
+    'A1/K1: finds a key pasted in its header form ("…") as well as bare, with the same timeline',
+    async () => {
+      const store = createDrizzleStore(shared.db);
+      const key = `order-${randomUUID()}`;
+      const token = randomUUID();
+      claimed(
+        await store.claim({
+          scope: 'public/payments.create',
+          key,
+          fingerprint: 'f',
+          token,
+          leaseMs: 30_000,
+          retentionMs: 60_000,
+          expiredReuse: 'execute',
+        }),
+      );
+      await store.complete({
+        scope: 'public/payments.create',
+        key,
+        token,
+        outcome: { kind: 'success', status: 200, body: '{}' },
+      });
 
-    const bare = await cli(['explain', key, '--json', '--database', shared.url]);
-    expect(bare.stderr).toBe('');
-    expect(bare.code).toBe(0);
-    const quoted = await cli(['explain', `"${key}"`, '--json', '--database', shared.url]);
-    expect(quoted.stderr).toBe('');
-    expect(quoted.code).toBe(0);
-    expect(quoted.stdout).toBe(bare.stdout);
-    expect(JSON.parse(quoted.stdout)).toMatchObject({ key, scopes: [{ scope: 'public/payments.create', generations: [{ generation: 1, status: 200 }] }] });
-  });
+      const bare = await cli(['explain', key, '--json', '--database', shared.url]);
+      expect(bare.stderr).toBe('');
+      expect(bare.code).toBe(0);
+      const quoted = await cli(['explain', `"${key}"`, '--json', '--database', shared.url]);
+      expect(quoted.stderr).toBe('');
+      expect(quoted.code).toBe(0);
+      expect(quoted.stdout).toBe(bare.stdout);
+      expect(JSON.parse(quoted.stdout)).toMatchObject({
+        key,
+        scopes: [{ scope: 'public/payments.create', generations: [{ generation: 1, status: 200 }] }],
+      });
+    },
+  );
 
-  it.skipIf(skip)('K3: a pasted value that is no key is refused as bad usage (exit 2), with one line saying why', async () => {
-    const run = await cli(['explain', '"unterminated', '--database', shared.url]);
-    expect(run.code).toBe(2);
-    expect(run.stdout).toBe('');
-    expect(run.stderr).toMatch(/^idem: "\\"unterminated" is not an Idempotency-Key: .*\n$/);
-  });
+  it.skipIf(skip)(
+    'K3: a pasted value that is no key is refused as bad usage (exit 2), with one line saying why',
+    async () => {
+      const run = await cli(['explain', '"unterminated', '--database', shared.url]);
+      expect(run.code).toBe(2);
+      expect(run.stdout).toBe('');
+      expect(run.stderr).toMatch(/^idem: "\\"unterminated" is not an Idempotency-Key: .*\n$/);
+    },
+  );
 });
 
 describe('SQLite while another process holds the write lock (issue 14, item 5)', () => {
@@ -131,7 +159,12 @@ describe('SQLite while another process holds the write lock (issue 14, item 5)',
     const store = createDrizzleStore(opened.db, { busyRetryMs: 30_000 });
     const done = request();
     claimed(await store.claim(done));
-    await store.complete({ scope: done.scope, key: done.key, token: done.token, outcome: { kind: 'success', status: 200, body: '"paid"' } });
+    await store.complete({
+      scope: done.scope,
+      key: done.key,
+      token: done.token,
+      outcome: { kind: 'success', status: 200, body: '"paid"' },
+    });
 
     lock = await holdSqliteWriteLock(join(directory, 'idem.db'));
     const waiting = tracked(store.claim(request()));
@@ -149,7 +182,9 @@ describe('SQLite while another process holds the write lock (issue 14, item 5)',
     const handler = vi.fn(() => 'charged');
     lock = await holdSqliteWriteLock(join(directory, 'idem.db'));
     let turned = false;
-    const answer = engine.execute({ scope: 'public/payments.create', key: randomUUID(), fingerprint: 'f' }, handler).catch((error: unknown) => error);
+    const answer = engine
+      .execute({ scope: 'public/payments.create', key: randomUUID(), fingerprint: 'f' }, handler)
+      .catch((error: unknown) => error);
     setImmediate(() => (turned = true));
     const error = await answer;
     expect(turned).toBe(true);
@@ -177,62 +212,71 @@ describe('SQLite while another process holds the write lock (issue 14, item 5)',
 });
 
 // PGlite is one connection in this process: there is no pool to starve.
-describe.skipIf(!postgresServer)('atomic mode on a PostgreSQL server: duplicates while the first transaction runs (issue 14, item 7)', () => {
-  let target: PostgresTarget;
-  let pool: pg.Pool;
+describe.skipIf(!postgresServer)(
+  'atomic mode on a PostgreSQL server: duplicates while the first transaction runs (issue 14, item 7)',
+  () => {
+    let target: PostgresTarget;
+    let pool: pg.Pool;
 
-  beforeAll(async () => {
-    target = await openPostgresTarget({ max: 2, schemaPrefix: 'idem_hardening_pool' });
-    await migrate(target.db);
-    await target.db.execute(sql.raw(CREATE_PAYMENTS));
-    // A small pool, and a bounded wait for a connection: a starved pool shows up as a 503.
-    pool = new pg.Pool({ connectionString: target.url!, max: 3, connectionTimeoutMillis: 3000 });
-  });
-  afterAll(async () => {
-    await pool?.end();
-    await target?.close();
-  });
-
-  it('E3: duplicates get 409 at once without waiting for the first transaction, and an unrelated key still executes while it runs', async () => {
-    const db = drizzleNodePostgres(pool);
-    const events: IdempotencyEvent[] = [];
-    const engine = createEngine({ store: createDrizzleStore(db), onEvent: (event) => void events.push(event) });
-    const scope = 'public/payments.create';
-    const key = randomUUID();
-    let started!: () => void;
-    const running = new Promise<void>((resolve) => (started = resolve));
-    let finish!: () => void;
-    const gate = new Promise<void>((resolve) => (finish = resolve));
-    const duplicateRuns = vi.fn();
-
-    const first = engine.executeAtomic({ scope, key, fingerprint: 'f' }, async ({ tx }) => {
-      started();
-      await gate;
-      await payOnPostgres(tx, `pay_${key}`);
-      return 'paid';
+    beforeAll(async () => {
+      target = await openPostgresTarget({ max: 2, schemaPrefix: 'idem_hardening_pool' });
+      await migrate(target.db);
+      await target.db.execute(sql.raw(CREATE_PAYMENTS));
+      // A small pool, and a bounded wait for a connection: a starved pool shows up as a 503.
+      pool = new pg.Pool({ connectionString: target.url!, max: 3, connectionTimeoutMillis: 3000 });
     });
-    try {
-      await running;
-      // More duplicates than the pool has connections left.
-      const duplicates = Promise.allSettled(Array.from({ length: 6 }, () => engine.executeAtomic({ scope, key, fingerprint: 'f' }, duplicateRuns)));
-      const unrelated = await engine.executeAtomic({ scope, key: randomUUID(), fingerprint: 'f' }, async ({ tx }) => {
-        await payOnPostgres(tx, `pay_unrelated_${key}`);
-        return 'unrelated paid';
+    afterAll(async () => {
+      await pool?.end();
+      await target?.close();
+    });
+
+    it('E3: duplicates get 409 at once without waiting for the first transaction, and an unrelated key still executes while it runs', async () => {
+      const db = drizzleNodePostgres(pool);
+      const events: IdempotencyEvent[] = [];
+      const engine = createEngine({ store: createDrizzleStore(db), onEvent: (event) => void events.push(event) });
+      const scope = 'public/payments.create';
+      const key = randomUUID();
+      let started!: () => void;
+      const running = new Promise<void>((resolve) => (started = resolve));
+      let finish!: () => void;
+      const gate = new Promise<void>((resolve) => (finish = resolve));
+      const duplicateRuns = vi.fn();
+
+      const first = engine.executeAtomic({ scope, key, fingerprint: 'f' }, async ({ tx }) => {
+        started();
+        await gate;
+        await payOnPostgres(tx, `pay_${key}`);
+        return 'paid';
       });
-      expect(unrelated).toMatchObject({ ok: true, value: 'unrelated paid', replayed: false });
-      const answers = await duplicates;
-      for (const answer of answers) {
-        expect(answer.status).toBe('rejected');
-        expect((answer as PromiseRejectedResult).reason).toBeInstanceOf(RequestInProgressError);
+      try {
+        await running;
+        // More duplicates than the pool has connections left.
+        const duplicates = Promise.allSettled(
+          Array.from({ length: 6 }, () => engine.executeAtomic({ scope, key, fingerprint: 'f' }, duplicateRuns)),
+        );
+        const unrelated = await engine.executeAtomic({ scope, key: randomUUID(), fingerprint: 'f' }, async ({ tx }) => {
+          await payOnPostgres(tx, `pay_unrelated_${key}`);
+          return 'unrelated paid';
+        });
+        expect(unrelated).toMatchObject({ ok: true, value: 'unrelated paid', replayed: false });
+        const answers = await duplicates;
+        for (const answer of answers) {
+          expect(answer.status).toBe('rejected');
+          expect((answer as PromiseRejectedResult).reason).toBeInstanceOf(RequestInProgressError);
+        }
+        expect(duplicateRuns).not.toHaveBeenCalled();
+        expect(events.filter((event) => event.type === 'conflict' && event.key === key)).toHaveLength(6);
+      } finally {
+        finish();
       }
+      expect(await first).toMatchObject({ ok: true, value: 'paid', replayed: false });
+      expect(await engine.executeAtomic({ scope, key, fingerprint: 'f' }, duplicateRuns)).toMatchObject({
+        ok: true,
+        value: 'paid',
+        replayed: true,
+      });
       expect(duplicateRuns).not.toHaveBeenCalled();
-      expect(events.filter((event) => event.type === 'conflict' && event.key === key)).toHaveLength(6);
-    } finally {
-      finish();
-    }
-    expect(await first).toMatchObject({ ok: true, value: 'paid', replayed: false });
-    expect(await engine.executeAtomic({ scope, key, fingerprint: 'f' }, duplicateRuns)).toMatchObject({ ok: true, value: 'paid', replayed: true });
-    expect(duplicateRuns).not.toHaveBeenCalled();
-    expect(await countPgPayments(target.db)).toBe(2);
-  });
-});
+      expect(await countPgPayments(target.db)).toBe(2);
+    });
+  },
+);

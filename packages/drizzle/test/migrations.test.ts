@@ -14,13 +14,17 @@ const packageRoot = fileURLToPath(new URL('..', import.meta.url));
 describe('embedded migrations', () => {
   for (const dialect of ['sqlite', 'postgres', 'mysql'] as const) {
     it(`${dialect}: are what readMigrationFiles reads from migrations/${dialect}, hashes included`, () => {
-      const fromFiles = readMigrationFiles({ migrationsFolder: fileURLToPath(new URL(`../migrations/${dialect}`, import.meta.url)) });
+      const fromFiles = readMigrationFiles({
+        migrationsFolder: fileURLToPath(new URL(`../migrations/${dialect}`, import.meta.url)),
+      });
       expect(fromFiles.length).toBeGreaterThan(0);
       expect(migrationsFor(dialect)).toEqual(fromFiles);
     });
   }
 
   it('src/migrations.generated.ts is up to date with the SQL files (embed-migrations --check)', () => {
-    expect(() => execFileSync(process.execPath, ['scripts/embed-migrations.mjs', '--check'], { cwd: packageRoot, stdio: 'pipe' })).not.toThrow();
+    expect(() =>
+      execFileSync(process.execPath, ['scripts/embed-migrations.mjs', '--check'], { cwd: packageRoot, stdio: 'pipe' }),
+    ).not.toThrow();
   });
 });

@@ -73,7 +73,10 @@ export function isServerReachable(url = databaseUrl()): Promise<boolean> {
   return reachable;
 }
 
-export async function openPostgresTarget({ max = 10, schemaPrefix = 'idem_test' }: OpenPostgresTargetOptions = {}): Promise<PostgresTarget> {
+export async function openPostgresTarget({
+  max = 10,
+  schemaPrefix = 'idem_test',
+}: OpenPostgresTargetOptions = {}): Promise<PostgresTarget> {
   const schema = `${schemaPrefix}_${randomBytes(6).toString('hex')}`;
   const url = databaseUrl();
   if (await isServerReachable(url)) return openServer(url, schema, max);

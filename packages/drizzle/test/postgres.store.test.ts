@@ -7,9 +7,17 @@ import { createDrizzleStore, definePgTables, migrate } from '../src/index.ts';
 import { pgSweepCandidates } from '../src/pg-store.ts';
 import { isServerReachable, openPostgresTarget, postgresRequired, type PostgresTarget } from './pg-target.ts';
 import { DRIVERS } from './drivers.ts';
-import { APPLICATION_CLOCK_SHIFT_MS, claimed, describeStoreBehaviour, expectEveryMethodToReject } from './store-behaviour.ts';
+import {
+  APPLICATION_CLOCK_SHIFT_MS,
+  claimed,
+  describeStoreBehaviour,
+  expectEveryMethodToReject,
+} from './store-behaviour.ts';
 
-const where = (await isServerReachable()) || postgresRequired() ? 'PostgreSQL server, own schema' : 'PostgreSQL on PGlite (no server reachable)';
+const where =
+  (await isServerReachable()) || postgresRequired()
+    ? 'PostgreSQL server, own schema'
+    : 'PostgreSQL on PGlite (no server reachable)';
 
 const rowsOf = async <T>(target: PostgresTarget, query: Parameters<PostgresTarget['db']['execute']>[0]) =>
   ((await target.db.execute(query)) as unknown as { rows: T[] }).rows;
@@ -32,7 +40,9 @@ describe(`drizzle store on ${where}`, () => {
         FROM generate_series(1, 20000) AS i`);
       await target.db.execute(sql`ANALYZE idem_keys`);
       const candidates = pgSweepCandidates(target.db, definePgTables(), 1000).getSQL();
-      const plan = (await rowsOf<{ 'QUERY PLAN': string }>(target, sql`EXPLAIN ${candidates}`)).map((row) => row['QUERY PLAN']).join('\n');
+      const plan = (await rowsOf<{ 'QUERY PLAN': string }>(target, sql`EXPLAIN ${candidates}`))
+        .map((row) => row['QUERY PLAN'])
+        .join('\n');
       expect(plan).toMatch(/Index Scan using idem_keys_expires_at_idx on idem_keys/);
       expect(plan).not.toMatch(/Seq Scan/);
     } finally {
@@ -66,17 +76,34 @@ describe(`drizzle store on ${where}`, () => {
   it("R1: created_at, lease_until and expires_at follow the database's now() to the millisecond, not the application's Date (moved back a year)", async (context) => {
     const target = await openPostgresTarget();
     try {
-      if (target.kind === 'pglite') context.skip("PGlite runs inside this process: its now() is the application's Date");
+      if (target.kind === 'pglite')
+        context.skip("PGlite runs inside this process: its now() is the application's Date");
       await migrate(target.db);
       const store = createDrizzleStore(target.db);
       const key = randomUUID();
       const epochMs = (column: SQL) => sql`(extract(epoch FROM ${column}) * 1000)::bigint`;
-      const databaseNow = async () => Number((await rowsOf<{ now: string }>(target, sql`SELECT ${epochMs(sql`date_trunc('milliseconds', clock_timestamp())`)} AS now`))[0]!.now);
+      const databaseNow = async () =>
+        Number(
+          (
+            await rowsOf<{ now: string }>(
+              target,
+              sql`SELECT ${epochMs(sql`date_trunc('milliseconds', clock_timestamp())`)} AS now`,
+            )
+          )[0]!.now,
+        );
       const before = await databaseNow();
       vi.setSystemTime(Date.now() - APPLICATION_CLOCK_SHIFT_MS);
       let result;
       try {
-        result = await store.claim({ scope: 's', key, fingerprint: null, token: 't', leaseMs: 1234, retentionMs: 86_400_000, expiredReuse: 'execute' });
+        result = await store.claim({
+          scope: 's',
+          key,
+          fingerprint: null,
+          token: 't',
+          leaseMs: 1234,
+          retentionMs: 86_400_000,
+          expiredReuse: 'execute',
+        });
       } finally {
         vi.useRealTimers();
       }
@@ -99,7 +126,10 @@ describe(`drizzle store on ${where}`, () => {
   });
 
   it('E5: every method, atomic mode included, rejects when the server cannot be reached (a closed port)', async () => {
-    const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/unreachable', connectionTimeoutMillis: 500 });
+    const pool = new pg.Pool({
+      connectionString: 'postgres://postgres@127.0.0.1:1/unreachable',
+      connectionTimeoutMillis: 500,
+    });
     try {
       await expectEveryMethodToReject(createDrizzleStore(drizzle({ client: pool })));
     } finally {
@@ -107,24 +137,44 @@ describe(`drizzle store on ${where}`, () => {
     }
   });
 
-  it('E1/E2: a new key and a replay are one claim-or-read statement each, answering what drizzle\'s own mapping answers', async () => {
+  it("E1/E2: a new key and a replay are one claim-or-read statement each, answering what drizzle's own mapping answers", async () => {
     const target = await openPostgresTarget();
     try {
       await migrate(target.db);
       let statements = 0;
       const store = createDrizzleStore(target.withLogger({ logQuery: () => void statements++ }));
-      const request = { scope: 's', key: randomUUID(), fingerprint: 'f', token: 't1', leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' } as const;
+      const request = {
+        scope: 's',
+        key: randomUUID(),
+        fingerprint: 'f',
+        token: 't1',
+        leaseMs: 60_000,
+        retentionMs: 60_000,
+        expiredReuse: 'execute',
+      } as const;
 
       const fresh = await store.claim(request);
-      expect(fresh).toMatchObject({ outcome: 'claimed', record: { state: 'processing', token: 't1', generation: 1, outcome: null } });
+      expect(fresh).toMatchObject({
+        outcome: 'claimed',
+        record: { state: 'processing', token: 't1', generation: 1, outcome: null },
+      });
       // Positional mapping of the driver's rows: the same record drizzle maps for `get`.
       expect(fresh.record).toEqual(await store.get('s', request.key));
-      await store.complete({ scope: 's', key: request.key, token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } });
+      await store.complete({
+        scope: 's',
+        key: request.key,
+        token: 't1',
+        outcome: { kind: 'success', status: 201, body: '{"id":1}' },
+      });
 
       statements = 0;
       const replay = await store.claim({ ...request, token: 't2' });
       expect(statements).toBe(1);
-      expect(replay).toMatchObject({ outcome: 'existing', expired: false, record: { state: 'completed', token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } } });
+      expect(replay).toMatchObject({
+        outcome: 'existing',
+        expired: false,
+        record: { state: 'completed', token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } },
+      });
       expect(replay.record).toEqual(await store.get('s', request.key));
       if (replay.outcome !== 'existing') throw new Error('expected a replay');
       expect(replay.now).toBeInstanceOf(Date);

@@ -78,6 +78,11 @@ process.stdout.write('started\n');
 await told('finish');
 lines.close();
 const step = SPREAD_MS / (config.claims - burst + 1);
-await Promise.all([...first, ...Array.from({ length: config.claims - burst }, (_, i) => new Promise((resolve) => setTimeout(resolve, (i + 1) * step)).then(claim))]);
+await Promise.all([
+  ...first,
+  ...Array.from({ length: config.claims - burst }, (_, i) =>
+    new Promise((resolve) => setTimeout(resolve, (i + 1) * step)).then(claim),
+  ),
+]);
 await close();
 process.stdout.write(`${JSON.stringify(report)}\n`);

@@ -22,11 +22,18 @@ const CLAIMS_PER_PROCESS = 20;
 const RACE_TIMEOUT_MS = 120_000;
 
 /** Spawns the contenders, releases them together, and sums their reports. */
-async function race(config: Omit<RaceChildConfig, 'claims'>, claimsPerProcess = CLAIMS_PER_PROCESS): Promise<RaceChildReport> {
+async function race(
+  config: Omit<RaceChildConfig, 'claims'>,
+  claimsPerProcess = CLAIMS_PER_PROCESS,
+): Promise<RaceChildReport> {
   const children = Array.from({ length: PROCESSES }, () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', CHILD, JSON.stringify({ ...config, claims: claimsPerProcess })], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', CHILD, JSON.stringify({ ...config, claims: claimsPerProcess })],
+      {
+        stdio: ['pipe', 'pipe', 'pipe'],
+      },
+    );
     let stderr = '';
     child.stderr.on('data', (chunk) => (stderr += chunk));
     const lines: string[] = [];
@@ -84,9 +91,14 @@ function expectOneWinner(total: RaceChildReport, claims: number, generation: num
 }
 
 /** The same two races on each dialect. */
-function describeRaces(label: string, open: () => Promise<{ db: DrizzleDatabase; child: ChildTarget; close(): Promise<void> }>) {
+function describeRaces(
+  label: string,
+  open: () => Promise<{ db: DrizzleDatabase; child: ChildTarget; close(): Promise<void> }>,
+) {
   const claims = PROCESSES * CLAIMS_PER_PROCESS;
-  it(`E1: exactly one of ${claims} concurrent claims from ${PROCESSES} processes wins (${label})`, { timeout: RACE_TIMEOUT_MS }, async () => {
+  it(`E1: exactly one of ${claims} concurrent claims from ${PROCESSES} processes wins (${label})`, {
+    timeout: RACE_TIMEOUT_MS,
+  }, async () => {
     const target = await open();
     try {
       await migrate(target.db);
@@ -98,15 +110,30 @@ function describeRaces(label: string, open: () => Promise<{ db: DrizzleDatabase;
   });
 
   const reuses = PROCESSES * 10;
-  it(`R2: exactly one of ${reuses} concurrent reuses of an expired key from ${PROCESSES} processes makes generation 2, with one history row (${label})`, { timeout: RACE_TIMEOUT_MS }, async () => {
+  it(`R2: exactly one of ${reuses} concurrent reuses of an expired key from ${PROCESSES} processes makes generation 2, with one history row (${label})`, {
+    timeout: RACE_TIMEOUT_MS,
+  }, async () => {
     const target = await open();
     try {
       await migrate(target.db);
       const store = createDrizzleStore(target.db);
       const key = randomUUID();
-      const first = { scope: 'race', key, fingerprint: 'race', token: randomUUID(), leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' as const };
+      const first = {
+        scope: 'race',
+        key,
+        fingerprint: 'race',
+        token: randomUUID(),
+        leaseMs: 1,
+        retentionMs: 1,
+        expiredReuse: 'execute' as const,
+      };
       const { record } = claimed(await store.claim(first));
-      await store.complete({ scope: 'race', key, token: first.token, outcome: { kind: 'success', status: 200, body: '1' } });
+      await store.complete({
+        scope: 'race',
+        key,
+        token: first.token,
+        outcome: { kind: 'success', status: 200, body: '1' },
+      });
       // Retention counts from completion: wait out the expiry the store holds now.
       await waitPast((await store.get('race', key))?.expiresAt ?? record.expiresAt);
       const total = await race({ target: target.child, scope: 'race', key }, 10);
@@ -141,7 +168,11 @@ describe('claims racing across processes', () => {
   describe.skipIf(!mysqlServer)('on a MySQL server (mysql2)', () => {
     describeRaces('MySQL', async () => {
       const target = await openMysqlTarget({ connectionLimit: 2, prefix: 'idem_race_test' });
-      return { db: target.db, child: { driver: 'mysql2', url: target.url, connections: 8 }, close: () => target.close() };
+      return {
+        db: target.db,
+        child: { driver: 'mysql2', url: target.url, connections: 8 },
+        close: () => target.close(),
+      };
     });
   });
 });
@@ -161,7 +192,15 @@ describe('claims racing on PGlite, in its one process', () => {
       const key = randomUUID();
       const results = await Promise.all(
         Array.from({ length: claims }, () =>
-          store.claim({ scope: 'race', key, fingerprint: 'race', token: randomUUID(), leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' }),
+          store.claim({
+            scope: 'race',
+            key,
+            fingerprint: 'race',
+            token: randomUUID(),
+            leaseMs: 60_000,
+            retentionMs: 60_000,
+            expiredReuse: 'execute',
+          }),
         ),
       );
       expectOneWinner(

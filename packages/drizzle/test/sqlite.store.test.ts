@@ -5,9 +5,15 @@ import { createDrizzleStore, defineSqliteTables, migrate } from '../src/index.ts
 import { sqliteSweepCandidates } from '../src/sqlite-store.ts';
 import { openSqliteTarget } from './sqlite-target.ts';
 import { DRIVERS } from './drivers.ts';
-import { APPLICATION_CLOCK_SHIFT_MS, claimed, describeStoreBehaviour, expectEveryMethodToReject } from './store-behaviour.ts';
+import {
+  APPLICATION_CLOCK_SHIFT_MS,
+  claimed,
+  describeStoreBehaviour,
+  expectEveryMethodToReject,
+} from './store-behaviour.ts';
 
-for (const spec of DRIVERS.filter((each) => each.dialect === 'sqlite')) describeStoreBehaviour(spec.name, () => spec.open());
+for (const spec of DRIVERS.filter((each) => each.dialect === 'sqlite'))
+  describeStoreBehaviour(spec.name, () => spec.open());
 
 describe('drizzle store on SQLite', () => {
   it('R3: the sweeper selects expired rows through the partial expiry index (EXPLAIN QUERY PLAN)', async () => {
@@ -33,13 +39,31 @@ describe('drizzle store on SQLite', () => {
       await migrate(target.db);
       const store = createDrizzleStore(target.db);
       const key = randomUUID();
-      const databaseNow = () => (target.client.prepare(`SELECT CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER) AS now`).get() as { now: number }).now;
+      const databaseNow = () =>
+        (
+          target.client
+            .prepare(`SELECT CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER) AS now`)
+            .get() as { now: number }
+        ).now;
       const before = databaseNow();
       vi.setSystemTime(Date.now() - APPLICATION_CLOCK_SHIFT_MS);
       let result;
       try {
-        result = await store.claim({ scope: 's', key, fingerprint: null, token: 't', leaseMs: 1000, retentionMs: 5000, expiredReuse: 'execute' });
-        await store.complete({ scope: 's', key, token: 't', outcome: { kind: 'success', status: 200, body: '{"b":1,"a":2}' } });
+        result = await store.claim({
+          scope: 's',
+          key,
+          fingerprint: null,
+          token: 't',
+          leaseMs: 1000,
+          retentionMs: 5000,
+          expiredReuse: 'execute',
+        });
+        await store.complete({
+          scope: 's',
+          key,
+          token: 't',
+          outcome: { kind: 'success', status: 200, body: '{"b":1,"a":2}' },
+        });
       } finally {
         vi.useRealTimers();
       }
@@ -52,7 +76,14 @@ describe('drizzle store on SQLite', () => {
            FROM idem_keys WHERE key = ?`,
         )
         .get(key) as { createdAt: number; completedAt: number };
-      expect(row).toMatchObject({ created: 'integer', expires: 'integer', body: 'text', createdAt: record.createdAt.getTime(), lease: 1000, retention: 5000 });
+      expect(row).toMatchObject({
+        created: 'integer',
+        expires: 'integer',
+        body: 'text',
+        createdAt: record.createdAt.getTime(),
+        lease: 1000,
+        retention: 5000,
+      });
       // Stamped with the application's time, the row would lie a year before `before`.
       for (const stamp of [row.createdAt, row.completedAt]) {
         expect(stamp).toBeGreaterThanOrEqual(before);
@@ -84,11 +115,29 @@ describe('drizzle store on SQLite', () => {
     try {
       await migrate(target.db);
       const statements: string[] = [];
-      const store = createDrizzleStore(drizzle({ client: target.client, logger: { logQuery: (query) => void statements.push(query.split(' ')[0]!.toLowerCase()) } }));
-      const request = { scope: 's', key: randomUUID(), fingerprint: 'f', token: 't1', leaseMs: 60_000, retentionMs: 60_000, expiredReuse: 'execute' } as const;
+      const store = createDrizzleStore(
+        drizzle({
+          client: target.client,
+          logger: { logQuery: (query) => void statements.push(query.split(' ')[0]!.toLowerCase()) },
+        }),
+      );
+      const request = {
+        scope: 's',
+        key: randomUUID(),
+        fingerprint: 'f',
+        token: 't1',
+        leaseMs: 60_000,
+        retentionMs: 60_000,
+        expiredReuse: 'execute',
+      } as const;
 
       expect((await store.claim(request)).outcome).toBe('claimed');
-      await store.complete({ scope: 's', key: request.key, token: 't1', outcome: { kind: 'success', status: 201, body: '{"id":1}' } });
+      await store.complete({
+        scope: 's',
+        key: request.key,
+        token: 't1',
+        outcome: { kind: 'success', status: 201, body: '{"id":1}' },
+      });
       expect(statements).toEqual(['select', 'insert', 'update']);
 
       statements.length = 0;
@@ -96,7 +145,12 @@ describe('drizzle store on SQLite', () => {
       expect(statements).toEqual(['select']);
       // The hot read maps its row by position: it must answer what drizzle's own mapping answers.
       expect(replay).toMatchObject({ outcome: 'existing', expired: false, record: await store.get('s', request.key) });
-      expect(replay.record).toMatchObject({ state: 'completed', token: 't1', generation: 1, outcome: { kind: 'success', status: 201, body: '{"id":1}' } });
+      expect(replay.record).toMatchObject({
+        state: 'completed',
+        token: 't1',
+        generation: 1,
+        outcome: { kind: 'success', status: 201, body: '{"id":1}' },
+      });
       expect(replay.record.completedAt).toBeInstanceOf(Date);
     } finally {
       await target.close();

@@ -44,8 +44,18 @@ const outcome = { kind: 'success', status: 200, body: '1' } as const;
 /** One call of each method of a drizzle store, on a key nobody uses. */
 const EVERY_CALL: Record<string, (store: DrizzleStore) => Promise<unknown>> = {
   claim: (store) => store.claim({ ...unused, fingerprint: null, leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' }),
-  atomicClaim: (store) => store.atomicClaim({ ...unused, fingerprint: null, leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' }, () => 1, () => outcome),
-  atomicComplete: (store) => store.atomicComplete(unused, () => 1, () => outcome),
+  atomicClaim: (store) =>
+    store.atomicClaim(
+      { ...unused, fingerprint: null, leaseMs: 1, retentionMs: 1, expiredReuse: 'execute' },
+      () => 1,
+      () => outcome,
+    ),
+  atomicComplete: (store) =>
+    store.atomicComplete(
+      unused,
+      () => 1,
+      () => outcome,
+    ),
   complete: (store) => store.complete({ ...unused, outcome }),
   release: (store) => store.release(unused),
   get: (store) => store.get(unused.scope, unused.key),
@@ -61,7 +71,9 @@ const EVERY_CALL: Record<string, (store: DrizzleStore) => Promise<unknown>> = {
  * name every method the store has, so that a new method cannot be left out.
  */
 export async function expectEveryMethodToReject(store: DrizzleStore): Promise<void> {
-  const methods = Object.keys(store).filter((name) => typeof (store as unknown as Record<string, unknown>)[name] === 'function');
+  const methods = Object.keys(store).filter(
+    (name) => typeof (store as unknown as Record<string, unknown>)[name] === 'function',
+  );
   expect(Object.keys(EVERY_CALL).sort(), 'a call for every method of the store').toEqual(methods.sort());
   const answers: Record<string, string> = {};
   for (const [name, call] of Object.entries(EVERY_CALL)) {
@@ -97,7 +109,14 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
     const expiredKey = async (body = '{"charge":1}', target: IdempotencyStore = store) => {
       const first = request({ retentionMs: 1, leaseMs: 1 });
       claimed(await target.claim(first));
-      expect(await target.complete({ scope, key: first.key, token: first.token, outcome: { kind: 'success', status: 201, body } })).toBe(true);
+      expect(
+        await target.complete({
+          scope,
+          key: first.key,
+          token: first.token,
+          outcome: { kind: 'success', status: 201, body },
+        }),
+      ).toBe(true);
       await sleep(15);
       return first;
     };
@@ -137,9 +156,18 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       for (const body of bodies) {
         const req = request();
         claimed(await store.claim(req));
-        expect(await store.complete({ scope, key: req.key, token: req.token, outcome: { kind: 'success', status: 200, body } })).toBe(true);
+        expect(
+          await store.complete({
+            scope,
+            key: req.key,
+            token: req.token,
+            outcome: { kind: 'success', status: 200, body },
+          }),
+        ).toBe(true);
         expect((await store.get(scope, req.key))?.outcome?.body).toBe(body);
-        const [raw] = await harness.rows<{ body: string }>(sql`SELECT body FROM idem_keys WHERE scope = ${scope} AND ${keyColumn} = ${req.key}`);
+        const [raw] = await harness.rows<{ body: string }>(
+          sql`SELECT body FROM idem_keys WHERE scope = ${scope} AND ${keyColumn} = ${req.key}`,
+        );
         expect(raw?.body).toBe(body);
       }
     });
@@ -147,10 +175,28 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
     it('R2: reusing an expired key copies generation 1 into history without its body and makes the live row generation 2', async () => {
       const first = await expiredKey('{"charge":1}');
       const reuse = claimed(await store.claim(request({ key: first.key, fingerprint: 'fp-2' })));
-      expect(reuse.record).toMatchObject({ generation: 2, state: 'processing', fingerprint: 'fp-2', takeovers: 0, outcome: null, completedAt: null });
-      expect(reuse.expired).toMatchObject({ generation: 1, state: 'archived', token: first.token, outcome: { kind: 'success', status: 201, body: null } });
+      expect(reuse.record).toMatchObject({
+        generation: 2,
+        state: 'processing',
+        fingerprint: 'fp-2',
+        takeovers: 0,
+        outcome: null,
+        completedAt: null,
+      });
+      expect(reuse.expired).toMatchObject({
+        generation: 1,
+        state: 'archived',
+        token: first.token,
+        outcome: { kind: 'success', status: 201, body: null },
+      });
 
-      const history = await harness.rows<{ generation: number; body: string | null; outcome_status: number; reused_at: unknown; archived_at: unknown }>(
+      const history = await harness.rows<{
+        generation: number;
+        body: string | null;
+        outcome_status: number;
+        reused_at: unknown;
+        archived_at: unknown;
+      }>(
         sql`SELECT generation, body, outcome_status, reused_at, archived_at FROM idem_key_history WHERE scope = ${scope} AND ${keyColumn} = ${first.key}`,
       );
       expect(history).toHaveLength(1);
@@ -171,7 +217,11 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       const first = await expiredKey();
       const results = await Promise.all(Array.from({ length: 20 }, () => store.claim(request({ key: first.key }))));
       expect(results.filter((result) => result.outcome === 'claimed')).toHaveLength(1);
-      expect(await count(sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND ${keyColumn} = ${first.key}`)).toBe(1);
+      expect(
+        await count(
+          sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND ${keyColumn} = ${first.key}`,
+        ),
+      ).toBe(1);
       expect((await store.get(scope, first.key))?.generation).toBe(2);
     });
 
@@ -179,7 +229,12 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       const first = await expiredKey();
       const second = request({ key: first.key, retentionMs: 1 });
       claimed(await store.claim(second));
-      await store.complete({ scope, key: first.key, token: second.token, outcome: { kind: 'error', status: 500, body: '{"e":1}' } });
+      await store.complete({
+        scope,
+        key: first.key,
+        token: second.token,
+        outcome: { kind: 'error', status: 500, body: '{"e":1}' },
+      });
       await sleep(15);
       claimed(await store.claim(request({ key: first.key })));
       const timeline = await store.timeline(scope, first.key);
@@ -200,7 +255,12 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       expect(await sweepAll(store, { batchSize: 2 })).toEqual({ archived: 3 });
       expect(await store.sweep()).toEqual({ archived: 0 });
       for (const { key } of expired) {
-        const [row] = await harness.rows<{ state: string; body: string | null; outcome_status: number; fingerprint: string }>(
+        const [row] = await harness.rows<{
+          state: string;
+          body: string | null;
+          outcome_status: number;
+          fingerprint: string;
+        }>(
           sql`SELECT state, body, outcome_status, fingerprint FROM idem_keys WHERE scope = ${scope} AND ${keyColumn} = ${key}`,
         );
         expect(row).toEqual({ state: 'archived', body: null, outcome_status: 201, fingerprint: 'fp-1' });
@@ -222,7 +282,11 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       const first = await expiredKey();
       const answer = await store.claim(request({ key: first.key, expiredReuse: 'reject' }));
       expect(answer).toMatchObject({ outcome: 'existing', expired: true, record: { generation: 1 } });
-      expect(await count(sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND ${keyColumn} = ${first.key}`)).toBe(0);
+      expect(
+        await count(
+          sql`SELECT count(*) AS n FROM idem_key_history WHERE scope = ${scope} AND ${keyColumn} = ${first.key}`,
+        ),
+      ).toBe(0);
     });
 
     it('R3: purge honours the horizon: archived tombstones and history rows go, live generations stay', async () => {
@@ -249,7 +313,9 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
     it('S1: uses the table names it is given', async () => {
       for (const file of ['0000_init.sql']) {
         const folder = fileURLToPath(new URL(`../migrations/${harness.dialect}`, import.meta.url));
-        const script = readFileSync(join(folder, file), 'utf8').replaceAll('idem_key_history', 'audit_history').replaceAll('idem_keys', 'audit_keys');
+        const script = readFileSync(join(folder, file), 'utf8')
+          .replaceAll('idem_key_history', 'audit_history')
+          .replaceAll('idem_keys', 'audit_keys');
         for (const statement of script.split('--> statement-breakpoint')) await harness.exec(statement);
       }
       const custom = createDrizzleStore(harness.db, { tables: { keys: 'audit_keys', history: 'audit_history' } });

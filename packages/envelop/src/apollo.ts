@@ -104,7 +104,11 @@ export function idempotencyLink(options: IdempotencyLinkOptions): ApolloLink {
 
   return new ApolloLink((operation, forward) => {
     if (operation.operationType !== 'mutation') return forward(operation);
-    const mutation = keyedMutation(describeDocument(operation.query, operation.operationName), argument, operation.variables);
+    const mutation = keyedMutation(
+      describeDocument(operation.query, operation.operationName),
+      argument,
+      operation.variables,
+    );
     if (!mutation) return forward(operation);
 
     return new Observable<Result>((observer) => {
@@ -158,8 +162,17 @@ export function idempotencyLink(options: IdempotencyLinkOptions): ApolloLink {
 
       const run = async () => {
         const { key, firstAttemptAt } = keyOperation(operation, now);
-        const retentionMs = await resolveRetention('graphql', mutation.rootFields.map((field) => `Mutation.${field}`));
-        return retryWithinRetention(attempt, { ...retryOptions, key, retentionMs, firstAttemptAt, signal: controller.signal });
+        const retentionMs = await resolveRetention(
+          'graphql',
+          mutation.rootFields.map((field) => `Mutation.${field}`),
+        );
+        return retryWithinRetention(attempt, {
+          ...retryOptions,
+          key,
+          retentionMs,
+          firstAttemptAt,
+          signal: controller.signal,
+        });
       };
 
       run().then(
@@ -198,7 +211,9 @@ function keyOperation(operation: ApolloLink.Operation, now: () => number): { key
   const firstAttemptAt = context['idempotencyFirstAttemptAt'];
   const resumed = typeof firstAttemptAt === 'number';
   if (!resumed && contextKey !== undefined && headerKey !== undefined && contextKey !== headerKey) {
-    throw new TypeError(`[idem] ${operation.operationName ?? 'a mutation'} was given two different keys (context.idempotencyKey and its Idempotency-Key header); pass one.`);
+    throw new TypeError(
+      `[idem] ${operation.operationName ?? 'a mutation'} was given two different keys (context.idempotencyKey and its Idempotency-Key header); pass one.`,
+    );
   }
   const key = contextKey ?? headerKey ?? newIdempotencyKey();
   if (headerName !== undefined) delete headers[headerName];
@@ -222,7 +237,9 @@ function readKey(value: unknown, where: string): string | undefined {
 function classifyResult(result: Result, response: unknown, now: () => number): AttemptResult<undefined> | undefined {
   const extensions = (result as { extensions?: { idempotency?: { replayed?: unknown } } }).extensions;
   if (extensions?.idempotency?.replayed === true) return undefined;
-  const first = (result as { errors?: ReadonlyArray<{ extensions?: { code?: unknown; idempotency?: { retryAfter?: unknown } } }> }).errors?.[0];
+  const first = (
+    result as { errors?: ReadonlyArray<{ extensions?: { code?: unknown; idempotency?: { retryAfter?: unknown } } }> }
+  ).errors?.[0];
   const code = typeof first?.extensions?.code === 'string' ? first.extensions.code : undefined;
   if (code === undefined) return undefined;
   const retryAfter = first?.extensions?.idempotency?.retryAfter;
@@ -232,7 +249,12 @@ function classifyResult(result: Result, response: unknown, now: () => number): A
     return retry ? { retry, error: answerError(response.status, code) } : undefined;
   }
   // Another terminating link than HttpLink: only idem's own codes tell.
-  const reason: RetryReason | undefined = code === 'IDEMPOTENCY_REQUEST_IN_PROGRESS' ? 'in_progress' : code === 'IDEMPOTENCY_STORE_UNAVAILABLE' ? 'unavailable' : undefined;
+  const reason: RetryReason | undefined =
+    code === 'IDEMPOTENCY_REQUEST_IN_PROGRESS'
+      ? 'in_progress'
+      : code === 'IDEMPOTENCY_STORE_UNAVAILABLE'
+        ? 'unavailable'
+        : undefined;
   if (!reason) return undefined;
   retry = typeof retryAfter === 'number' ? { reason, retryAfterMs: retryAfter * 1000 } : { reason };
   return { retry, error: answerError(reason === 'in_progress' ? 409 : 503, code) };
@@ -250,8 +272,8 @@ function isResponse(value: unknown): value is { status: number; headers: { get(n
  * never; any other failure (`fetch` threw, the connection was lost) is a network failure.
  */
 function classifyError(error: unknown, now: () => number): { reason: RetryReason; retryAfterMs?: number } | undefined {
-  if (ServerError.is(error)) return classifyAnswer(error.statusCode, error.response.headers, errorCode(error.bodyText), now);
+  if (ServerError.is(error))
+    return classifyAnswer(error.statusCode, error.response.headers, errorCode(error.bodyText), now);
   if (ServerParseError.is(error) || CombinedGraphQLErrors.is(error)) return undefined;
   return { reason: 'network' };
 }
-

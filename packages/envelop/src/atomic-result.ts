@@ -45,6 +45,9 @@ export function rolledBackCodec(inner: ErrorCodec): ErrorCodec {
       const result = error.result as ExecutionResult;
       return { ...inner.describe(result.errors?.[0] ?? error), name: ROLLED_BACK, data: toStoredResult(result) };
     },
-    revive: (description) => (description.name === ROLLED_BACK ? new RolledBackExecution(description.data as StoredExecutionResult) : inner.revive(description)),
+    revive: (description) =>
+      description.name === ROLLED_BACK
+        ? new RolledBackExecution(description.data as StoredExecutionResult)
+        : inner.revive(description),
   };
 }

@@ -21,8 +21,12 @@ export function readMutation(init: RequestInit | undefined, argument: string | f
   } catch {
     return undefined;
   }
-  if (body === null || typeof body !== 'object' || Array.isArray(body) || typeof body.query !== 'string') return undefined;
-  const operation = describeOperation(body.query, typeof body.operationName === 'string' ? body.operationName : undefined);
+  if (body === null || typeof body !== 'object' || Array.isArray(body) || typeof body.query !== 'string')
+    return undefined;
+  const operation = describeOperation(
+    body.query,
+    typeof body.operationName === 'string' ? body.operationName : undefined,
+  );
   return keyedMutation(operation, argument, (body.variables ?? {}) as Record<string, unknown>);
 }
 
@@ -31,7 +35,11 @@ export function readMutation(init: RequestInit | undefined, argument: string | f
  * or `@idempotent`): those keys are the caller's, and a header key beside them could be refused
  * as ambiguous (K4).
  */
-export function keyedMutation(operation: OperationDescription | undefined, argument: string | false, variables: Record<string, unknown>): KeyedMutation | undefined {
+export function keyedMutation(
+  operation: OperationDescription | undefined,
+  argument: string | false,
+  variables: Record<string, unknown>,
+): KeyedMutation | undefined {
   if (operation?.type !== 'mutation') return undefined;
   if (operation.rootFields.some((field) => carriesOwnKey(field, argument, variables))) return undefined;
   // Fields reached through fragments are unknown: an empty list looks up the shortest retention.
@@ -80,9 +88,19 @@ export function describeOperation(query: string, operationName?: string): Operat
 }
 
 /** {@link describeOperation} of a parsed document (Apollo and urql hand the link one). */
-export function describeDocument(document: DocumentNode, operationName: string | undefined): OperationDescription | undefined {
-  const operations = document.definitions.filter((definition): definition is OperationDefinitionNode => definition.kind === 'OperationDefinition');
-  const chosen = operationName === undefined ? (operations.length === 1 ? operations[0] : undefined) : operations.find((operation) => operation.name?.value === operationName);
+export function describeDocument(
+  document: DocumentNode,
+  operationName: string | undefined,
+): OperationDescription | undefined {
+  const operations = document.definitions.filter(
+    (definition): definition is OperationDefinitionNode => definition.kind === 'OperationDefinition',
+  );
+  const chosen =
+    operationName === undefined
+      ? operations.length === 1
+        ? operations[0]
+        : undefined
+      : operations.find((operation) => operation.name?.value === operationName);
   if (!chosen) return undefined;
   const description: OperationDescription = { type: chosen.operation, rootFields: [], complete: true };
   for (const selection of chosen.selectionSet.selections) {
@@ -90,10 +108,16 @@ export function describeDocument(document: DocumentNode, operationName: string |
       description.complete = false;
       continue;
     }
-    const field: RootField = { name: selection.name.value, arguments: {}, directives: (selection.directives ?? []).map((directive) => directive.name.value) };
+    const field: RootField = {
+      name: selection.name.value,
+      arguments: {},
+      directives: (selection.directives ?? []).map((directive) => directive.name.value),
+    };
     for (const argument of selection.arguments ?? []) {
-      if (argument.value.kind === 'Variable') field.arguments[argument.name.value] = { variable: argument.value.name.value };
-      else if (argument.value.kind === 'StringValue') field.arguments[argument.name.value] = { literal: argument.value.value };
+      if (argument.value.kind === 'Variable')
+        field.arguments[argument.name.value] = { variable: argument.value.name.value };
+      else if (argument.value.kind === 'StringValue')
+        field.arguments[argument.name.value] = { literal: argument.value.value };
     }
     description.rootFields.push(field);
   }

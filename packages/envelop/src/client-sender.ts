@@ -93,12 +93,22 @@ class UnresolvedRequests {
  * @throws TypeError `[idem] …` at once when neither or both of `retention` and `policyUrl` are given.
  */
 export function createMutationSender(options: IdempotentFetchOptions, client: string) {
-  const { fetch: defaultFetch = (input, init) => globalThis.fetch(input, init), retention, policyUrl, key: { field: argument = DEFAULT_KEY_FIELD } = {}, ...retryOptions } = options;
+  const {
+    fetch: defaultFetch = (input, init) => globalThis.fetch(input, init),
+    retention,
+    policyUrl,
+    key: { field: argument = DEFAULT_KEY_FIELD } = {},
+    ...retryOptions
+  } = options;
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch: defaultFetch }, client);
   const now = retryOptions.now ?? Date.now;
   const unresolved = new UnresolvedRequests();
 
-  return async function send(input: RequestInfo | URL, init: RequestInit | undefined, { fetch = defaultFetch, operationKey }: SendOptions = {}): Promise<Response> {
+  return async function send(
+    input: RequestInfo | URL,
+    init: RequestInit | undefined,
+    { fetch = defaultFetch, operationKey }: SendOptions = {},
+  ): Promise<Response> {
     const mutation = typeof input === 'string' || input instanceof URL ? readMutation(init, argument) : undefined;
     if (!mutation) return fetch(input, init);
 
@@ -106,10 +116,21 @@ export function createMutationSender(options: IdempotentFetchOptions, client: st
     const headerKey = parseIdempotencyKey(headers.get(IDEMPOTENCY_KEY_HEADER));
     // Without an operation key, an identical request is the same operation sent again by a retry
     // layer above this one (Apollo's RetryLink, urql's retryExchange, a loop of the caller's).
-    const identity = operationKey ? undefined : headerKey !== undefined ? `key ${headerKey}` : `${String(input)}\n${init!.body as string}`;
+    const identity = operationKey
+      ? undefined
+      : headerKey !== undefined
+        ? `key ${headerKey}`
+        : `${String(input)}\n${init!.body as string}`;
     const earlier = identity === undefined ? undefined : unresolved.take(identity);
-    if (operationKey?.firstAttemptAt === undefined && operationKey?.key !== undefined && headerKey !== undefined && headerKey !== operationKey.key) {
-      throw new TypeError(`[idem] a mutation was given two different keys (its operation's, ${operationKey.key}, and its Idempotency-Key header, ${headerKey}); pass one.`);
+    if (
+      operationKey?.firstAttemptAt === undefined &&
+      operationKey?.key !== undefined &&
+      headerKey !== undefined &&
+      headerKey !== operationKey.key
+    ) {
+      throw new TypeError(
+        `[idem] a mutation was given two different keys (its operation's, ${operationKey.key}, and its Idempotency-Key header, ${headerKey}); pass one.`,
+      );
     }
     // Once the operation was sent, its key wins over whatever header a retry carries.
     const key = (operationKey ? operationKey.key : earlier?.key) ?? headerKey ?? newIdempotencyKey();
@@ -120,7 +141,10 @@ export function createMutationSender(options: IdempotentFetchOptions, client: st
 
     let firstAttemptAt = operationKey?.firstAttemptAt ?? earlier?.firstAttemptAt;
     try {
-      const retentionMs = await resolveRetention('graphql', mutation.rootFields.map((field) => `Mutation.${field}`));
+      const retentionMs = await resolveRetention(
+        'graphql',
+        mutation.rootFields.map((field) => `Mutation.${field}`),
+      );
       firstAttemptAt ??= now();
       if (operationKey) operationKey.firstAttemptAt = firstAttemptAt;
       const attempt = async (): Promise<AttemptResult<Response>> => {
@@ -152,7 +176,12 @@ const RETRYABLE_CODES: Record<string, RetryReason> = {
  * are a replay (a stored outcome, E2) or carry another `extensions.code` than idem's
  * in-progress / store-unavailable codes. Shared by the `fetch` and the Apollo link.
  */
-export function classifyAnswer(status: number, headers: { get(name: string): string | null }, code: string | undefined, now: () => number): { reason: RetryReason; retryAfterMs?: number } | undefined {
+export function classifyAnswer(
+  status: number,
+  headers: { get(name: string): string | null },
+  code: string | undefined,
+  now: () => number,
+): { reason: RetryReason; retryAfterMs?: number } | undefined {
   if ((status !== 409 && status !== 503) || headers.get(IDEMPOTENT_REPLAYED_HEADER) === 'true') return undefined;
   const reason = code === undefined ? (status === 409 ? 'in_progress' : 'unavailable') : RETRYABLE_CODES[code];
   if (!reason) return undefined;
@@ -166,18 +195,26 @@ export function answerError(status: number, code: string | undefined): Error {
 }
 
 async function classifyResponse(response: Response, now: () => number): Promise<AttemptResult<Response>> {
-  if ((response.status !== 409 && response.status !== 503) || response.headers.get(IDEMPOTENT_REPLAYED_HEADER) === 'true') return { done: response };
+  if (
+    (response.status !== 409 && response.status !== 503) ||
+    response.headers.get(IDEMPOTENT_REPLAYED_HEADER) === 'true'
+  )
+    return { done: response };
   const text = await response.text();
   const code = errorCode(text);
   const retry = classifyAnswer(response.status, response.headers, code, now);
-  if (!retry) return { done: new Response(text, { status: response.status, statusText: response.statusText, headers: response.headers }) };
+  if (!retry)
+    return {
+      done: new Response(text, { status: response.status, statusText: response.statusText, headers: response.headers }),
+    };
   return { retry, error: answerError(response.status, code) };
 }
 
 /** The `extensions.code` of the first error of a GraphQL response body. */
 export function errorCode(body: string): string | undefined {
   try {
-    const code = (JSON.parse(body) as { errors?: Array<{ extensions?: { code?: unknown } }> }).errors?.[0]?.extensions?.code;
+    const code = (JSON.parse(body) as { errors?: Array<{ extensions?: { code?: unknown } }> }).errors?.[0]?.extensions
+      ?.code;
     return typeof code === 'string' ? code : undefined;
   } catch {
     return undefined;

@@ -12,7 +12,9 @@ export function IdempotentDirectivePlacementRule(context: ValidationContext): AS
       if (!directive) return;
       const mutationType = context.getSchema().getMutationType();
       if (mutationType && context.getParentType() === mutationType) return;
-      context.reportError(new GraphQLError('The @idempotent directive only applies to root mutation fields.', { nodes: directive }));
+      context.reportError(
+        new GraphQLError('The @idempotent directive only applies to root mutation fields.', { nodes: directive }),
+      );
     },
   };
 }

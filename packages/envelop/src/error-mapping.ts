@@ -32,7 +32,12 @@ export function toGraphQLErrorCode(code: IdempotencyErrorCode): IdempotencyGraph
  */
 export function idempotencyGraphQLError(
   error: IdempotencyError,
-  options: { problem: ProblemDetails; nodes?: readonly ASTNode[]; path?: ReadonlyArray<string | number>; http?: boolean },
+  options: {
+    problem: ProblemDetails;
+    nodes?: readonly ASTNode[];
+    path?: ReadonlyArray<string | number>;
+    http?: boolean;
+  },
 ): GraphQLError {
   const { problem, nodes, path, http = true } = options;
   const extensions: IdempotencyErrorExtensions = { code: toGraphQLErrorCode(error.code), idempotency: problem };
@@ -40,5 +45,9 @@ export function idempotencyGraphQLError(
     const headers = error.headers();
     extensions.http = Object.keys(headers).length > 0 ? { status: error.status, headers } : { status: error.status };
   }
-  return new GraphQLError(error.message, { ...(nodes ? { nodes } : {}), ...(path ? { path } : {}), extensions: { ...extensions } });
+  return new GraphQLError(error.message, {
+    ...(nodes ? { nodes } : {}),
+    ...(path ? { path } : {}),
+    extensions: { ...extensions },
+  });
 }

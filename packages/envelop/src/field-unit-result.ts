@@ -21,7 +21,10 @@ export interface IdempotencyResultExtension {
 }
 
 /** What became of one root field. */
-export type FieldOutcome = { ran: ExecutionResult; replayed?: boolean } | { notStarted: ExecutionResult } | { refused: IdempotencyError };
+export type FieldOutcome =
+  | { ran: ExecutionResult; replayed?: boolean }
+  | { notStarted: ExecutionResult }
+  | { refused: IdempotencyError };
 
 export class FieldUnitResult {
   readonly #errors: Array<GraphQLError | { refusal: IdempotencyError; field: RootField }> = [];
@@ -61,12 +64,18 @@ export class FieldUnitResult {
   result(refusalError: (error: IdempotencyError, field: RootField, http: boolean) => GraphQLError): ExecutionResult {
     const result: ExecutionResult = {};
     const http = this.#ran === 0;
-    if (this.#errors.length > 0) result.errors = this.#errors.map((entry) => (entry instanceof GraphQLError ? entry : refusalError(entry.refusal, entry.field, http)));
+    if (this.#errors.length > 0)
+      result.errors = this.#errors.map((entry) =>
+        entry instanceof GraphQLError ? entry : refusalError(entry.refusal, entry.field, http),
+      );
     result.data = this.#data;
     const extensions = { ...this.#extensions };
     if (this.#replayedFields.length > 0) {
       const keyed = this.rootFields.filter((field) => field.definition).length;
-      extensions['idempotency'] = { replayed: this.#replayedFields.length === keyed, replayedFields: this.#replayedFields } satisfies IdempotencyResultExtension;
+      extensions['idempotency'] = {
+        replayed: this.#replayedFields.length === keyed,
+        replayedFields: this.#replayedFields,
+      } satisfies IdempotencyResultExtension;
     }
     if (Object.keys(extensions).length > 0) result.extensions = extensions;
     return result;

@@ -11,5 +11,13 @@ export { IdempotentDirectivePlacementRule } from './directive-placement-rule.js'
 export type { IdempotencyErrorExtensions, IdempotencyGraphQLErrorCode } from './error-mapping.js';
 export type { StoredExecutionResult, StoredGraphQLError } from './stored-result.js';
 // What GraphQL users need from the core without a second import.
-export { sharedPrincipal, idempotencyClaim, HandlerNotStartedError, type ClaimContext, type Duration, type FingerprintOption, type IdempotencyErrorCode } from '@idem/core';
+export {
+  sharedPrincipal,
+  idempotencyClaim,
+  HandlerNotStartedError,
+  type ClaimContext,
+  type Duration,
+  type FingerprintOption,
+  type IdempotencyErrorCode,
+} from '@idem/core';
 export type { KeyOptions, RequiredOption } from '@idem/core/adapter';

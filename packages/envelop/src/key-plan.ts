@@ -57,7 +57,10 @@ export function planKeys(rootFields: readonly RootField[], sources: KeySources):
 }
 
 /** The key a root field carries in its argument or `@idempotent` directive (K4); undefined if none. */
-function fieldKey({ definition, nodes, fieldName }: RootField, { kit, directive, variables, rootTypeName }: KeySources): string | undefined {
+function fieldKey(
+  { definition, nodes, fieldName }: RootField,
+  { kit, directive, variables, rootTypeName }: KeySources,
+): string | undefined {
   if (!definition) return undefined;
   const argument = kit.key.field;
   const found = new Set<string>();
@@ -72,7 +75,9 @@ function fieldKey({ definition, nodes, fieldName }: RootField, { kit, directive,
     }
   }
   if (found.size > 1) {
-    throw new AmbiguousKeyError(`${rootTypeName}.${fieldName} carries two different idempotency keys (argument and @idempotent directive); send one key.`);
+    throw new AmbiguousKeyError(
+      `${rootTypeName}.${fieldName} carries two different idempotency keys (argument and @idempotent directive); send one key.`,
+    );
   }
   return found.values().next().value;
 }
@@ -81,9 +86,12 @@ function missingKey(field: RootField, { kit, directive, rootTypeName }: KeySourc
   const argument = kit.key.field;
   const ways = [
     kit.key.header ? 'an Idempotency-Key header' : null,
-    argument !== false && field.definition?.args.some((arg) => arg.name === argument) ? `an \`${argument}\` argument` : null,
+    argument !== false && field.definition?.args.some((arg) => arg.name === argument)
+      ? `an \`${argument}\` argument`
+      : null,
     directive ? 'an @idempotent(key:) directive' : null,
   ].filter((way): way is string => way !== null);
-  const send = ways.length === 0 ? 'a key' : ways.length === 1 ? ways[0] : `${ways.slice(0, -1).join(', ')} or ${ways.at(-1)}`;
+  const send =
+    ways.length === 0 ? 'a key' : ways.length === 1 ? ways[0] : `${ways.slice(0, -1).join(', ')} or ${ways.at(-1)}`;
   return new MissingKeyError(`${rootTypeName}.${field.fieldName} is idempotent and requires a key: send ${send}.`);
 }

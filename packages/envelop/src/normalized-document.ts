@@ -22,7 +22,10 @@ export function fragmentsOf(document: DocumentNode): Map<string, FragmentDefinit
 }
 
 /** The fragments a selection uses, transitively, sorted by name. */
-function usedFragments(roots: readonly SelectionSetNode[], fragments: ReadonlyMap<string, FragmentDefinitionNode>): FragmentDefinitionNode[] {
+function usedFragments(
+  roots: readonly SelectionSetNode[],
+  fragments: ReadonlyMap<string, FragmentDefinitionNode>,
+): FragmentDefinitionNode[] {
   const used = new Map<string, FragmentDefinitionNode>();
   const pending = [...roots];
   while (pending.length > 0) {
@@ -44,10 +47,18 @@ function usedFragments(roots: readonly SelectionSetNode[], fragments: ReadonlyMa
  * variable definitions sorted by name, its name dropped (a label, not content), followed by the
  * fragments it uses sorted by name. Other operations of the document do not count.
  */
-export function normalizedOperation(operation: OperationDefinitionNode, fragments: ReadonlyMap<string, FragmentDefinitionNode>): string {
-  const variableDefinitions = [...(operation.variableDefinitions ?? [])].sort((a, b) => compare(a.variable.name.value, b.variable.name.value));
+export function normalizedOperation(
+  operation: OperationDefinitionNode,
+  fragments: ReadonlyMap<string, FragmentDefinitionNode>,
+): string {
+  const variableDefinitions = [...(operation.variableDefinitions ?? [])].sort((a, b) =>
+    compare(a.variable.name.value, b.variable.name.value),
+  );
   const normalized: OperationDefinitionNode = { ...operation, name: undefined, variableDefinitions };
-  return print({ kind: Kind.DOCUMENT, definitions: [normalized, ...usedFragments([operation.selectionSet], fragments)] });
+  return print({
+    kind: Kind.DOCUMENT,
+    definitions: [normalized, ...usedFragments([operation.selectionSet], fragments)],
+  });
 }
 
 /** F1, field unit: what of a root field's selection shapes its stored value. */
@@ -65,7 +76,11 @@ export interface EffectiveSelection {
  * value. A request that selects other fields is a different request: its stored value has
  * another shape.
  */
-export function effectiveSelection(nodes: readonly FieldNode[], fragments: ReadonlyMap<string, FragmentDefinitionNode>, variables: Record<string, unknown>): EffectiveSelection {
+export function effectiveSelection(
+  nodes: readonly FieldNode[],
+  fragments: ReadonlyMap<string, FragmentDefinitionNode>,
+  variables: Record<string, unknown>,
+): EffectiveSelection {
   const sets = nodes.flatMap((node) => (node.selectionSet ? [applyConditions(node.selectionSet, variables)] : []));
   const used = new Map<string, FragmentDefinitionNode>();
   const pending = [...sets];
@@ -74,7 +89,10 @@ export function effectiveSelection(nodes: readonly FieldNode[], fragments: Reado
       FragmentSpread(node) {
         const fragment = fragments.get(node.name.value);
         if (!fragment || used.has(fragment.name.value)) return;
-        const applied: FragmentDefinitionNode = { ...fragment, selectionSet: applyConditions(fragment.selectionSet, variables) };
+        const applied: FragmentDefinitionNode = {
+          ...fragment,
+          selectionSet: applyConditions(fragment.selectionSet, variables),
+        };
         used.set(fragment.name.value, applied);
         pending.push(applied.selectionSet);
       },
@@ -97,10 +115,13 @@ export function effectiveSelection(nodes: readonly FieldNode[], fragments: Reado
 function applyConditions(set: SelectionSetNode, variables: Record<string, unknown>): SelectionSetNode {
   return visit(set, {
     enter(node) {
-      if (node.kind !== Kind.FIELD && node.kind !== Kind.INLINE_FRAGMENT && node.kind !== Kind.FRAGMENT_SPREAD) return undefined;
+      if (node.kind !== Kind.FIELD && node.kind !== Kind.INLINE_FRAGMENT && node.kind !== Kind.FRAGMENT_SPREAD)
+        return undefined;
       if (!isIncluded(node, variables)) return null;
       const directives = node.directives?.filter((directive) => !CONDITIONS.has(directive.name.value));
-      return directives === undefined || directives.length === node.directives!.length ? undefined : { ...node, directives };
+      return directives === undefined || directives.length === node.directives!.length
+        ? undefined
+        : { ...node, directives };
     },
   });
 }
@@ -112,7 +133,11 @@ const CONDITIONS = new Set([GraphQLSkipDirective.name, GraphQLIncludeDirective.n
  * variables, directives), a selection set holding that field's nodes, and the document's
  * fragments. Nodes are reused, so error locations still point into the request's text.
  */
-export function documentForField(document: DocumentNode, operation: OperationDefinitionNode, nodes: readonly FieldNode[]): DocumentNode {
+export function documentForField(
+  document: DocumentNode,
+  operation: OperationDefinitionNode,
+  nodes: readonly FieldNode[],
+): DocumentNode {
   const selectionSet: SelectionSetNode = { kind: Kind.SELECTION_SET, selections: nodes };
   const definitions: DefinitionNode[] = [{ ...operation, selectionSet }];
   for (const definition of document.definitions) {

@@ -4,7 +4,9 @@ import type { AdapterOptions, KeyOptions } from '@idem/core/adapter';
  * Request headers as the plugin reads them: a Fetch `Headers` (GraphQL Yoga, `context.request`)
  * or a Node `IncomingHttpHeaders`-like record (`context.req.headers`), names matched case-insensitively.
  */
-export type RequestHeaders = { get(name: string): string | null } | Record<string, string | readonly string[] | undefined>;
+export type RequestHeaders =
+  | { get(name: string): string | null }
+  | Record<string, string | readonly string[] | undefined>;
 
 /**
  * What the `fingerprint` option receives (F1, F2), per unit of idempotency:
@@ -17,7 +19,13 @@ export type RequestHeaders = { get(name: string): string | null } | Record<strin
  */
 export type FingerprintInput =
   | { unit: 'operation'; document: string; variables: Record<string, unknown> }
-  | { unit: 'field'; field: string; arguments: Record<string, unknown>; selection: string; variables: Record<string, unknown> };
+  | {
+      unit: 'field';
+      field: string;
+      arguments: Record<string, unknown>;
+      selection: string;
+      variables: Record<string, unknown>;
+    };
 
 /** Where GraphQL keys come from: the shared `header` and `field` (here an argument), and the `@idempotent` directive. */
 export interface GraphQLKeyOptions extends KeyOptions {
@@ -39,7 +47,8 @@ export interface GraphQLKeyOptions extends KeyOptions {
  * field unit). `required` names root mutation fields: the plugin covers every mutation of the
  * schema, so list the ones that may run without a key, or pass `false`.
  */
-export interface IdempotencyOptions<TContext = Record<string, any>, TTx = unknown> extends AdapterOptions<TContext, TTx> {
+export interface IdempotencyOptions<TContext = Record<string, any>, TTx = unknown>
+  extends AdapterOptions<TContext, TTx> {
   /** Where keys come from. Defaults to `{ header: true, field: 'idempotencyKey', directive: true }`. */
   key?: GraphQLKeyOptions;
   /**

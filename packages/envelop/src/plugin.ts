@@ -11,7 +11,16 @@ import {
   type OperationDefinitionNode,
 } from 'graphql';
 import { isAsyncIterable, type Plugin } from '@envelop/core';
-import { AmbiguousKeyError, HandlerNotStartedError, idempotencyClaim, isIdempotencyError, type ClaimContext, type ExecuteResult, type IdempotencyEngine, type IdempotencyError } from '@idem/core';
+import {
+  AmbiguousKeyError,
+  HandlerNotStartedError,
+  idempotencyClaim,
+  isIdempotencyError,
+  type ClaimContext,
+  type ExecuteResult,
+  type IdempotencyEngine,
+  type IdempotencyError,
+} from '@idem/core';
 import { createAdapterKit, requestUrlOf, type AdapterKit } from '@idem/core/adapter';
 import { committedOrRolledBack, RolledBackExecution, rolledBackCodec } from './atomic-result.js';
 import { IdempotentDirectivePlacementRule } from './directive-placement-rule.js';
@@ -23,7 +32,14 @@ import { documentForField, effectiveSelection, fragmentsOf, normalizedOperation 
 import type { FingerprintInput, IdempotencyOptions } from './options.js';
 import { headersOf, idempotencyKeyHeader, requestOf } from './request-headers.js';
 import { collectRootFields, type RootField } from './root-fields.js';
-import { asGraphQLError, fromStoredResult, graphqlErrorCodec, storedResultSerializer, underResponseKey, type StoredExecutionResult } from './stored-result.js';
+import {
+  asGraphQLError,
+  fromStoredResult,
+  graphqlErrorCodec,
+  storedResultSerializer,
+  underResponseKey,
+  type StoredExecutionResult,
+} from './stored-result.js';
 import { runUnderClaim, wrapRootResolvers } from './unit-claim.js';
 
 /**
@@ -66,12 +82,17 @@ class UnstartedExecution {
  * - `idempotencyKey` argument or `@idempotent(key:)` → each keyed root field is its own record,
  *   executed on its own so that its result can be stored and replayed on its own.
  */
-export function useIdempotency<TContext extends Record<string, any> = Record<string, any>, TTx = unknown>(options: IdempotencyOptions<TContext, TTx>): IdempotencyPlugin<TContext, TTx> {
+export function useIdempotency<TContext extends Record<string, any> = Record<string, any>, TTx = unknown>(
+  options: IdempotencyOptions<TContext, TTx>,
+): IdempotencyPlugin<TContext, TTx> {
   return createIdempotencyPlugin(options, {});
 }
 
 /** @internal The plugin, for a host layer that knows more of the HTTP request (`useYogaIdempotency`). */
-export function createIdempotencyPlugin<TContext extends Record<string, any>, TTx>(options: IdempotencyOptions<TContext, TTx>, host: HostIntegration): IdempotencyPlugin<TContext, TTx> {
+export function createIdempotencyPlugin<TContext extends Record<string, any>, TTx>(
+  options: IdempotencyOptions<TContext, TTx>,
+  host: HostIntegration,
+): IdempotencyPlugin<TContext, TTx> {
   const { getHeaders = headersOf, serializer = JSON, atomic = false } = options;
   const kit = createAdapterKit(options, { name: 'useIdempotency', field: 'argument' });
   const directive = options.key?.directive ?? true;
@@ -84,7 +105,11 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
     const operation = getOperationAST(args.document, args.operationName);
     const rootType = schema.getMutationType();
     if (operation?.operation !== 'mutation' || !rootType) return execute(args);
-    const coerced = getVariableValues(schema, operation.variableDefinitions ?? [], (args.variableValues ?? {}) as Record<string, unknown>);
+    const coerced = getVariableValues(
+      schema,
+      operation.variableDefinitions ?? [],
+      (args.variableValues ?? {}) as Record<string, unknown>,
+    );
     // Unusable variables: graphql-js reports them and runs nothing; there is nothing to claim.
     if (coerced.errors) return execute(args);
     wrapRootResolvers(schema);
@@ -117,10 +142,29 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
     }
     if (plan.unit === 'field') return runFields(args, execute, mutation, plan.keys, scopeOf);
     const names = [...new Set(rootFields.filter((field) => field.definition).map((field) => field.fieldName))].sort();
-    const input: FingerprintInput = { unit: 'operation', document: normalizedOperation(operation, fragments), variables };
+    const input: FingerprintInput = {
+      unit: 'operation',
+      document: normalizedOperation(operation, fragments),
+      variables,
+    };
     try {
-      const unit = await runUnit(scopeOf(`mutation:${names.join(',')}`), plan.key, input, args, execute, rootFields.length);
-      return unit.replayed ? { ...unit.result, extensions: { ...unit.result.extensions, idempotency: { replayed: true } satisfies IdempotencyResultExtension } } : unit.result;
+      const unit = await runUnit(
+        scopeOf(`mutation:${names.join(',')}`),
+        plan.key,
+        input,
+        args,
+        execute,
+        rootFields.length,
+      );
+      return unit.replayed
+        ? {
+            ...unit.result,
+            extensions: {
+              ...unit.result.extensions,
+              idempotency: { replayed: true } satisfies IdempotencyResultExtension,
+            },
+          }
+        : unit.result;
     } catch (error) {
       if (error instanceof UnstartedExecution) return error.result;
       if (isIdempotencyError(error)) return refuse(error, context, operation);
@@ -132,31 +176,62 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
    * One unit of idempotency — the operation, or one keyed root field — executed once under its
    * claim (in atomic mode inside the store's transaction), or replayed. Refusals are thrown.
    */
-  async function runUnit(scope: string, key: string, input: FingerprintInput, args: ExecutionArgs, execute: ExecuteFn, parts: number, responseKey?: string) {
+  async function runUnit(
+    scope: string,
+    key: string,
+    input: FingerprintInput,
+    args: ExecutionArgs,
+    execute: ExecuteFn,
+    parts: number,
+    responseKey?: string,
+  ) {
     const source = args.document.loc?.source;
     const errors = graphqlErrorCodec(source);
-    const request = { scope, key, fingerprint: await kit.fingerprint(input), serializer: resultSerializer, errors: atomic ? rolledBackCodec(errors) : errors };
-    const outcome: ExecuteResult<ExecutionResult | StoredExecutionResult> = await kit.execute(request, async (claim) => {
-      const { result, started } = await runUnderClaim(args.contextValue, claim, parts, () => executeOnce(execute, args));
-      if (!started) throw new HandlerNotStartedError(new UnstartedExecution(result));
-      return atomic ? committedOrRolledBack(result) : result;
-    });
+    const request = {
+      scope,
+      key,
+      fingerprint: await kit.fingerprint(input),
+      serializer: resultSerializer,
+      errors: atomic ? rolledBackCodec(errors) : errors,
+    };
+    const outcome: ExecuteResult<ExecutionResult | StoredExecutionResult> = await kit.execute(
+      request,
+      async (claim) => {
+        const { result, started } = await runUnderClaim(args.contextValue, claim, parts, () =>
+          executeOnce(execute, args),
+        );
+        if (!started) throw new HandlerNotStartedError(new UnstartedExecution(result));
+        return atomic ? committedOrRolledBack(result) : result;
+      },
+    );
     if (!outcome.ok && !(outcome.error instanceof RolledBackExecution)) {
       // What `execute` itself threw (rare: graphql-js reports errors in the result).
       const thrown = [asGraphQLError(outcome.error)];
-      return { result: responseKey === undefined ? { errors: thrown } : { data: { [responseKey]: null }, errors: thrown }, replayed: outcome.replayed };
+      return {
+        result: responseKey === undefined ? { errors: thrown } : { data: { [responseKey]: null }, errors: thrown },
+        replayed: outcome.replayed,
+      };
     }
     const value = outcome.ok ? outcome.value : (outcome.error as RolledBackExecution).result;
     if (!outcome.replayed) return { result: value as ExecutionResult, replayed: false };
     const stored = value as StoredExecutionResult;
-    return { result: fromStoredResult(responseKey === undefined ? stored : underResponseKey(stored, responseKey), source), replayed: true };
+    return {
+      result: fromStoredResult(responseKey === undefined ? stored : underResponseKey(stored, responseKey), source),
+      replayed: true,
+    };
   }
 
   /**
    * The field unit: root fields run one after another, each as an execution of its own, so that
    * each keyed field's result is stored (or replayed) on its own.
    */
-  async function runFields(args: ExecutionArgs, execute: ExecuteFn, mutation: Mutation, keys: ReadonlyMap<string, string | undefined>, scopeOf: (operation: string) => string) {
+  async function runFields(
+    args: ExecutionArgs,
+    execute: ExecuteFn,
+    mutation: Mutation,
+    keys: ReadonlyMap<string, string | undefined>,
+    scopeOf: (operation: string) => string,
+  ) {
     const { operation, fragments, variables, rootFields, rootTypeName } = mutation;
     const response = new FieldUnitResult(rootFields);
     for (const field of rootFields) {
@@ -169,8 +244,21 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
           outcome = { ran: await executeOnce(execute, fieldArgs) };
         } else {
           const argumentValues = withoutKeyArgument(kit, getArgumentValues(definition, nodes[0]!, variables));
-          const input: FingerprintInput = { unit: 'field', field: fieldName, arguments: argumentValues, ...effectiveSelection(nodes, fragments, variables) };
-          const unit = await runUnit(scopeOf(`${rootTypeName}.${fieldName}`), key, input, fieldArgs, execute, 1, responseKey);
+          const input: FingerprintInput = {
+            unit: 'field',
+            field: fieldName,
+            arguments: argumentValues,
+            ...effectiveSelection(nodes, fragments, variables),
+          };
+          const unit = await runUnit(
+            scopeOf(`${rootTypeName}.${fieldName}`),
+            key,
+            input,
+            fieldArgs,
+            execute,
+            1,
+            responseKey,
+          );
           outcome = { ran: unit.result, replayed: unit.replayed };
         }
       } catch (error) {
@@ -180,7 +268,9 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
       }
       if (!response.add(field, outcome)) break;
     }
-    return response.result((error, field, http) => refusalError(error, args.contextValue, { nodes: field.nodes, path: [field.responseKey], http }));
+    return response.result((error, field, http) =>
+      refusalError(error, args.contextValue, { nodes: field.nodes, path: [field.responseKey], http }),
+    );
   }
 
   /**
@@ -192,14 +282,23 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
     const request = requestOf(context);
     if (!request) return;
     if (headerTaken.has(request)) {
-      throw new AmbiguousKeyError('Another mutation operation of this request already used its Idempotency-Key header; one header key covers one operation. Put keys in arguments instead.');
+      throw new AmbiguousKeyError(
+        'Another mutation operation of this request already used its Idempotency-Key header; one header key covers one operation. Put keys in arguments instead.',
+      );
     }
     headerTaken.add(request);
   }
 
   /** X3: a refusal as a GraphQLError, its problem type resolved against the HTTP request of `context`. */
-  function refusalError(error: IdempotencyError, context: unknown, placement: { nodes: readonly ASTNode[]; path?: readonly string[]; http?: boolean }): GraphQLError {
-    return idempotencyGraphQLError(error, { problem: kit.problem(error, requestUrlOf(requestOf(context))), ...placement });
+  function refusalError(
+    error: IdempotencyError,
+    context: unknown,
+    placement: { nodes: readonly ASTNode[]; path?: readonly string[]; http?: boolean },
+  ): GraphQLError {
+    return idempotencyGraphQLError(error, {
+      problem: kit.problem(error, requestUrlOf(requestOf(context))),
+      ...placement,
+    });
   }
 
   function refuse(error: IdempotencyError, context: unknown, operation: OperationDefinitionNode): ExecutionResult {
@@ -221,7 +320,10 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
 }
 
 /** F1: a field's arguments without its key argument. */
-function withoutKeyArgument(kit: Pick<AdapterKit<unknown>, 'key'>, values: Record<string, unknown>): Record<string, unknown> {
+function withoutKeyArgument(
+  kit: Pick<AdapterKit<unknown>, 'key'>,
+  values: Record<string, unknown>,
+): Record<string, unknown> {
   const { field } = kit.key;
   if (field === false || !(field in values)) return values;
   const { [field]: _key, ...rest } = values;
@@ -230,6 +332,7 @@ function withoutKeyArgument(kit: Pick<AdapterKit<unknown>, 'key'>, values: Recor
 
 async function executeOnce(execute: ExecuteFn, args: ExecutionArgs): Promise<ExecutionResult> {
   const result = await execute(args);
-  if (isAsyncIterable(result)) throw new TypeError('[idem] incremental delivery (@defer, @stream) is not supported on idempotent mutations');
+  if (isAsyncIterable(result))
+    throw new TypeError('[idem] incremental delivery (@defer, @stream) is not supported on idempotent mutations');
   return result as ExecutionResult;
 }

@@ -23,9 +23,12 @@ export function headersOf(context: unknown): RequestHeaders | undefined {
 }
 
 /** Every `Idempotency-Key` field value, for `parseIdempotencyKey` (which refuses several). */
-export function idempotencyKeyHeader(headers: RequestHeaders | null | undefined): string | readonly string[] | undefined {
+export function idempotencyKeyHeader(
+  headers: RequestHeaders | null | undefined,
+): string | readonly string[] | undefined {
   if (!headers) return undefined;
-  if (typeof headers.get === 'function') return (headers as { get(name: string): string | null }).get(HEADER_NAME) ?? undefined;
+  if (typeof headers.get === 'function')
+    return (headers as { get(name: string): string | null }).get(HEADER_NAME) ?? undefined;
   const values: string[] = [];
   for (const [name, value] of Object.entries(headers as Record<string, string | readonly string[] | undefined>)) {
     if (name.toLowerCase() !== HEADER_NAME || value === undefined) continue;

@@ -77,7 +77,10 @@ export function collectRootFields(
 }
 
 /** Whether `@skip` / `@include` with these variables keep a selection (GraphQL spec, CollectFields). */
-export function isIncluded(node: FieldNode | InlineFragmentNode | FragmentSpreadNode, variables: Record<string, unknown>): boolean {
+export function isIncluded(
+  node: FieldNode | InlineFragmentNode | FragmentSpreadNode,
+  variables: Record<string, unknown>,
+): boolean {
   const skip = getDirectiveValues(GraphQLSkipDirective, node, variables);
   if (skip?.['if'] === true) return false;
   const include = getDirectiveValues(GraphQLIncludeDirective, node, variables);

@@ -1,5 +1,10 @@
 import { GraphQLError, type ExecutionResult, type Source, type SourceLocation } from 'graphql';
-import { OutcomeNotStoredError, type ErrorCodec, type OutcomeSerializer, type StoredErrorDescription } from '@idem/core';
+import {
+  OutcomeNotStoredError,
+  type ErrorCodec,
+  type OutcomeSerializer,
+  type StoredErrorDescription,
+} from '@idem/core';
 
 /**
  * A GraphQL error as stored (E4). `unexpected` remembers that the error wrapped something other
@@ -49,7 +54,8 @@ export function fromStoredResult(stored: StoredExecutionResult, source: Source |
   const result: ExecutionResult = {};
   for (const key of Object.keys(stored)) {
     if (key === 'data' && stored.data !== undefined) result.data = stored.data;
-    if (key === 'errors' && stored.errors?.length) result.errors = stored.errors.map((error) => fromStoredError(error, source));
+    if (key === 'errors' && stored.errors?.length)
+      result.errors = stored.errors.map((error) => fromStoredError(error, source));
   }
   return result;
 }
@@ -67,8 +73,12 @@ export function fromStoredError(stored: StoredGraphQLError, source: Source | und
 /** A field's stored slice, under the response key of this request (a retry may use another alias). */
 export function underResponseKey(stored: StoredExecutionResult, responseKey: string): StoredExecutionResult {
   const moved: StoredExecutionResult = {};
-  if (stored.data !== undefined) moved.data = stored.data === null ? null : { [responseKey]: Object.values(stored.data)[0] ?? null };
-  if (stored.errors) moved.errors = stored.errors.map((error) => (error.path?.length ? { ...error, path: [responseKey, ...error.path.slice(1)] } : error));
+  if (stored.data !== undefined)
+    moved.data = stored.data === null ? null : { [responseKey]: Object.values(stored.data)[0] ?? null };
+  if (stored.errors)
+    moved.errors = stored.errors.map((error) =>
+      error.path?.length ? { ...error, path: [responseKey, ...error.path.slice(1)] } : error,
+    );
   return moved;
 }
 
@@ -94,7 +104,13 @@ export function graphqlErrorCodec(source: Source | undefined): ErrorCodec {
       // a GraphQL error of its own, so that no masking hides it.
       const graphqlError =
         error instanceof OutcomeNotStoredError
-          ? new GraphQLError(error.message, { extensions: { code: 'IDEMPOTENCY_OUTCOME_NOT_STORED', http: { status: error.status }, idempotency: error.data } })
+          ? new GraphQLError(error.message, {
+              extensions: {
+                code: 'IDEMPOTENCY_OUTCOME_NOT_STORED',
+                http: { status: error.status },
+                idempotency: error.data,
+              },
+            })
           : asGraphQLError(error);
       const http = graphqlError.extensions['http'] as { status?: unknown } | undefined;
       const code = graphqlError.extensions['code'];

@@ -28,7 +28,8 @@ const WRAPPED = Symbol('@idem/envelop/root-resolver');
 /** Wraps the resolvers of `schema`'s root mutation fields, unless they already are. */
 export function wrapRootResolvers(schema: GraphQLSchema): void {
   for (const field of Object.values(schema.getMutationType()?.getFields() ?? {})) {
-    const resolve: GraphQLFieldResolver<unknown, unknown> & { [WRAPPED]?: true } = field.resolve ?? defaultFieldResolver;
+    const resolve: GraphQLFieldResolver<unknown, unknown> & { [WRAPPED]?: true } =
+      field.resolve ?? defaultFieldResolver;
     if (resolve[WRAPPED]) continue;
     const wrapper: GraphQLFieldResolver<unknown, unknown> = (source, args, context, info) =>
       enterRootField(context, String(info.path.key), () => resolve(source, args, context, info));
@@ -40,7 +41,12 @@ export function wrapRootResolvers(schema: GraphQLSchema): void {
  * Runs `execute` (one execution of a unit's document) under `claim`, and tells whether any of
  * its root fields started. `parts`: how many root fields the unit has.
  */
-export async function runUnderClaim<T>(context: unknown, claim: ClaimContext, parts: number, execute: () => Promise<T>): Promise<{ result: T; started: boolean }> {
+export async function runUnderClaim<T>(
+  context: unknown,
+  claim: ClaimContext,
+  parts: number,
+  execute: () => Promise<T>,
+): Promise<{ result: T; started: boolean }> {
   // Without a context object there is nowhere to put the claim, nor a way to tell: it started.
   if (context === null || typeof context !== 'object') return { result: await execute(), started: true };
   const unit: RunningUnit = { claim, parts: parts > 1, started: false };
@@ -58,7 +64,8 @@ function enterRootField(context: unknown, responseKey: string, resolve: () => un
   if (!unit) return resolve();
   attachClaim(context as object, unit.parts ? claimForPart(unit.claim, responseKey) : unit.claim);
   const failed = (error: unknown): never => {
-    if (error instanceof HandlerNotStartedError) throw error.cause instanceof Error ? error.cause : new Error(String(error.cause));
+    if (error instanceof HandlerNotStartedError)
+      throw error.cause instanceof Error ? error.cause : new Error(String(error.cause));
     unit.started = true;
     throw error;
   };

@@ -79,14 +79,21 @@ export function idempotencyExchange(options: IdempotencyExchangeOptions): Exchan
       let operationKey: OperationKey;
       let keyed: typeof send;
       try {
-        operationKey = { key: readKey(context['idempotencyKey'], 'idempotencyKey'), firstAttemptAt: readFirstAttemptAt(context['idempotencyFirstAttemptAt']) };
+        operationKey = {
+          key: readKey(context['idempotencyKey'], 'idempotencyKey'),
+          firstAttemptAt: readFirstAttemptAt(context['idempotencyFirstAttemptAt']),
+        };
         keyed = (input, init) => send(input, init, { fetch, operationKey });
       } catch (error) {
         // Thrown here, the error would end the client's operation stream: it becomes this result's networkError.
         operationKey = { key: undefined, firstAttemptAt: undefined };
         keyed = () => Promise.reject(error);
       }
-      return makeOperation(operation.kind, operation, { ...context, [KEYED]: operationKey, fetch: keyed } as KeyedContext);
+      return makeOperation(operation.kind, operation, {
+        ...context,
+        [KEYED]: operationKey,
+        fetch: keyed,
+      } as KeyedContext);
     },
   });
 }
@@ -99,6 +106,7 @@ function readKey(value: unknown, name: string): string | undefined {
 
 function readFirstAttemptAt(value: unknown): number | undefined {
   if (value === undefined) return undefined;
-  if (typeof value !== 'number' || !Number.isFinite(value)) throw new TypeError('[idem] context.idempotencyFirstAttemptAt must be a time in milliseconds since the epoch');
+  if (typeof value !== 'number' || !Number.isFinite(value))
+    throw new TypeError('[idem] context.idempotencyFirstAttemptAt must be a time in milliseconds since the epoch');
   return value;
 }

@@ -6,7 +6,6 @@ import { createIdempotencyPlugin, type IdempotencyPlugin } from './plugin.js';
 import { requestOf } from './request-headers.js';
 import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
 
-
 interface BatchedParams {
   query?: string | null;
   operationName?: string | null;
@@ -17,7 +16,9 @@ interface BatchedParams {
  * `graphql-yoga`: without Yoga they are simply never called.
  */
 export interface YogaIdempotencyHooks {
-  onRequestParse(payload: { request: Request }): { onRequestParseDone(payload: { requestParserResult: unknown }): void };
+  onRequestParse(payload: { request: Request }): {
+    onRequestParseDone(payload: { requestParserResult: unknown }): void;
+  };
   onResultProcess(payload: { result: unknown; setResult(result: any): void }): void;
 }
 
@@ -55,7 +56,8 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
     onRequestParse({ request }) {
       return {
         onRequestParseDone({ requestParserResult }) {
-          if (Array.isArray(requestParserResult)) batches.set(request, { params: requestParserResult as BatchedParams[] });
+          if (Array.isArray(requestParserResult))
+            batches.set(request, { params: requestParserResult as BatchedParams[] });
         },
       };
     },
@@ -69,13 +71,18 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
 }
 
 function isReplayed(result: unknown): boolean {
-  const extension = (result as ExecutionResult | null)?.extensions?.['idempotency'] as IdempotencyResultExtension | undefined;
+  const extension = (result as ExecutionResult | null)?.extensions?.['idempotency'] as
+    | IdempotencyResultExtension
+    | undefined;
   return extension?.replayed === true;
 }
 
 function withResponseHeader(result: ExecutionResult, name: string, value: string): ExecutionResult {
   const http = (result.extensions?.['http'] ?? {}) as { headers?: Record<string, string> };
-  return { ...result, extensions: { ...result.extensions, http: { ...http, headers: { ...http.headers, [name]: value } } } };
+  return {
+    ...result,
+    extensions: { ...result.extensions, http: { ...http, headers: { ...http.headers, [name]: value } } },
+  };
 }
 
 function isMutation(params: BatchedParams): boolean {

@@ -97,7 +97,10 @@ describe('@idem/envelop atomic mode through Yoga over HTTP on PostgreSQL', () =>
     const before = await payments();
     const query = 'mutation { declinedPay(id: "pay_gql_declined", amount: 5) { id } }';
     const first = await post({ query }, { 'idempotency-key': key });
-    expect(first.body).toMatchObject({ data: { declinedPay: null }, errors: [{ message: 'card declined', path: ['declinedPay'], extensions: { code: 'CARD_DECLINED' } }] });
+    expect(first.body).toMatchObject({
+      data: { declinedPay: null },
+      errors: [{ message: 'card declined', path: ['declinedPay'], extensions: { code: 'CARD_DECLINED' } }],
+    });
     expect(await payments()).toBe(before);
 
     const replay = await post({ query }, { 'idempotency-key': key });
@@ -110,7 +113,8 @@ describe('@idem/envelop atomic mode through Yoga over HTTP on PostgreSQL', () =>
   it('E4 (operation unit): when one root field fails, the writes of the others are rolled back too, and data reports none of them', async () => {
     const key = randomUUID();
     const before = await payments();
-    const query = 'mutation { a: pay(id: "pay_gql_a", amount: 1) { id } b: declinedPay(id: "pay_gql_b", amount: 1) { id } }';
+    const query =
+      'mutation { a: pay(id: "pay_gql_a", amount: 1) { id } b: declinedPay(id: "pay_gql_b", amount: 1) { id } }';
     const first = await post({ query }, { 'idempotency-key': key });
     expect(first.body).toMatchObject({ data: null, errors: [{ message: 'card declined', path: ['b'] }] });
     expect(await payments()).toBe(before);
@@ -123,11 +127,17 @@ describe('@idem/envelop atomic mode through Yoga over HTTP on PostgreSQL', () =>
     const before = await payments();
     const query = `mutation { a: pay(id: "pay_gql_field", amount: 3, idempotencyKey: "${payKey}") { id } b: declinedPay(id: "pay_gql_field_declined", amount: 3, idempotencyKey: "${declineKey}") { id } }`;
     const first = await post({ query });
-    expect(first.body).toMatchObject({ data: { a: { id: 'pay_gql_field' }, b: null }, errors: [{ message: 'card declined', path: ['b'] }] });
+    expect(first.body).toMatchObject({
+      data: { a: { id: 'pay_gql_field' }, b: null },
+      errors: [{ message: 'card declined', path: ['b'] }],
+    });
     expect(await payments()).toBe(before + 1);
 
     const replay = await post({ query });
-    expect(replay.body).toEqual({ ...first.body, extensions: { idempotency: { replayed: true, replayedFields: ['a', 'b'] } } });
+    expect(replay.body).toEqual({
+      ...first.body,
+      extensions: { idempotency: { replayed: true, replayedFields: ['a', 'b'] } },
+    });
     expect(await payments()).toBe(before + 1);
   });
 });

@@ -20,7 +20,10 @@ const GRAPHQL_URL = 'http://127.0.0.1:1/graphql';
 const mutation = (amount: number, headers: Record<string, string> = {}): RequestInit => ({
   method: 'POST',
   headers: { 'content-type': 'application/json', ...headers },
-  body: JSON.stringify({ query: 'mutation Pay($amount: Int!) { createPayment(amount: $amount) { id } }', variables: { amount } }),
+  body: JSON.stringify({
+    query: 'mutation Pay($amount: Int!) { createPayment(amount: $amount) { id } }',
+    variables: { amount },
+  }),
 });
 
 async function failure(promise: Promise<unknown>): Promise<RetriesExhaustedError> {

@@ -10,7 +10,13 @@ import { createSchema, createYoga } from 'graphql-yoga';
 import { GraphQLError } from 'graphql';
 import { createPolicyDocument, MemoryStore, sharedPrincipal, type Duration, type IdempotencyEvent } from '@idem/core';
 import { useYogaIdempotency } from '@idem/envelop';
-import { createIdempotentFetch, describeOperation, RetentionWindowExceededError, type IdempotentFetchOptions, type RetryNotice } from '@idem/envelop/client';
+import {
+  createIdempotentFetch,
+  describeOperation,
+  RetentionWindowExceededError,
+  type IdempotentFetchOptions,
+  type RetryNotice,
+} from '@idem/envelop/client';
 import { untilEvent, untilExpired } from '../../../test/support/waiting.ts';
 
 const QUOTED_UUID = /^"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"$/;
@@ -57,7 +63,12 @@ function createShop(retention: Duration) {
   });
   const store = new MemoryStore();
   const events: IdempotencyEvent[] = [];
-  const plugin = useYogaIdempotency({ store, principal: sharedPrincipal, retention, onEvent: (event) => void events.push(event) });
+  const plugin = useYogaIdempotency({
+    store,
+    principal: sharedPrincipal,
+    retention,
+    onEvent: (event) => void events.push(event),
+  });
   const yoga = createYoga({ schema, logging: false, plugins: [plugin] });
   const { retentionMs, leaseMs } = plugin.engine.policy;
   const policy = createPolicyDocument({
@@ -123,7 +134,10 @@ function wire() {
   const faults: Fault[] = [];
   const fetch = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
     if (String(input).endsWith('/idempotency')) return globalThis.fetch(input, init);
-    const record: Sent = { key: new Headers(init?.headers).get('idempotency-key'), body: JSON.parse(String(init?.body)) };
+    const record: Sent = {
+      key: new Headers(init?.headers).get('idempotency-key'),
+      body: JSON.parse(String(init?.body)),
+    };
     sent.push(record);
     const send = async () => {
       const response = await globalThis.fetch(input, init);
@@ -154,12 +168,24 @@ const refuseConnection: Fault = async () => {
 
 function clientOf(shop: { url: string; graphql: string }, options: Partial<IdempotentFetchOptions> = {}) {
   const network = wire();
-  const idempotentFetch = createIdempotentFetch({ policyUrl: `${shop.url}/idempotency`, fetch: network.fetch, ...options } as IdempotentFetchOptions);
+  const idempotentFetch = createIdempotentFetch({
+    policyUrl: `${shop.url}/idempotency`,
+    fetch: network.fetch,
+    ...options,
+  } as IdempotentFetchOptions);
   /** Posts a GraphQL request the way graphql-request and urql do: `fetch(url, init)` with a JSON string body. */
-  const post = async (body: { query: string; variables?: object; operationName?: string }, headers: Record<string, string> = {}, signal?: AbortSignal) => {
+  const post = async (
+    body: { query: string; variables?: object; operationName?: string },
+    headers: Record<string, string> = {},
+    signal?: AbortSignal,
+  ) => {
     const response = await idempotentFetch(shop.graphql, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json, application/json', ...headers },
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/graphql-response+json, application/json',
+        ...headers,
+      },
       body: JSON.stringify(body),
       ...(signal ? { signal } : {}),
     });
@@ -168,7 +194,10 @@ function clientOf(shop: { url: string; graphql: string }, options: Partial<Idemp
   return { post, ...network };
 }
 
-const CREATE = { query: 'mutation Pay($amount: Int!) { createPayment(amount: $amount) { id amount } }', variables: { amount: 42 } };
+const CREATE = {
+  query: 'mutation Pay($amount: Int!) { createPayment(amount: $amount) { id amount } }',
+  variables: { amount: 42 },
+};
 const SLOW = { query: 'mutation { slowPayment(amount: 42) { id amount } }' };
 
 describe('createIdempotentFetch against a real GraphQL Yoga server', () => {
@@ -262,7 +291,10 @@ describe('createIdempotentFetch against a real GraphQL Yoga server', () => {
       const { post, sent } = clientOf(shop);
       const response = await post({ query: 'mutation { reserveName(name: "ada") { id } }' });
       expect(response.status).toBe(409);
-      expect(response.body.errors[0]).toMatchObject({ message: 'that name is taken', extensions: { code: 'NAME_TAKEN' } });
+      expect(response.body.errors[0]).toMatchObject({
+        message: 'that name is taken',
+        extensions: { code: 'NAME_TAKEN' },
+      });
       expect(sent).toHaveLength(1);
       expect(shop.calls.reserveName).toBe(1);
     });
@@ -270,7 +302,9 @@ describe('createIdempotentFetch against a real GraphQL Yoga server', () => {
     it('refuses an invalid caller key before sending anything (K3)', async () => {
       const shop = await start();
       const { post, sent } = clientOf(shop);
-      await expect(post(CREATE, { 'Idempotency-Key': 'has space' })).rejects.toMatchObject({ code: 'idempotency_key_invalid' });
+      await expect(post(CREATE, { 'Idempotency-Key': 'has space' })).rejects.toMatchObject({
+        code: 'idempotency_key_invalid',
+      });
       expect(sent).toHaveLength(0);
     });
   });
@@ -286,7 +320,12 @@ describe('createIdempotentFetch against a real GraphQL Yoga server', () => {
     // retention 2 s, safety margin 1 s: the 409's Retry-After (1 s) would land past the deadline.
     expect(error).toBeInstanceOf(RetentionWindowExceededError);
     const exceeded = error as RetentionWindowExceededError;
-    expect(exceeded).toMatchObject({ code: 'idempotency_retention_exceeded', retentionMs: 2000, attempts: 2, key: sent[0]!.key!.slice(1, -1) });
+    expect(exceeded).toMatchObject({
+      code: 'idempotency_retention_exceeded',
+      retentionMs: 2000,
+      attempts: 2,
+      key: sent[0]!.key!.slice(1, -1),
+    });
     expect(sent.map((s) => s.status)).toEqual([undefined, 409]);
     expect(shop.calls.slowPayment).toBe(1);
     expect(shop.calls.policy).toBe(1);
@@ -296,7 +335,11 @@ describe('createIdempotentFetch against a real GraphQL Yoga server', () => {
     const claimed = await untilEvent(shop.events, (event) => event.type === 'claimed' && event.key === exceeded.key);
     const record = await untilExpired(shop.store, claimed.scope, exceeded.key);
     expect(record.expiresAt.getTime() - record.completedAt!.getTime()).toBe(2000);
-    const late = await fetch(shop.graphql, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': sent[0]!.key! }, body: JSON.stringify(SLOW) });
+    const late = await fetch(shop.graphql, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': sent[0]!.key! },
+      body: JSON.stringify(SLOW),
+    });
     expect(late.status).toBe(200);
     expect(late.headers.get('idempotent-replayed')).toBeNull();
     expect(shop.calls.slowPayment).toBe(2);
@@ -311,7 +354,9 @@ describe('createIdempotentFetch against a real GraphQL Yoga server', () => {
   });
 
   it('refuses to be created without a retention or a policy URL', () => {
-    expect(() => createIdempotentFetch({})).toThrow(/\[idem\] createIdempotentFetch needs to know how long the server keeps keys/);
+    expect(() => createIdempotentFetch({})).toThrow(
+      /\[idem\] createIdempotentFetch needs to know how long the server keeps keys/,
+    );
   });
 
   it("stops when the caller's signal aborts, without another attempt", async () => {
@@ -337,7 +382,10 @@ describe('createIdempotentFetch against a real GraphQL Yoga server', () => {
       const shop = await start();
       const { post, sent, faults } = clientOf(shop);
       faults.push(loseResponse);
-      const keyed = { query: 'mutation($key: String) { createPayment(amount: 1, idempotencyKey: $key) { id } }', variables: { key: 'pay-1' } };
+      const keyed = {
+        query: 'mutation($key: String) { createPayment(amount: 1, idempotencyKey: $key) { id } }',
+        variables: { key: 'pay-1' },
+      };
       await expect(post(keyed)).rejects.toThrow('fetch failed');
       expect(sent.map((s) => s.key)).toEqual([null]);
 
@@ -361,22 +409,35 @@ describe('describeOperation (the parse behind the helper)', () => {
       type: 'mutation',
       complete: true,
       rootFields: [
-        { name: 'createPayment', arguments: { input: { variable: 'input' }, note: { literal: 'a block "string" with }' } }, directives: ['include'] },
+        {
+          name: 'createPayment',
+          arguments: { input: { variable: 'input' }, note: { literal: 'a block "string" with }' } },
+          directives: ['include'],
+        },
         { name: 'refund', arguments: { id: { literal: '1' } }, directives: [] },
       ],
     });
   });
 
   it('picks the operation by operationName, after fragments, and reads shorthand queries', () => {
-    const document = 'fragment P on Payment { id } query Q { payments } mutation M { createPayment(amount: 1) { ...P } }';
+    const document =
+      'fragment P on Payment { id } query Q { payments } mutation M { createPayment(amount: 1) { ...P } }';
     expect(describeOperation(document, 'M')?.type).toBe('mutation');
     expect(describeOperation(document, 'Q')?.type).toBe('query');
     expect(describeOperation(document)).toBeUndefined();
-    expect(describeOperation('{ payments }')).toEqual({ type: 'query', complete: true, rootFields: [{ name: 'payments', arguments: {}, directives: [] }] });
+    expect(describeOperation('{ payments }')).toEqual({
+      type: 'query',
+      complete: true,
+      rootFields: [{ name: 'payments', arguments: {}, directives: [] }],
+    });
   });
 
   it('marks root fields reached through fragments as unknown', () => {
-    expect(describeOperation('mutation { ... on Mutation { createPayment(amount: 1) { id } } }')).toEqual({ type: 'mutation', complete: false, rootFields: [] });
+    expect(describeOperation('mutation { ... on Mutation { createPayment(amount: 1) { id } } }')).toEqual({
+      type: 'mutation',
+      complete: false,
+      rootFields: [],
+    });
   });
 
   it('gives up on a document it cannot read', () => {

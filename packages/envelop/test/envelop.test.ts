@@ -23,9 +23,18 @@ interface NodeContext {
 
 function createRunner(shop: Shop, idempotency: Plugin<any>, extra: Plugin<any>[] = []) {
   const getEnveloped = envelop({
-    plugins: [useEngine({ parse, validate, execute, subscribe, specifiedRules }), useSchema(shop.schema), idempotency, ...extra],
+    plugins: [
+      useEngine({ parse, validate, execute, subscribe, specifiedRules }),
+      useSchema(shop.schema),
+      idempotency,
+      ...extra,
+    ],
   });
-  return async (source: string, context: NodeContext, variableValues?: Record<string, unknown>): Promise<ExecutionResult> => {
+  return async (
+    source: string,
+    context: NodeContext,
+    variableValues?: Record<string, unknown>,
+  ): Promise<ExecutionResult> => {
     const { parse, validate, contextFactory, execute, schema } = getEnveloped(context);
     const document = parse(source);
     const errors = validate(schema, document);
@@ -62,7 +71,10 @@ describe.each(storeTargets)('@idem/envelop in plain Envelop over $name', (target
     const replay = await run(CREATE_ORDER, nodeContext(key));
 
     expect(first).toEqual({ data: { createOrder: { id: 'order-1' } } });
-    expect(replay).toEqual({ data: { createOrder: { id: 'order-1' } }, extensions: { idempotency: { replayed: true } } });
+    expect(replay).toEqual({
+      data: { createOrder: { id: 'order-1' } },
+      extensions: { idempotency: { replayed: true } },
+    });
     expect(shop.calls.createOrder).toBe(1);
   });
 
@@ -82,7 +94,11 @@ describe.each(storeTargets)('@idem/envelop in plain Envelop over $name', (target
     expect(error!.extensions).toMatchObject({
       code: 'IDEMPOTENCY_REQUEST_IN_PROGRESS',
       http: { status: 409, headers: { 'Retry-After': expect.stringMatching(/^\d+$/) } },
-      idempotency: { status: 409, code: 'idempotency_request_in_progress', title: 'Server processing previous request' },
+      idempotency: {
+        status: 409,
+        code: 'idempotency_request_in_progress',
+        title: 'Server processing previous request',
+      },
     });
     expect(concurrent.data).toBeUndefined();
   });
@@ -114,7 +130,14 @@ describe.each(storeTargets)('@idem/envelop in plain Envelop over $name', (target
 
   it('reads keys from wherever getHeaders says, and argument keys with header: false', async () => {
     const shop = createShop();
-    const custom = createRunner(shop, useIdempotency(options({ getHeaders: (context) => ({ 'Idempotency-Key': context.user === 'alice' ? 'from-elsewhere' : undefined }) })));
+    const custom = createRunner(
+      shop,
+      useIdempotency(
+        options({
+          getHeaders: (context) => ({ 'Idempotency-Key': context.user === 'alice' ? 'from-elsewhere' : undefined }),
+        }),
+      ),
+    );
     const headerless = createRunner(shop, useIdempotency(options({ key: { header: false }, required: true })));
     await custom(CREATE_ORDER, nodeContext(undefined));
     const replay = await custom(CREATE_ORDER, nodeContext(undefined));
@@ -122,7 +145,9 @@ describe.each(storeTargets)('@idem/envelop in plain Envelop over $name', (target
 
     expect(replay.extensions).toEqual({ idempotency: { replayed: true } });
     expect(refused.errors?.[0]?.extensions).toMatchObject({ code: 'IDEMPOTENCY_KEY_MISSING', http: { status: 400 } });
-    expect(refused.errors?.[0]?.message).toBe('Mutation.createOrder is idempotent and requires a key: send an `idempotencyKey` argument or an @idempotent(key:) directive.');
+    expect(refused.errors?.[0]?.message).toBe(
+      'Mutation.createOrder is idempotent and requires a key: send an `idempotencyKey` argument or an @idempotent(key:) directive.',
+    );
     expect(shop.calls.createOrder).toBe(1);
   });
 });
@@ -138,7 +163,14 @@ describe.each(unreachableStores)('@idem/envelop on a store that cannot reach its
 
   it('E5: plain Envelop answers a GraphQLError with extensions.http 503 and Retry-After, and does not run the resolver', async () => {
     const shop = createShop();
-    const run = createRunner(shop, useIdempotency<NodeContext>({ store: unreachable.store, principal: (context) => context.user, unavailableRetryAfter: 3 }));
+    const run = createRunner(
+      shop,
+      useIdempotency<NodeContext>({
+        store: unreachable.store,
+        principal: (context) => context.user,
+        unavailableRetryAfter: 3,
+      }),
+    );
     const result = await run(CREATE_ORDER, nodeContext(randomUUID()));
 
     expect(result.errors?.[0]?.extensions).toMatchObject({
@@ -158,6 +190,8 @@ describe('@idem/envelop configuration', () => {
   });
 
   it('refuses to start without a principal resolver (S1)', () => {
-    expect(() => useIdempotency({ store: new MemoryStore() } as unknown as IdempotencyOptions)).toThrow(/\[idem\] useIdempotency needs a `principal\(context\)`/);
+    expect(() => useIdempotency({ store: new MemoryStore() } as unknown as IdempotencyOptions)).toThrow(
+      /\[idem\] useIdempotency needs a `principal\(context\)`/,
+    );
   });
 });

@@ -35,14 +35,22 @@ describe('a deeply nested input (issue 14, item 15)', () => {
   };
 
   it('F1/X3: with a header key (operation unit) it is refused with 400 IDEMPOTENCY_INPUT_TOO_DEEP, not a 500, and the resolver does not run', async () => {
-    const reply = await post('mutation Save($tree: JSON) { saveTree(tree: $tree) }', `"tree":${DEEP_TREE}`, { 'idempotency-key': randomUUID() });
+    const reply = await post('mutation Save($tree: JSON) { saveTree(tree: $tree) }', `"tree":${DEEP_TREE}`, {
+      'idempotency-key': randomUUID(),
+    });
     expect(reply.status).toBe(400);
-    expect(reply.body.errors[0].extensions).toMatchObject({ code: 'IDEMPOTENCY_INPUT_TOO_DEEP', idempotency: { code: 'idempotency_input_too_deep', status: 400 } });
+    expect(reply.body.errors[0].extensions).toMatchObject({
+      code: 'IDEMPOTENCY_INPUT_TOO_DEEP',
+      idempotency: { code: 'idempotency_input_too_deep', status: 400 },
+    });
     expect(runs).toBe(0);
   });
 
   it('F1/X3: with an argument key (field unit) it is refused with 400 IDEMPOTENCY_INPUT_TOO_DEEP, and the resolver does not run', async () => {
-    const reply = await post('mutation Save($tree: JSON, $key: String) { saveTree(tree: $tree, idempotencyKey: $key) }', `"tree":${DEEP_TREE},"key":"${randomUUID()}"`);
+    const reply = await post(
+      'mutation Save($tree: JSON, $key: String) { saveTree(tree: $tree, idempotencyKey: $key) }',
+      `"tree":${DEEP_TREE},"key":"${randomUUID()}"`,
+    );
     expect(reply.status).toBe(400);
     expect(reply.body.errors[0].extensions).toMatchObject({ code: 'IDEMPOTENCY_INPUT_TOO_DEEP' });
     expect(runs).toBe(0);

@@ -46,7 +46,10 @@ function createBank(): Bank {
   let sequence = 0;
   const pay = (field: string, amount: number, context: unknown) => {
     calls[`${field}:${amount}`] = (calls[`${field}:${amount}`] ?? 0) + 1;
-    if (amount <= 0) throw new HandlerNotStartedError(new GraphQLError('amount must be positive', { extensions: { code: 'BAD_USER_INPUT' } }));
+    if (amount <= 0)
+      throw new HandlerNotStartedError(
+        new GraphQLError('amount must be positive', { extensions: { code: 'BAD_USER_INPUT' } }),
+      );
     const bankKey = idempotencyClaim(context)?.deriveKey('bank') ?? `unkeyed-${randomUUID()}`;
     // A known downstream key is answered with the earlier charge, not charged again.
     const charge = charges.get(bankKey) ?? { id: `rcpt-${++sequence}`, amount };
@@ -58,7 +61,10 @@ function createBank(): Bank {
     typeDefs,
     resolvers: {
       Query: { charges: () => charges.size },
-      Receipt: { lines: (receipt: { id: string }, { first }: { first: number }) => Array.from({ length: first }, (_, index) => `${receipt.id}/${index}`) },
+      Receipt: {
+        lines: (receipt: { id: string }, { first }: { first: number }) =>
+          Array.from({ length: first }, (_, index) => `${receipt.id}/${index}`),
+      },
       Mutation: {
         charge: (_: unknown, { amount }: { amount: number }, context: unknown) => pay('charge', amount, context),
         tryCharge: (_: unknown, { amount }: { amount: number }, context: unknown) => pay('tryCharge', amount, context),
@@ -86,7 +92,12 @@ describe.each(storeTargets)('hardening (issue 14) over $name', (target) => {
     const yoga = createYoga({
       schema: bank.schema,
       logging: false,
-      plugins: [useYogaIdempotency({ store: opened.store, principal: ({ request }) => request.headers.get('x-user') ?? 'anonymous' })],
+      plugins: [
+        useYogaIdempotency({
+          store: opened.store,
+          principal: ({ request }) => request.headers.get('x-user') ?? 'anonymous',
+        }),
+      ],
     });
     post = graphqlClient((url, init) => yoga.fetch(url, init));
   });
@@ -94,7 +105,8 @@ describe.each(storeTargets)('hardening (issue 14) over $name', (target) => {
   describe('item 2: a header key over several root fields', () => {
     it('E4: each root field derives its own downstream key, so each is charged for its own amount', async () => {
       const key = randomUUID();
-      const query = 'mutation { a: charge(amount: 100) { id amount bankKey } b: charge(amount: 200) { id amount bankKey } }';
+      const query =
+        'mutation { a: charge(amount: 100) { id amount bankKey } b: charge(amount: 200) { id amount bankKey } }';
       const first = await post({ query }, keyHeader(key));
       const replay = await post({ query }, keyHeader(key));
 
@@ -111,7 +123,10 @@ describe.each(storeTargets)('hardening (issue 14) over $name', (target) => {
 
     it('E4: the same field under two aliases with the same arguments is still two parts with two downstream keys', async () => {
       const key = randomUUID();
-      const first = await post({ query: 'mutation { a: charge(amount: 100) { id bankKey } b: charge(amount: 100) { id bankKey } }' }, keyHeader(key));
+      const first = await post(
+        { query: 'mutation { a: charge(amount: 100) { id bankKey } b: charge(amount: 100) { id bankKey } }' },
+        keyHeader(key),
+      );
 
       expect(first.body.data.a.bankKey).not.toBe(first.body.data.b.bankKey);
       expect(first.body.data.a.id).not.toBe(first.body.data.b.id);
@@ -170,7 +185,8 @@ describe.each(storeTargets)('hardening (issue 14) over $name', (target) => {
   });
 
   describe('item 8: a field key, and the variables its selection reads', () => {
-    const SHAPED = 'mutation ($v: Boolean!, $key: String) { tryCharge(amount: 5, idempotencyKey: $key) { id amount @include(if: $v) currency @skip(if: $v) } }';
+    const SHAPED =
+      'mutation ($v: Boolean!, $key: String) { tryCharge(amount: 5, idempotencyKey: $key) { id amount @include(if: $v) currency @skip(if: $v) } }';
 
     it('F1/F3: a retry whose @include/@skip variables select other fields is refused with 422, not replayed with the wrong shape', async () => {
       const key = randomUUID();
@@ -187,7 +203,12 @@ describe.each(storeTargets)('hardening (issue 14) over $name', (target) => {
       const key = randomUUID();
       const first = await post({ query: SHAPED, variables: { v: true, key } }, { 'x-user': 'alice' });
       const same = await post({ query: SHAPED, variables: { v: true, key } }, { 'x-user': 'alice' });
-      const literal = await post({ query: `mutation { tryCharge(amount: 5, idempotencyKey: "${key}") { id amount @include(if: true) currency @skip(if: true) } }` }, { 'x-user': 'alice' });
+      const literal = await post(
+        {
+          query: `mutation { tryCharge(amount: 5, idempotencyKey: "${key}") { id amount @include(if: true) currency @skip(if: true) } }`,
+        },
+        { 'x-user': 'alice' },
+      );
 
       expect(same.body.extensions.idempotency).toEqual({ replayed: true, replayedFields: ['tryCharge'] });
       expect(same.body.data).toEqual(first.body.data);

@@ -12,7 +12,8 @@ const schema = buildSchema(`
 const operationOf = (source: string, name?: string) => {
   const document = parse(source);
   const operation = document.definitions.find(
-    (definition): definition is OperationDefinitionNode => definition.kind === 'OperationDefinition' && (name === undefined || definition.name?.value === name),
+    (definition): definition is OperationDefinitionNode =>
+      definition.kind === 'OperationDefinition' && (name === undefined || definition.name?.value === name),
   )!;
   return { document, operation, fragments: fragmentsOf(document) };
 };
@@ -37,7 +38,9 @@ describe('normalizedOperation (operation unit)', () => {
     const base = normalized('mutation { create(name: "a") { id } }');
     expect(normalized('mutation { create(name: "a") { id name } }')).not.toBe(base);
     expect(normalized('mutation { create(name: "b") { id } }')).not.toBe(base);
-    expect(normalized('mutation { remove(id: 1) create(name: "a") { id } }')).not.toBe(normalized('mutation { create(name: "a") { id } remove(id: 1) }'));
+    expect(normalized('mutation { remove(id: 1) create(name: "a") { id } }')).not.toBe(
+      normalized('mutation { create(name: "a") { id } remove(id: 1) }'),
+    );
   });
 
   it('includes the fragments the operation uses, and nothing of the other operations', () => {
@@ -52,15 +55,27 @@ describe('normalizedOperation (operation unit)', () => {
     expect(text).toContain('fragment More on Item');
     expect(text).not.toContain('Unused');
     expect(text).not.toContain('remove');
-    expect(normalized(source.replace('fragment More on Item { name }', 'fragment More on Item { price }'), 'A')).not.toBe(text);
+    expect(
+      normalized(source.replace('fragment More on Item { name }', 'fragment More on Item { price }'), 'A'),
+    ).not.toBe(text);
   });
 });
 
 describe('effectiveSelection (field unit)', () => {
   it('is the printed selection set with its fragments; empty for a leaf field', () => {
-    const { operation, fragments } = operationOf('mutation { create(name: "a") { id ...F } remove(id: 1) } fragment F on Item { name }');
-    const [create, remove] = collectRootFields(schema, schema.getMutationType()!, operation.selectionSet, fragments, {});
-    expect(effectiveSelection(create!.nodes, fragments, {}).selection).toBe('{\n  id\n  ...F\n}\nfragment F on Item {\n  name\n}');
+    const { operation, fragments } = operationOf(
+      'mutation { create(name: "a") { id ...F } remove(id: 1) } fragment F on Item { name }',
+    );
+    const [create, remove] = collectRootFields(
+      schema,
+      schema.getMutationType()!,
+      operation.selectionSet,
+      fragments,
+      {},
+    );
+    expect(effectiveSelection(create!.nodes, fragments, {}).selection).toBe(
+      '{\n  id\n  ...F\n}\nfragment F on Item {\n  name\n}',
+    );
     expect(effectiveSelection(remove!.nodes, fragments, {}).selection).toBe('');
   });
 });
@@ -76,7 +91,9 @@ describe('collectRootFields', () => {
         a: create(name: "x") { name }
       }
       fragment Root on Mutation { a: create(name: "x") { id } }`);
-    const fields = collectRootFields(schema, schema.getMutationType()!, operation.selectionSet, fragments, { skip: true });
+    const fields = collectRootFields(schema, schema.getMutationType()!, operation.selectionSet, fragments, {
+      skip: true,
+    });
     expect(fields.map((field) => [field.responseKey, field.fieldName, field.nodes.length])).toEqual([
       ['a', 'create', 2],
       ['b', 'remove', 1],

@@ -11,7 +11,13 @@ const fieldNode = (document.definitions[0] as any).selectionSet.selections[0];
 describe('stored results', () => {
   it('survive a JSON round trip with data, errors, paths, locations, extensions and key order', () => {
     const result = {
-      errors: [new GraphQLError('Forbidden', { nodes: [fieldNode], path: ['charge'], extensions: { code: 'FORBIDDEN', http: { status: 403 } } })],
+      errors: [
+        new GraphQLError('Forbidden', {
+          nodes: [fieldNode],
+          path: ['charge'],
+          extensions: { code: 'FORBIDDEN', http: { status: 403 } },
+        }),
+      ],
       data: { charge: null },
     };
     const replayed = fromStoredResult(JSON.parse(JSON.stringify(toStoredResult(result))), source);
@@ -23,11 +29,21 @@ describe('stored results', () => {
 
   it('remember that an error was unexpected, so error masking hides the replay as it hid the original', () => {
     const mask = createDefaultMaskError(false);
-    const unexpected = new GraphQLError('db password is hunter2', { nodes: [fieldNode], path: ['charge'], originalError: new TypeError('db password is hunter2') });
+    const unexpected = new GraphQLError('db password is hunter2', {
+      nodes: [fieldNode],
+      path: ['charge'],
+      originalError: new TypeError('db password is hunter2'),
+    });
     const expected = new GraphQLError('Card declined', { path: ['charge'] });
-    const replayed = fromStoredResult(JSON.parse(JSON.stringify(toStoredResult({ errors: [unexpected, expected], data: { charge: null } }))), source);
+    const replayed = fromStoredResult(
+      JSON.parse(JSON.stringify(toStoredResult({ errors: [unexpected, expected], data: { charge: null } }))),
+      source,
+    );
 
-    expect(replayed.errors?.map((error) => mask(error, 'Unexpected error.').message)).toEqual(['Unexpected error.', 'Card declined']);
+    expect(replayed.errors?.map((error) => mask(error, 'Unexpected error.').message)).toEqual([
+      'Unexpected error.',
+      'Card declined',
+    ]);
   });
 
   it('drop locations a reformatted retry cannot hold, and keep the rest', () => {

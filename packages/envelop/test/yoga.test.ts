@@ -19,7 +19,10 @@ const CREATE_ORDER = /* GraphQL */ `
     createOrder(input: $input) { id amount currency }
   }
 `;
-const order = (amount = 4200, currency = 'EUR') => ({ query: CREATE_ORDER, variables: { input: { amount, currency } } });
+const order = (amount = 4200, currency = 'EUR') => ({
+  query: CREATE_ORDER,
+  variables: { input: { amount, currency } },
+});
 const keyHeader = (key: string, user = 'alice') => ({ 'idempotency-key': `"${key}"`, 'x-user': user });
 
 describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (target) => {
@@ -73,7 +76,8 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
 
     it('F1: whitespace, comments, the operation name and the order of variable definitions do not change the fingerprint', async () => {
       const key = randomUUID();
-      const query = 'mutation A($amount: Int!, $currency: String!) { createOrder(input: { amount: $amount, currency: $currency }) { id amount currency } }';
+      const query =
+        'mutation A($amount: Int!, $currency: String!) { createOrder(input: { amount: $amount, currency: $currency }) { id amount currency } }';
       const reformatted = `
         # retried by another client build
         mutation B($currency: String!,
@@ -97,7 +101,11 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       expect(reuse.body.data).toBeUndefined();
       expect(reuse.body.errors[0].extensions).toMatchObject({
         code: 'IDEMPOTENCY_KEY_REUSED',
-        idempotency: { status: 422, code: 'idempotency_key_reused', type: 'http://yoga/idempotency#idempotency_key_reused' },
+        idempotency: {
+          status: 422,
+          code: 'idempotency_key_reused',
+          type: 'http://yoga/idempotency#idempotency_key_reused',
+        },
       });
       expect(reuse.body.errors[0].extensions.http).toBeUndefined();
       expect(shop.calls.createOrder).toBe(1);
@@ -106,7 +114,13 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
     it('F1/F3: a changed selection set is a different request: 422', async () => {
       const key = randomUUID();
       await post(order(), keyHeader(key));
-      const wider = await post({ query: CREATE_ORDER.replace('id amount currency', 'id amount currency status'), variables: order().variables }, keyHeader(key));
+      const wider = await post(
+        {
+          query: CREATE_ORDER.replace('id amount currency', 'id amount currency status'),
+          variables: order().variables,
+        },
+        keyHeader(key),
+      );
 
       expect(wider.status).toBe(422);
       expect(wider.body.errors[0].extensions.code).toBe('IDEMPOTENCY_KEY_REUSED');
@@ -140,7 +154,11 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       const first = await post(charge, keyHeader(key));
       const replay = await post(charge, keyHeader(key));
 
-      expect(first.body.errors[0]).toMatchObject({ message: 'Unexpected error.', path: ['chargeCard'], locations: [{ line: 1, column: 12 }] });
+      expect(first.body.errors[0]).toMatchObject({
+        message: 'Unexpected error.',
+        path: ['chargeCard'],
+        locations: [{ line: 1, column: 12 }],
+      });
       expect(replay.status).toBe(first.status);
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       const { extensions, ...replayed } = replay.body;
@@ -153,8 +171,14 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
     it('E4: parse, validation and variable errors are not stored: the same key then executes', async () => {
       const key = randomUUID();
       const parseError = await post({ query: 'mutation { createOrder(' }, keyHeader(key));
-      const validationError = await post({ query: 'mutation { createOrder(input: {amount: 1, currency: "EUR"}) { nope } }' }, keyHeader(key));
-      const variableError = await post({ query: CREATE_ORDER, variables: { input: { amount: 'many' } } }, keyHeader(key));
+      const validationError = await post(
+        { query: 'mutation { createOrder(input: {amount: 1, currency: "EUR"}) { nope } }' },
+        keyHeader(key),
+      );
+      const variableError = await post(
+        { query: CREATE_ORDER, variables: { input: { amount: 'many' } } },
+        keyHeader(key),
+      );
       const valid = await post(order(), keyHeader(key));
 
       expect(parseError.status).toBe(400);
@@ -208,7 +232,8 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
 
   describe('argument and directive keys: the field is the unit', () => {
     const byArgument = (key: string, amount = 500) => ({
-      query: 'mutation Pay($key: String, $amount: Int!) { createOrder(input: { amount: $amount, currency: "EUR" }, idempotencyKey: $key) { id amount } }',
+      query:
+        'mutation Pay($key: String, $amount: Int!) { createOrder(input: { amount: $amount, currency: "EUR" }, idempotencyKey: $key) { id amount } }',
       variables: { key, amount },
     });
 
@@ -219,13 +244,17 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
 
       expect(second.status).toBe(200);
       expect(second.headers.get('idempotent-replayed')).toBe('true');
-      expect(second.body).toEqual({ data: first.body.data, extensions: { idempotency: { replayed: true, replayedFields: ['createOrder'] } } });
+      expect(second.body).toEqual({
+        data: first.body.data,
+        extensions: { idempotency: { replayed: true, replayedFields: ['createOrder'] } },
+      });
       expect(shop.calls.createOrder).toBe(1);
     });
 
     it('K4: the @idempotent(key:) directive does the same, and a new alias receives the stored value', async () => {
       const key = randomUUID();
-      const query = (alias: string) => `mutation { ${alias}: createOrder(input: { amount: 7, currency: "USD" }) @idempotent(key: "${key}") { id amount } }`;
+      const query = (alias: string) =>
+        `mutation { ${alias}: createOrder(input: { amount: 7, currency: "USD" }) @idempotent(key: "${key}") { id amount } }`;
       const first = await post({ query: query('first') }, { 'x-user': 'alice' });
       const second = await post({ query: query('again') }, { 'x-user': 'alice' });
 
@@ -251,14 +280,20 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       const changed = await post(byArgument(key, 501), { 'x-user': 'alice' });
 
       expect(changed.status).toBe(422);
-      expect(changed.body).toMatchObject({ data: { createOrder: null }, errors: [{ path: ['createOrder'], extensions: { code: 'IDEMPOTENCY_KEY_REUSED' } }] });
+      expect(changed.body).toMatchObject({
+        data: { createOrder: null },
+        errors: [{ path: ['createOrder'], extensions: { code: 'IDEMPOTENCY_KEY_REUSED' } }],
+      });
       expect(shop.calls.createOrder).toBe(1);
     });
 
     it('F1/F3: a changed selection set of a keyed field is a different request: 422', async () => {
       const key = randomUUID();
       await post(byArgument(key), { 'x-user': 'alice' });
-      const changed = await post({ ...byArgument(key), query: byArgument(key).query.replace('{ id amount }', '{ id amount status }') }, { 'x-user': 'alice' });
+      const changed = await post(
+        { ...byArgument(key), query: byArgument(key).query.replace('{ id amount }', '{ id amount status }') },
+        { 'x-user': 'alice' },
+      );
 
       expect(changed.status).toBe(422);
       expect(shop.calls.createOrder).toBe(1);
@@ -275,7 +310,10 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       const replay = await post({ query: query(k3) }, { 'x-user': 'alice' });
 
       expect(first.body.data).toEqual({ a: { id: 'order-1' }, b: { id: 'order-2' } });
-      expect(mixed.body).toEqual({ data: { a: { id: 'order-1' }, b: { id: 'order-3' } }, extensions: { idempotency: { replayed: false, replayedFields: ['a'] } } });
+      expect(mixed.body).toEqual({
+        data: { a: { id: 'order-1' }, b: { id: 'order-3' } },
+        extensions: { idempotency: { replayed: false, replayedFields: ['a'] } },
+      });
       expect(mixed.headers.get('idempotent-replayed')).toBeNull();
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       expect(replay.body.extensions.idempotency).toEqual({ replayed: true, replayedFields: ['a', 'b'] });
@@ -284,7 +322,10 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
 
     it('a refusal of one field does not block the others: status 200, the error on its field, no http extension', async () => {
       const key = randomUUID();
-      await post({ query: `mutation { createOrder(input: { amount: 1, currency: "EUR" }, idempotencyKey: "${key}") { id } }` }, { 'x-user': 'alice' });
+      await post(
+        { query: `mutation { createOrder(input: { amount: 1, currency: "EUR" }, idempotencyKey: "${key}") { id } }` },
+        { 'x-user': 'alice' },
+      );
       const response = await post(
         {
           query: `mutation {
@@ -298,7 +339,10 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       expect(response.status).toBe(200);
       expect(response.body.data).toEqual({ reused: null, fresh: { id: 'order-2' } });
       expect(response.body.errors).toHaveLength(1);
-      expect(response.body.errors[0]).toMatchObject({ path: ['reused'], extensions: { code: 'IDEMPOTENCY_KEY_REUSED', idempotency: { status: 422 } } });
+      expect(response.body.errors[0]).toMatchObject({
+        path: ['reused'],
+        extensions: { code: 'IDEMPOTENCY_KEY_REUSED', idempotency: { status: 422 } },
+      });
       expect(response.body.errors[0].locations).toEqual([{ line: 2, column: 13 }]);
       expect(shop.calls.createOrder).toBe(2);
     });
@@ -314,18 +358,28 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
 
       expect(concurrent.status).toBe(409);
       expect(concurrent.headers.get('retry-after')).toMatch(/^\d+$/);
-      expect(concurrent.body).toMatchObject({ data: { createOrder: null }, errors: [{ path: ['createOrder'], extensions: { code: 'IDEMPOTENCY_REQUEST_IN_PROGRESS' } }] });
+      expect(concurrent.body).toMatchObject({
+        data: { createOrder: null },
+        errors: [{ path: ['createOrder'], extensions: { code: 'IDEMPOTENCY_REQUEST_IN_PROGRESS' } }],
+      });
       expect(shop.calls.createOrder).toBe(1);
     });
 
     it('a refused non-null root field nulls data and stops the operation, as GraphQL requires', async () => {
       const key = randomUUID();
-      const place = (amount: number) => `placeOrder(input: { amount: ${amount}, currency: "EUR" }, idempotencyKey: "${key}") { id }`;
+      const place = (amount: number) =>
+        `placeOrder(input: { amount: ${amount}, currency: "EUR" }, idempotencyKey: "${key}") { id }`;
       await post({ query: `mutation { ${place(1)} }` }, { 'x-user': 'alice' });
-      const response = await post({ query: `mutation { ${place(2)} sendReceipt(orderId: "order-1") }` }, { 'x-user': 'alice' });
+      const response = await post(
+        { query: `mutation { ${place(2)} sendReceipt(orderId: "order-1") }` },
+        { 'x-user': 'alice' },
+      );
 
       expect(response.status).toBe(422);
-      expect(response.body).toMatchObject({ data: null, errors: [{ path: ['placeOrder'], extensions: { code: 'IDEMPOTENCY_KEY_REUSED' } }] });
+      expect(response.body).toMatchObject({
+        data: null,
+        errors: [{ path: ['placeOrder'], extensions: { code: 'IDEMPOTENCY_KEY_REUSED' } }],
+      });
       expect(shop.calls.sendReceipt).toBeUndefined();
     });
 
@@ -351,16 +405,28 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       await post({ query }, keyHeader(key));
       const replay = await post({ query }, keyHeader(key));
 
-      expect(replay.body.extensions.idempotency).toEqual({ replayed: true, replayedFields: ['createOrder', 'sendReceipt'] });
+      expect(replay.body.extensions.idempotency).toEqual({
+        replayed: true,
+        replayedFields: ['createOrder', 'sendReceipt'],
+      });
       expect(shop.calls).toEqual({ createOrder: 1, sendReceipt: 1 });
     });
 
     it('K2: a required mutation without any key is refused with 400 IDEMPOTENCY_KEY_MISSING; nothing else in the operation runs', async () => {
-      const response = await post({ query: 'mutation { sendReceipt(orderId: "x") placeOrder(input: { amount: 1, currency: "EUR" }) { id } }' }, { 'x-user': 'alice' });
-      const withHeader = await post({ query: 'mutation { placeOrder(input: { amount: 1, currency: "EUR" }) { id } }' }, keyHeader(randomUUID()));
+      const response = await post(
+        { query: 'mutation { sendReceipt(orderId: "x") placeOrder(input: { amount: 1, currency: "EUR" }) { id } }' },
+        { 'x-user': 'alice' },
+      );
+      const withHeader = await post(
+        { query: 'mutation { placeOrder(input: { amount: 1, currency: "EUR" }) { id } }' },
+        keyHeader(randomUUID()),
+      );
 
       expect(response.status).toBe(400);
-      expect(response.body.errors[0].extensions).toMatchObject({ code: 'IDEMPOTENCY_KEY_MISSING', idempotency: { status: 400, type: 'http://yoga/idempotency#idempotency_key_missing' } });
+      expect(response.body.errors[0].extensions).toMatchObject({
+        code: 'IDEMPOTENCY_KEY_MISSING',
+        idempotency: { status: 400, type: 'http://yoga/idempotency#idempotency_key_missing' },
+      });
       expect(response.body.errors[0].message).toContain('Mutation.placeOrder');
       expect(withHeader.status).toBe(200);
       expect(shop.calls).toEqual({ placeOrder: 1 });
@@ -376,12 +442,15 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
 
   describe('a resolver that refuses before any side effect (HandlerNotStartedError)', () => {
     const REFUND = 'mutation Refund($amount: Int!) { refund(amount: $amount) { amount } }';
-    const REFUND_BY_ARGUMENT = 'mutation Refund($amount: Int!, $key: String) { refund(amount: $amount, idempotencyKey: $key) { amount } }';
+    const REFUND_BY_ARGUMENT =
+      'mutation Refund($amount: Int!, $key: String) { refund(amount: $amount, idempotencyKey: $key) { amount } }';
 
     it('E4: with a header key, releases the claim and returns the refusal; the same key then runs with corrected input', async () => {
       const key = randomUUID();
       const refused = await post({ query: REFUND, variables: { amount: -5 } }, keyHeader(key));
-      expect(refused.body.errors).toEqual([expect.objectContaining({ message: 'amount must be positive', extensions: { code: 'BAD_USER_INPUT' } })]);
+      expect(refused.body.errors).toEqual([
+        expect.objectContaining({ message: 'amount must be positive', extensions: { code: 'BAD_USER_INPUT' } }),
+      ]);
       const corrected = await post({ query: REFUND, variables: { amount: 5 } }, keyHeader(key));
       expect(corrected.body).toEqual({ data: { refund: { amount: 5 } } });
       expect(corrected.headers.get('idempotent-replayed')).toBeNull();
@@ -391,7 +460,10 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
     it('E4: with an argument key, releases the claim of the field; the same key then runs with corrected input', async () => {
       const key = randomUUID();
       const refused = await post({ query: REFUND_BY_ARGUMENT, variables: { amount: 0, key } }, { 'x-user': 'alice' });
-      expect(refused.body).toMatchObject({ data: { refund: null }, errors: [{ message: 'amount must be positive', path: ['refund'] }] });
+      expect(refused.body).toMatchObject({
+        data: { refund: null },
+        errors: [{ message: 'amount must be positive', path: ['refund'] }],
+      });
       const corrected = await post({ query: REFUND_BY_ARGUMENT, variables: { amount: 7, key } }, { 'x-user': 'alice' });
       expect(corrected.body).toEqual({ data: { refund: { amount: 7 } } });
       const replay = await post({ query: REFUND_BY_ARGUMENT, variables: { amount: 7, key } }, { 'x-user': 'alice' });
@@ -404,9 +476,16 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
     it('E6: a resolver derives a downstream key from its claim, per unit; without a key there is no claim', async () => {
       const key = randomUUID();
       const byHeader = await post({ query: 'mutation { payout(amount: 1) }' }, keyHeader(key));
-      expect(byHeader.body.data.payout).toBe(deriveKey({ scope: formatScope('mutation:payout', 'alice'), key, generation: 1 }, 'bank'));
-      const byArgument = await post({ query: `mutation { payout(amount: 1, idempotencyKey: "${key}") }` }, { 'x-user': 'alice' });
-      expect(byArgument.body.data.payout).toBe(deriveKey({ scope: formatScope('Mutation.payout', 'alice'), key, generation: 1 }, 'bank'));
+      expect(byHeader.body.data.payout).toBe(
+        deriveKey({ scope: formatScope('mutation:payout', 'alice'), key, generation: 1 }, 'bank'),
+      );
+      const byArgument = await post(
+        { query: `mutation { payout(amount: 1, idempotencyKey: "${key}") }` },
+        { 'x-user': 'alice' },
+      );
+      expect(byArgument.body.data.payout).toBe(
+        deriveKey({ scope: formatScope('Mutation.payout', 'alice'), key, generation: 1 }, 'bank'),
+      );
       const unkeyed = await post({ query: 'mutation { payout(amount: 1) }' }, { 'x-user': 'alice' });
       expect(unkeyed.body.data.payout).toBe('no claim');
     });
@@ -477,21 +556,30 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
   });
 });
 
-describe.each(unreachableStores)('@idem/envelop with GraphQL Yoga on a store that cannot reach its database ($name)', ({ open }) => {
-  it('E5/X3: answers HTTP 503 with a Retry-After header and IDEMPOTENCY_STORE_UNAVAILABLE, and does not run the resolver', async () => {
-    const unreachable = await open();
-    try {
-      const shop = createShop();
-      const yoga = createYoga({ schema: shop.schema, logging: false, plugins: [useYogaIdempotency({ store: unreachable.store, principal: () => 'alice', unavailableRetryAfter: 3 })] });
-      const post = graphqlClient((url, init) => yoga.fetch(url, init));
-      const refused = await post(order(), keyHeader(randomUUID()));
+describe.each(unreachableStores)(
+  '@idem/envelop with GraphQL Yoga on a store that cannot reach its database ($name)',
+  ({ open }) => {
+    it('E5/X3: answers HTTP 503 with a Retry-After header and IDEMPOTENCY_STORE_UNAVAILABLE, and does not run the resolver', async () => {
+      const unreachable = await open();
+      try {
+        const shop = createShop();
+        const yoga = createYoga({
+          schema: shop.schema,
+          logging: false,
+          plugins: [
+            useYogaIdempotency({ store: unreachable.store, principal: () => 'alice', unavailableRetryAfter: 3 }),
+          ],
+        });
+        const post = graphqlClient((url, init) => yoga.fetch(url, init));
+        const refused = await post(order(), keyHeader(randomUUID()));
 
-      expect(refused.status).toBe(503);
-      expect(refused.headers.get('retry-after')).toBe('3');
-      expect(refused.body.errors?.[0]?.extensions).toMatchObject({ code: 'IDEMPOTENCY_STORE_UNAVAILABLE' });
-      expect(shop.calls.createOrder).toBeUndefined();
-    } finally {
-      await unreachable.close();
-    }
-  });
-});
+        expect(refused.status).toBe(503);
+        expect(refused.headers.get('retry-after')).toBe('3');
+        expect(refused.body.errors?.[0]?.extensions).toMatchObject({ code: 'IDEMPOTENCY_STORE_UNAVAILABLE' });
+        expect(shop.calls.createOrder).toBeUndefined();
+      } finally {
+        await unreachable.close();
+      }
+    });
+  },
+);

@@ -12,10 +12,18 @@ import type { ErrorCodec, StoredErrorDescription } from '@idem/core';
 export const trpcErrorCodec: ErrorCodec = {
   describe(error) {
     const trpcError = getTRPCErrorFromUnknown(error);
-    return { name: 'TRPCError', message: trpcError.message, code: trpcError.code, status: getHTTPStatusCodeFromError(trpcError) };
+    return {
+      name: 'TRPCError',
+      message: trpcError.message,
+      code: trpcError.code,
+      status: getHTTPStatusCodeFromError(trpcError),
+    };
   },
   revive(description: StoredErrorDescription) {
-    return new TRPCError({ code: isTRPCErrorCode(description.code) ? description.code : 'INTERNAL_SERVER_ERROR', message: description.message });
+    return new TRPCError({
+      code: isTRPCErrorCode(description.code) ? description.code : 'INTERNAL_SERVER_ERROR',
+      message: description.message,
+    });
   },
 };
 

@@ -80,7 +80,13 @@ export type IdempotencyErrorShape<TShape extends TRPCErrorShape = TRPCDefaultErr
  * const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
  * ```
  */
-export const idempotencyErrorFormatter = <TShape extends TRPCErrorShape>({ shape, error }: { shape: TShape; error: TRPCError }): IdempotencyErrorShape<TShape> => {
+export const idempotencyErrorFormatter = <TShape extends TRPCErrorShape>({
+  shape,
+  error,
+}: {
+  shape: TShape;
+  error: TRPCError;
+}): IdempotencyErrorShape<TShape> => {
   const idempotency = idempotencyErrorData(error);
   if (idempotency !== undefined) return { ...shape, data: { ...shape.data, idempotency } };
   return isReplayedError(error) ? { ...shape, data: { ...shape.data, idempotentReplayed: true as const } } : shape;

@@ -4,8 +4,27 @@
  */
 export { idempotency, type IdempotencyMiddleware } from './middleware.js';
 export type { IdempotencyOptions } from './options.js';
-export { idempotencyContext, type IdempotencyContext, type IdempotencyContextOptions, type IdempotencyTransport } from './context.js';
-export { idempotencyErrorFormatter, idempotencyErrorData, isReplayedError, type IdempotencyErrorData, type IdempotencyErrorShape } from './error-mapping.js';
+export {
+  idempotencyContext,
+  type IdempotencyContext,
+  type IdempotencyContextOptions,
+  type IdempotencyTransport,
+} from './context.js';
+export {
+  idempotencyErrorFormatter,
+  idempotencyErrorData,
+  isReplayedError,
+  type IdempotencyErrorData,
+  type IdempotencyErrorShape,
+} from './error-mapping.js';
 // What tRPC users need from the core without a second import.
-export { sharedPrincipal, idempotencyClaim, HandlerNotStartedError, type ClaimContext, type Duration, type FingerprintOption, type IdempotencyErrorCode } from '@idem/core';
+export {
+  sharedPrincipal,
+  idempotencyClaim,
+  HandlerNotStartedError,
+  type ClaimContext,
+  type Duration,
+  type FingerprintOption,
+  type IdempotencyErrorCode,
+} from '@idem/core';
 export type { KeyOptions, RequiredOption } from '@idem/core/adapter';

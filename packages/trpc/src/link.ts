@@ -26,7 +26,6 @@ import {
 } from '@idem/core/client';
 import type { IdempotencyErrorCode } from '@idem/core';
 
-
 /**
  * Options of {@link idempotencyLink}: where the key goes, where the retention comes from
  * (`retention` or `policyUrl`, exactly one), and the retry behaviour (`maxAttempts`,
@@ -102,9 +101,20 @@ export function idempotencyHeaders(op: { context: Record<string, unknown> }): Re
  *
  * @throws TypeError `[idem] …` at once when neither or both of `retention` and `policyUrl` are given.
  */
-export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(options: IdempotencyLinkOptions): TRPCLink<TRouter> {
-  const { key: { header = true, field = DEFAULT_KEY_FIELD } = {}, retention, policyUrl, fetch, ...retryOptions } = options;
-  if (!header && (typeof field !== 'string' || field === '')) throw new TypeError('[idem] idempotencyLink: with `key.header: false` the key goes in `key.field`, which must be a field name');
+export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
+  options: IdempotencyLinkOptions,
+): TRPCLink<TRouter> {
+  const {
+    key: { header = true, field = DEFAULT_KEY_FIELD } = {},
+    retention,
+    policyUrl,
+    fetch,
+    ...retryOptions
+  } = options;
+  if (!header && (typeof field !== 'string' || field === ''))
+    throw new TypeError(
+      '[idem] idempotencyLink: with `key.header: false` the key goes in `key.field`, which must be a field name',
+    );
   const where: Where = header ? { header: true } : { header: false, field: field as string };
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch }, 'idempotencyLink');
   const now = retryOptions.now ?? Date.now;
@@ -194,7 +204,9 @@ function withKey(op: Operation, where: Where): { keyed: Operation; key: string }
   }
   const inputKey = readKey(input[field], `input.${field}`);
   if (inputKey !== undefined && contextKey !== undefined && inputKey !== contextKey) {
-    throw new TypeError(`[idem] ${op.path} was given two different keys (input.${field} and context.idempotencyKey); pass one.`);
+    throw new TypeError(
+      `[idem] ${op.path} was given two different keys (input.${field} and context.idempotencyKey); pass one.`,
+    );
   }
   const key = inputKey ?? contextKey ?? newIdempotencyKey();
   return { keyed: { ...op, input: { ...input, [field]: key } }, key };
@@ -222,7 +234,12 @@ function headerNeverSent(path: string, cause: unknown): Error {
 /** What the client sees of an error: `TRPCClientError`'s fields, read without importing the class. */
 interface ClientErrorLike {
   shape?: unknown;
-  data?: { httpStatus?: number; code?: string; idempotency?: { code?: IdempotencyErrorCode; retryAfter?: number }; idempotentReplayed?: boolean } | null;
+  data?: {
+    httpStatus?: number;
+    code?: string;
+    idempotency?: { code?: IdempotencyErrorCode; retryAfter?: number };
+    idempotentReplayed?: boolean;
+  } | null;
   meta?: { response?: { headers?: { get(name: string): string | null } } };
 }
 
@@ -235,7 +252,10 @@ interface ClientErrorLike {
  *   and `idempotency_store_unavailable`; without it, HTTP 409 / `CONFLICT` and 503 / `SERVICE_UNAVAILABLE`;
  * - anything else (400, 422, 500, …): never.
  */
-function classifyTRPCError(error: unknown, now: () => number = Date.now): { reason: RetryReason; retryAfterMs?: number } | undefined {
+function classifyTRPCError(
+  error: unknown,
+  now: () => number = Date.now,
+): { reason: RetryReason; retryAfterMs?: number } | undefined {
   if (!(error instanceof Error) || error.name !== 'TRPCClientError') return undefined;
   const { shape, data, meta } = error as Error & ClientErrorLike;
   const headers = meta?.response?.headers;
@@ -244,7 +264,10 @@ function classifyTRPCError(error: unknown, now: () => number = Date.now): { reas
 
   const problem = data?.idempotency;
   const retryAfterSeconds = problem?.retryAfter;
-  const retryAfterMs = typeof retryAfterSeconds === 'number' ? retryAfterSeconds * 1000 : parseRetryAfter(headers?.get('retry-after'), now);
+  const retryAfterMs =
+    typeof retryAfterSeconds === 'number'
+      ? retryAfterSeconds * 1000
+      : parseRetryAfter(headers?.get('retry-after'), now);
   const retry = (reason: RetryReason) => (retryAfterMs === undefined ? { reason } : { reason, retryAfterMs });
   if (problem?.code !== undefined) {
     if (problem.code === 'idempotency_request_in_progress') return retry('in_progress');
@@ -257,4 +280,12 @@ function classifyTRPCError(error: unknown, now: () => number = Date.now): { reas
 }
 
 // `@idem/trpc/client` is this module: what a browser client needs, without the server middleware.
-export { RetentionWindowExceededError, RetriesExhaustedError, UnresolvedOperationError, loadRetentionPolicy, newIdempotencyKey, type ClientRetryOptions, type RetryNotice } from '@idem/core/client';
+export {
+  RetentionWindowExceededError,
+  RetriesExhaustedError,
+  UnresolvedOperationError,
+  loadRetentionPolicy,
+  newIdempotencyKey,
+  type ClientRetryOptions,
+  type RetryNotice,
+} from '@idem/core/client';

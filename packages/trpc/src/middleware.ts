@@ -1,13 +1,28 @@
 import type { TRPCMiddlewareFunction } from '@trpc/server';
-import { HandlerNotStartedError, isIdempotencyError, type ClaimCarrier, type IdempotencyEngine, type IdempotencyError } from '@idem/core';
-import { claimFields, createAdapterKit, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type AdapterKit } from '@idem/core/adapter';
+import {
+  HandlerNotStartedError,
+  isIdempotencyError,
+  type ClaimCarrier,
+  type IdempotencyEngine,
+  type IdempotencyError,
+} from '@idem/core';
+import {
+  claimFields,
+  createAdapterKit,
+  IDEMPOTENCY_KEY_HEADER,
+  IDEMPOTENT_REPLAYED_HEADER,
+  type AdapterKit,
+} from '@idem/core/adapter';
 import { getTransport, type IdempotencyTransport } from './context.js';
 import { trpcErrorCodec } from './error-codec.js';
 import { markReplayedError, toTRPCError } from './error-mapping.js';
 import { replayedResult, type MiddlewareResult } from './middleware-result.js';
 import type { IdempotencyOptions } from './options.js';
 
-type MiddlewareOptions<TContext> = Omit<Parameters<TRPCMiddlewareFunction<object, any, object, object, unknown>>[0], 'ctx'> & { ctx: TContext };
+type MiddlewareOptions<TContext> = Omit<
+  Parameters<TRPCMiddlewareFunction<object, any, object, object, unknown>>[0],
+  'ctx'
+> & { ctx: TContext };
 
 /**
  * The middleware {@link idempotency} returns: pass it to `.use()`. The procedures after it see
@@ -38,7 +53,9 @@ export interface IdempotencyMiddleware<TContext, TTx = unknown> {
  * With `atomic: true` (PostgreSQL), the resolver runs inside the store's transaction and writes
  * through `idempotencyClaim(ctx).tx`, committed together with the claim and the stored outcome.
  */
-export function idempotency<TContext extends object = object, TTx = unknown>(options: IdempotencyOptions<TContext, TTx>): IdempotencyMiddleware<TContext, TTx> {
+export function idempotency<TContext extends object = object, TTx = unknown>(
+  options: IdempotencyOptions<TContext, TTx>,
+): IdempotencyMiddleware<TContext, TTx> {
   const kit = createAdapterKit(options, { name: 'idempotency()', field: 'input field' });
   const keyField = kit.key.field;
 
@@ -55,13 +72,16 @@ export function idempotency<TContext extends object = object, TTx = unknown>(opt
       const fingerprint = await kit.fingerprint(subject, keyField === false ? [] : [keyField]);
 
       let executed: MiddlewareResult<ClaimCarrier<TTx>> | undefined;
-      const result = await kit.execute({ scope: scopeOf(opts.path), key, fingerprint, errors: trpcErrorCodec }, async (claim) => {
-        executed = await opts.next({ ctx: claimFields(claim) });
-        if (executed.ok) return executed.data;
-        // tRPC wraps what a resolver throws; a HandlerNotStartedError must reach the engine as
-        // itself, so that it releases the claim instead of storing the failure (E4).
-        throw executed.error.cause instanceof HandlerNotStartedError ? executed.error.cause : executed.error;
-      });
+      const result = await kit.execute(
+        { scope: scopeOf(opts.path), key, fingerprint, errors: trpcErrorCodec },
+        async (claim) => {
+          executed = await opts.next({ ctx: claimFields(claim) });
+          if (executed.ok) return executed.data;
+          // tRPC wraps what a resolver throws; a HandlerNotStartedError must reach the engine as
+          // itself, so that it releases the claim instead of storing the failure (E4).
+          throw executed.error.cause instanceof HandlerNotStartedError ? executed.error.cause : executed.error;
+        },
+      );
       if (!result.replayed && executed) return executed;
       const wholeResponse = markReplayedCall(transport);
       if (result.ok) return replayedResult(result.value);
@@ -76,10 +96,16 @@ export function idempotency<TContext extends object = object, TTx = unknown>(opt
 }
 
 /** K1, K4: the call's key, from the header (one per request) and the input field. */
-async function readKey(kit: Pick<AdapterKit<unknown>, 'key' | 'headerKey' | 'fieldKey' | 'chooseKey'>, opts: MiddlewareOptions<unknown>, transport: IdempotencyTransport | undefined): Promise<string | undefined> {
+async function readKey(
+  kit: Pick<AdapterKit<unknown>, 'key' | 'headerKey' | 'fieldKey' | 'chooseKey'>,
+  opts: MiddlewareOptions<unknown>,
+  transport: IdempotencyTransport | undefined,
+): Promise<string | undefined> {
   const { header: readsHeader, field } = kit.key;
   if (readsHeader && !transport) {
-    throw new Error('[idem] the Idempotency-Key header cannot be read: spread `idempotencyContext(opts)` into what createContext returns');
+    throw new Error(
+      '[idem] the Idempotency-Key header cannot be read: spread `idempotencyContext(opts)` into what createContext returns',
+    );
   }
   const header = kit.headerKey(transport?.requestHeader(IDEMPOTENCY_KEY_HEADER), countMutationCalls(transport));
   let value: unknown;
@@ -136,5 +162,7 @@ function setRetryAfter(transport: IdempotencyTransport | undefined, error: Idemp
 }
 
 function fieldOf(input: unknown, field: string): unknown {
-  return input !== null && typeof input === 'object' && !Array.isArray(input) ? (input as Record<string, unknown>)[field] : undefined;
+  return input !== null && typeof input === 'object' && !Array.isArray(input)
+    ? (input as Record<string, unknown>)[field]
+    : undefined;
 }

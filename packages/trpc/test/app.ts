@@ -5,7 +5,12 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import { z } from 'zod';
 import superjson from 'superjson';
 import type { IdempotencyStore } from '@idem/core';
-import { HandlerNotStartedError, idempotency, idempotencyErrorFormatter, type IdempotencyContext } from '../src/index.ts';
+import {
+  HandlerNotStartedError,
+  idempotency,
+  idempotencyErrorFormatter,
+  type IdempotencyContext,
+} from '../src/index.ts';
 
 export interface AppContext extends IdempotencyContext {
   /** The caller, from the `x-user` header (S1 principal). */
@@ -49,8 +54,14 @@ export function createTestApp(store: IdempotencyStore) {
   const place = (name: string, amount: number) => ({ orderId: `ord_${bump(name)}_${++sequence}`, amount });
 
   const router = t.router({
-    createOrder: authed.input(order).use(idempotent).mutation(({ input }) => place('createOrder', input.amount)),
-    createRefund: authed.input(order).use(idempotent).mutation(({ input }) => place('createRefund', input.amount)),
+    createOrder: authed
+      .input(order)
+      .use(idempotent)
+      .mutation(({ input }) => place('createOrder', input.amount)),
+    createRefund: authed
+      .input(order)
+      .use(idempotent)
+      .mutation(({ input }) => place('createRefund', input.amount)),
     slowOrder: t.procedure
       .input(order)
       .use(idempotent)
@@ -61,7 +72,10 @@ export function createTestApp(store: IdempotencyStore) {
         await current?.gate.promise;
         return { orderId: `ord_slow_${++sequence}`, amount: input.amount };
       }),
-    lateOrder: late.input(order).use(idempotent).mutation(({ input }) => place('lateOrder', input.amount)),
+    lateOrder: late
+      .input(order)
+      .use(idempotent)
+      .mutation(({ input }) => place('lateOrder', input.amount)),
     failingOrder: t.procedure
       .input(order)
       .use(idempotent)
@@ -86,9 +100,18 @@ export function createTestApp(store: IdempotencyStore) {
         }
         return place('rateLimitedOrder', input.amount);
       }),
-    keyedOrder: t.procedure.input(keyedOrder).use(inputKeyed).mutation(({ input }) => place('keyedOrder', input.amount)),
-    eitherOrder: t.procedure.input(keyedOrder).use(eitherKeyed).mutation(({ input }) => place('eitherOrder', input.amount)),
-    optionalOrder: t.procedure.input(order).use(optional).mutation(({ input }) => place('optionalOrder', input.amount)),
+    keyedOrder: t.procedure
+      .input(keyedOrder)
+      .use(inputKeyed)
+      .mutation(({ input }) => place('keyedOrder', input.amount)),
+    eitherOrder: t.procedure
+      .input(keyedOrder)
+      .use(eitherKeyed)
+      .mutation(({ input }) => place('eitherOrder', input.amount)),
+    optionalOrder: t.procedure
+      .input(order)
+      .use(optional)
+      .mutation(({ input }) => place('optionalOrder', input.amount)),
     orderCount: t.procedure.use(idempotent).query(() => {
       bump('orderCount');
       return sequence;
@@ -123,7 +146,9 @@ export type AppRouter = ReturnType<typeof createTestApp>['router'];
 /** A router with the superjson transformer and serializer: Date and Map outputs. */
 export function createSuperjsonApp(store: IdempotencyStore) {
   const calls = { schedule: 0 };
-  const t = initTRPC.context<AppContext>().create({ transformer: superjson, errorFormatter: idempotencyErrorFormatter });
+  const t = initTRPC
+    .context<AppContext>()
+    .create({ transformer: superjson, errorFormatter: idempotencyErrorFormatter });
   const idempotent = idempotency({ store, principal: (ctx: AppContext) => ctx.user, serializer: superjson });
   const router = t.router({
     schedule: t.procedure

@@ -30,7 +30,12 @@ async function postgresPayments(): Promise<PaymentsDatabase> {
   const target = await openPostgresTarget({ schemaPrefix: 'idem_trpc_atomic' });
   await migrate(target.db);
   await target.db.execute(sql.raw(CREATE_PAYMENTS));
-  return { store: createDrizzleStore(target.db), pay: payOnPostgres, count: () => countPgPayments(target.db), close: () => target.close() };
+  return {
+    store: createDrizzleStore(target.db),
+    pay: payOnPostgres,
+    count: () => countPgPayments(target.db),
+    close: () => target.close(),
+  };
 }
 
 /** libsql on a local file: its transactions hold a connection of their own, so a resolver may await inside. */
@@ -42,7 +47,8 @@ async function libsqlPayments(): Promise<PaymentsDatabase> {
   return {
     store: createDrizzleStore(target.db),
     pay: (tx, paymentId) => (tx as Sqlite).insert(sqlitePayments).values({ id: paymentId }),
-    count: async () => (await (target.db as Sqlite).select({ n: sql<number>`count(*)` }).from(sqlitePayments))[0]?.n ?? 0,
+    count: async () =>
+      (await (target.db as Sqlite).select({ n: sql<number>`count(*)` }).from(sqlitePayments))[0]?.n ?? 0,
     close: () => target.close(),
   };
 }
@@ -109,11 +115,21 @@ describe.each([
   it('E4: a resolver error rolls its write back; the error is stored and replayed with the same status and body', async () => {
     const key = newKey();
     const before = await countPayments();
-    const first = await mutate(server.url, 'declinedPay', { paymentId: 'pay_trpc_declined', amount: 5 }, { 'idempotency-key': key });
+    const first = await mutate(
+      server.url,
+      'declinedPay',
+      { paymentId: 'pay_trpc_declined', amount: 5 },
+      { 'idempotency-key': key },
+    );
     expect(first.status).toBe(412);
     expect(await countPayments()).toBe(before);
 
-    const replay = await mutate(server.url, 'declinedPay', { paymentId: 'pay_trpc_declined', amount: 5 }, { 'idempotency-key': key });
+    const replay = await mutate(
+      server.url,
+      'declinedPay',
+      { paymentId: 'pay_trpc_declined', amount: 5 },
+      { 'idempotency-key': key },
+    );
     expect(replay.status).toBe(412);
     expect(replay.body).toEqual(first.body);
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
@@ -125,7 +141,9 @@ describe.each([
     const key = newKey();
     const before = await countPayments();
     const runs = app.calls.pay;
-    expect((await mutate(server.url, 'pay', { paymentId: 'pay_trpc_2', amount: 1 }, { 'idempotency-key': key })).status).toBe(200);
+    expect(
+      (await mutate(server.url, 'pay', { paymentId: 'pay_trpc_2', amount: 1 }, { 'idempotency-key': key })).status,
+    ).toBe(200);
     const other = await mutate(server.url, 'pay', { paymentId: 'pay_trpc_3', amount: 1 }, { 'idempotency-key': key });
     expect(other.status).toBe(422);
     expect(app.calls.pay).toBe(runs + 1);

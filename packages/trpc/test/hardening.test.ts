@@ -20,7 +20,9 @@ describe('a deeply nested input (issue 14, item 15)', () => {
   let runs = 0;
 
   beforeAll(async () => {
-    const t = initTRPC.context<IdempotencyContext & { user: string }>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
+    const t = initTRPC
+      .context<IdempotencyContext & { user: string }>()
+      .create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
     const idempotent = idempotency({ store: new MemoryStore(), principal: (ctx: { user: string }) => ctx.user });
     const router = t.router({
       saveTree: t.procedure
@@ -42,7 +44,11 @@ describe('a deeply nested input (issue 14, item 15)', () => {
     });
     const body = await response.json();
     expect(response.status).toBe(400);
-    expect(body.error.data).toMatchObject({ code: 'BAD_REQUEST', httpStatus: 400, idempotency: { code: 'idempotency_input_too_deep', status: 400 } });
+    expect(body.error.data).toMatchObject({
+      code: 'BAD_REQUEST',
+      httpStatus: 400,
+      idempotency: { code: 'idempotency_input_too_deep', status: 400 },
+    });
     expect(runs).toBe(0);
   });
 });
@@ -50,7 +56,9 @@ describe('a deeply nested input (issue 14, item 15)', () => {
 /** A router whose mutations take their key from the input, so one batch carries several keys. */
 function batchApp(store: IdempotencyStore) {
   const runs = { place: 0, reserve: 0 };
-  const t = initTRPC.context<IdempotencyContext & { user: string }>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
+  const t = initTRPC
+    .context<IdempotencyContext & { user: string }>()
+    .create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
   const idempotent = idempotency({ store, principal: (ctx: { user: string }) => ctx.user, key: { header: false } });
   const keyed = z.object({ idempotencyKey: z.string(), amount: z.number().optional(), name: z.string().optional() });
   const router = t.router({
@@ -74,8 +82,16 @@ function batchApp(store: IdempotencyStore) {
 async function postBatch(url: string, calls: Array<[path: string, input: unknown]>) {
   const paths = calls.map(([path]) => path).join(',');
   const body = Object.fromEntries(calls.map(([, input], index) => [String(index), input]));
-  const response = await fetch(`${url}/${paths}?batch=1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  return { status: response.status, replayed: response.headers.get('idempotent-replayed'), results: (await response.json()) as Array<Record<string, any>> };
+  const response = await fetch(`${url}/${paths}?batch=1`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return {
+    status: response.status,
+    replayed: response.headers.get('idempotent-replayed'),
+    results: (await response.json()) as Array<Record<string, any>>,
+  };
 }
 
 describe.each(storeTargets)('a tRPC batch with replayed and executed calls on $name (issue 14, item 9)', (target) => {
@@ -113,7 +129,9 @@ describe.each(storeTargets)('a tRPC batch with replayed and executed calls on $n
       ['place', { idempotencyKey: fresh, amount: 2 }],
     ]);
     expect(replays.replayed).toBe('true');
-    expect(replays.results.map((result) => result.result.data)).toEqual(mixed.results.map((result) => result.result.data));
+    expect(replays.results.map((result) => result.result.data)).toEqual(
+      mixed.results.map((result) => result.result.data),
+    );
   });
 
   it('E2/X2: in a batch, a replayed stored error carries error.data.idempotentReplayed; an error raised by this call does not', async () => {
@@ -138,7 +156,13 @@ describe.each(storeTargets)('a tRPC batch with replayed and executed calls on $n
     let requests = 0;
     const trpc = createTRPCClient<typeof app.router>({
       links: [
-        idempotencyLink({ retention: '24h', key: { header: false }, maxAttempts: 3, initialDelayMs: 10, maxDelayMs: 20 }),
+        idempotencyLink({
+          retention: '24h',
+          key: { header: false },
+          maxAttempts: 3,
+          initialDelayMs: 10,
+          maxDelayMs: 20,
+        }),
         httpBatchLink({ url: server.url, fetch: (input, init) => (requests++, fetch(input, init as RequestInit)) }),
       ],
     });

@@ -19,7 +19,11 @@ export interface RunningServer {
 }
 
 function nodeContext(opts: { req: IncomingMessage } & Parameters<typeof idempotencyContext>[0]): AppContext {
-  return { user: header(opts.req.headers['x-user']) ?? 'alice', deny: opts.req.headers['x-deny'] === '1', ...idempotencyContext(opts) };
+  return {
+    user: header(opts.req.headers['x-user']) ?? 'alice',
+    deny: opts.req.headers['x-deny'] === '1',
+    ...idempotencyContext(opts),
+  };
 }
 
 function header(value: string | string[] | undefined): string | undefined {
@@ -43,7 +47,10 @@ function listen(server: Server): Promise<RunningServer> {
 }
 
 /** The standalone adapter; `createContext` defaults to the test context with `idempotencyContext`. */
-export function startStandalone(router: AnyTRPCRouter, createContext: (opts: CreateHTTPContextOptions) => object = nodeContext): Promise<RunningServer> {
+export function startStandalone(
+  router: AnyTRPCRouter,
+  createContext: (opts: CreateHTTPContextOptions) => object = nodeContext,
+): Promise<RunningServer> {
   return listen(createHTTPServer({ router, createContext }));
 }
 
@@ -66,7 +73,11 @@ export function fetchAdapter(router: AnyTRPCRouter): typeof fetch {
       endpoint: '/trpc',
       req,
       router,
-      createContext: (opts) => ({ user: opts.req.headers.get('x-user') ?? 'alice', deny: opts.req.headers.get('x-deny') === '1', ...idempotencyContext(opts) }),
+      createContext: (opts) => ({
+        user: opts.req.headers.get('x-user') ?? 'alice',
+        deny: opts.req.headers.get('x-deny') === '1',
+        ...idempotencyContext(opts),
+      }),
     });
   };
 }
@@ -98,7 +109,11 @@ export function clientFor<TRouter extends AnyTRPCRouter>(url: string, options: C
   });
   const linkOptions = { url, headers, fetch: recordingFetch, transformer: options.transformer } as any;
   const link: TRPCLink<TRouter> =
-    options.link === 'batch' ? httpBatchLink(linkOptions) : options.link === 'stream' ? httpBatchStreamLink(linkOptions) : httpLink(linkOptions);
+    options.link === 'batch'
+      ? httpBatchLink(linkOptions)
+      : options.link === 'stream'
+        ? httpBatchStreamLink(linkOptions)
+        : httpLink(linkOptions);
   return {
     trpc: createTRPCClient<TRouter>({ links: [link] }),
     responses,
@@ -114,7 +129,12 @@ export interface RawResponse {
 }
 
 /** POSTs one mutation the way `httpLink` does (no transformer), to read status and headers. */
-export async function mutate(url: string, path: string, input: unknown, headers: Record<string, string> = {}): Promise<RawResponse> {
+export async function mutate(
+  url: string,
+  path: string,
+  input: unknown,
+  headers: Record<string, string> = {},
+): Promise<RawResponse> {
   const response = await fetch(`${url}/${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },

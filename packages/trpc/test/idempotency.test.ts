@@ -59,27 +59,40 @@ describe.each(storeTargets)('@idem/trpc over HTTP on $name', (target) => {
     });
 
     it.each([
-      ['failingOrder', 'a plain throw (INTERNAL_SERVER_ERROR)', 500, 'INTERNAL_SERVER_ERROR', 'payment channel exploded'],
+      [
+        'failingOrder',
+        'a plain throw (INTERNAL_SERVER_ERROR)',
+        500,
+        'INTERNAL_SERVER_ERROR',
+        'payment channel exploded',
+      ],
       ['refusedOrder', 'a TRPCError', 412, 'PRECONDITION_FAILED', 'card declined'],
-    ])('E4: replays %s, %s, with the same code, message and HTTP status, without running it again', async (path, _what, status, code, message) => {
-      const headers = { 'idempotency-key': newKey() };
-      const first = await mutate(url, path, { amount: 1 }, headers);
-      expect(first.status).toBe(status);
-      expect(first.body.error).toMatchObject({ message, data: { code, httpStatus: status, path } });
-      expect(first.headers.get('idempotent-replayed')).toBeNull();
+    ])(
+      'E4: replays %s, %s, with the same code, message and HTTP status, without running it again',
+      async (path, _what, status, code, message) => {
+        const headers = { 'idempotency-key': newKey() };
+        const first = await mutate(url, path, { amount: 1 }, headers);
+        expect(first.status).toBe(status);
+        expect(first.body.error).toMatchObject({ message, data: { code, httpStatus: status, path } });
+        expect(first.headers.get('idempotent-replayed')).toBeNull();
 
-      const replay = await mutate(url, path, { amount: 1 }, headers);
-      expect(replay.status).toBe(status);
-      expect(replay.body).toEqual(first.body);
-      expect(replay.headers.get('idempotent-replayed')).toBe('true');
-      expect(app.calls[path]).toBe(1);
-    });
+        const replay = await mutate(url, path, { amount: 1 }, headers);
+        expect(replay.status).toBe(status);
+        expect(replay.body).toEqual(first.body);
+        expect(replay.headers.get('idempotent-replayed')).toBe('true');
+        expect(app.calls[path]).toBe(1);
+      },
+    );
 
     it('E4: the client sees a replayed error exactly as the first one (TRPCClientError code, message, status)', async () => {
       const { trpc } = clientFor<AppRouter>(url, { key: newKey() });
       const first = await rejection(trpc.failingOrder.mutate({ amount: 3 }));
       const replay = await rejection(trpc.failingOrder.mutate({ amount: 3 }));
-      expect([replay.message, replay.data?.code, replay.data?.httpStatus]).toEqual([first.message, first.data?.code, first.data?.httpStatus]);
+      expect([replay.message, replay.data?.code, replay.data?.httpStatus]).toEqual([
+        first.message,
+        first.data?.code,
+        first.data?.httpStatus,
+      ]);
       expect(first.data?.code).toBe('INTERNAL_SERVER_ERROR');
       expect(app.calls.failingOrder).toBe(1);
     });
@@ -90,7 +103,9 @@ describe.each(storeTargets)('@idem/trpc over HTTP on $name', (target) => {
       const hold = app.holdSlowOrders();
       const headers = { 'idempotency-key': newKey() };
       let settled = 0;
-      const requests = Array.from({ length: 5 }, () => mutate(url, 'slowOrder', { amount: 5 }, headers).finally(() => (settled += 1)));
+      const requests = Array.from({ length: 5 }, () =>
+        mutate(url, 'slowOrder', { amount: 5 }, headers).finally(() => (settled += 1)),
+      );
       try {
         await hold.started;
         await vi.waitFor(() => expect(settled).toBe(4), { timeout: 5000 });
@@ -105,7 +120,12 @@ describe.each(storeTargets)('@idem/trpc over HTTP on $name', (target) => {
         expect(conflict.body.error.data).toMatchObject({
           code: 'CONFLICT',
           httpStatus: 409,
-          idempotency: { code: 'idempotency_request_in_progress', status: 409, retryAfter: 1, type: `${url}/idempotency#idempotency_request_in_progress` },
+          idempotency: {
+            code: 'idempotency_request_in_progress',
+            status: 409,
+            retryAfter: 1,
+            type: `${url}/idempotency#idempotency_request_in_progress`,
+          },
         });
       }
       expect(app.calls.slowOrder).toBe(1);
@@ -122,7 +142,10 @@ describe.each(storeTargets)('@idem/trpc over HTTP on $name', (target) => {
       const original = await mutate(url, 'createOrder', { amount: 10 }, headers);
       const changed = await mutate(url, 'createOrder', { amount: 11 }, headers);
       expect(changed.status).toBe(422);
-      expect(changed.body.error.data).toMatchObject({ code: 'UNPROCESSABLE_CONTENT', idempotency: { code: 'idempotency_key_reused', status: 422 } });
+      expect(changed.body.error.data).toMatchObject({
+        code: 'UNPROCESSABLE_CONTENT',
+        idempotency: { code: 'idempotency_key_reused', status: 422 },
+      });
       expect(changed.headers.get('idempotent-replayed')).toBeNull();
       const retried = await mutate(url, 'createOrder', { amount: 10 }, headers);
       expect(retried.body).toEqual(original.body);
@@ -146,19 +169,32 @@ describe.each(storeTargets)('@idem/trpc over HTTP on $name', (target) => {
       ['256 characters long', 'k'.repeat(256), 'idempotency_key_invalid'],
       ['holding a space', 'bad key', 'idempotency_key_invalid'],
       ['holding a backslash', 'bad\\key', 'idempotency_key_invalid'],
-    ])('K2/K3: a key %s gets 400 BAD_REQUEST with the problem fields, and the resolver does not run', async (_what, key, code) => {
-      const response = await mutate(url, 'createOrder', { amount: 1 }, key === undefined ? {} : { 'idempotency-key': key });
-      expect(response.status).toBe(400);
-      expect(response.body.error.data).toMatchObject({ code: 'BAD_REQUEST', httpStatus: 400 });
-      const { idempotency } = response.body.error.data;
-      expect(idempotency).toMatchObject({ code, status: 400, type: `${url}/idempotency#${code}` });
-      expect(idempotency.title).toEqual(expect.any(String));
-      expect(idempotency.detail).toBe(response.body.error.message);
-      expect(app.calls.createOrder).toBeUndefined();
-    });
+    ])(
+      'K2/K3: a key %s gets 400 BAD_REQUEST with the problem fields, and the resolver does not run',
+      async (_what, key, code) => {
+        const response = await mutate(
+          url,
+          'createOrder',
+          { amount: 1 },
+          key === undefined ? {} : { 'idempotency-key': key },
+        );
+        expect(response.status).toBe(400);
+        expect(response.body.error.data).toMatchObject({ code: 'BAD_REQUEST', httpStatus: 400 });
+        const { idempotency } = response.body.error.data;
+        expect(idempotency).toMatchObject({ code, status: 400, type: `${url}/idempotency#${code}` });
+        expect(idempotency.title).toEqual(expect.any(String));
+        expect(idempotency.detail).toBe(response.body.error.message);
+        expect(app.calls.createOrder).toBeUndefined();
+      },
+    );
 
     it('K3: a key of exactly 255 characters is accepted', async () => {
-      const response = await mutate(url, 'createOrder', { amount: 1 }, { 'idempotency-key': 'k'.repeat(254) + newKey().slice(-1) });
+      const response = await mutate(
+        url,
+        'createOrder',
+        { amount: 1 },
+        { 'idempotency-key': 'k'.repeat(254) + newKey().slice(-1) },
+      );
       expect(response.status).toBe(200);
       expect(app.calls.createOrder).toBe(1);
     });
@@ -274,7 +310,11 @@ describe.each(storeTargets)('@idem/trpc over HTTP on $name', (target) => {
     it('input-field keys: each call of a batch is its own record and replays its own output', async () => {
       const [k1, k2] = [newKey(), newKey()];
       const { trpc, responses } = clientFor<AppRouter>(url, { link: 'batch' });
-      const send = () => Promise.all([trpc.keyedOrder.mutate({ amount: 1, idempotencyKey: k1 }), trpc.keyedOrder.mutate({ amount: 1, idempotencyKey: k2 })]);
+      const send = () =>
+        Promise.all([
+          trpc.keyedOrder.mutate({ amount: 1, idempotencyKey: k1 }),
+          trpc.keyedOrder.mutate({ amount: 1, idempotencyKey: k2 }),
+        ]);
       const [a, b] = await send();
       expect(responses).toHaveLength(1);
       expect(a.orderId).not.toBe(b.orderId);
@@ -287,7 +327,10 @@ describe.each(storeTargets)('@idem/trpc over HTTP on $name', (target) => {
     it('one header key over two mutation calls in one batch: both are refused with 400 idempotency_key_ambiguous, nothing runs or is stored', async () => {
       const key = newKey();
       const { trpc, responses } = clientFor<AppRouter>(url, { link: 'batch', key });
-      const results = await Promise.allSettled([trpc.createOrder.mutate({ amount: 1 }), trpc.createRefund.mutate({ amount: 1 })]);
+      const results = await Promise.allSettled([
+        trpc.createOrder.mutate({ amount: 1 }),
+        trpc.createRefund.mutate({ amount: 1 }),
+      ]);
       expect(responses).toHaveLength(1);
       expect(responses[0]!.status).toBe(400);
       for (const result of results) {
@@ -361,7 +404,10 @@ describe.each(storeTargets)('@idem/trpc over HTTP on $name', (target) => {
 
   describe('other adapters', () => {
     it('fetch adapter: keys are read from the Request and replays set Idempotent-Replayed through resHeaders', async () => {
-      const { trpc, lastHeaders } = clientFor<AppRouter>('http://localhost/trpc', { key: newKey(), fetch: fetchAdapter(app.router) });
+      const { trpc, lastHeaders } = clientFor<AppRouter>('http://localhost/trpc', {
+        key: newKey(),
+        fetch: fetchAdapter(app.router),
+      });
       const first = await trpc.createOrder.mutate({ amount: 13 });
       expect(await trpc.createOrder.mutate({ amount: 13 })).toEqual(first);
       expect(lastHeaders().get('idempotent-replayed')).toBe('true');

@@ -13,7 +13,14 @@ import { createTRPCClient, httpBatchLink, httpLink, TRPCClientError, type TRPCLi
 import { z } from 'zod';
 import { createPolicyDocument, formatScope, MemoryStore, type EndpointPolicyDescription } from '@idem/core';
 import { idempotency, idempotencyContext, idempotencyErrorFormatter, sharedPrincipal } from '../src/index.ts';
-import { idempotencyHeaders, idempotencyLink, RetentionWindowExceededError, RetriesExhaustedError, type IdempotencyLinkOptions, type RetryNotice } from '../src/link.ts';
+import {
+  idempotencyHeaders,
+  idempotencyLink,
+  RetentionWindowExceededError,
+  RetriesExhaustedError,
+  type IdempotencyLinkOptions,
+  type RetryNotice,
+} from '../src/link.ts';
 import { untilExpired } from '../../../test/support/waiting.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -28,10 +35,23 @@ function deferred() {
 /** The server: a few procedures that count their resolver runs, and the published policy. */
 function createShop({ retention = '24h' }: { retention?: string } = {}) {
   const store = new MemoryStore();
-  const calls = { charge: 0, slowCharge: 0, chargeByInput: 0, reserveName: 0, explode: 0, optionalCharge: 0, policy: 0 };
+  const calls = {
+    charge: 0,
+    slowCharge: 0,
+    chargeByInput: 0,
+    reserveName: 0,
+    explode: 0,
+    optionalCharge: 0,
+    policy: 0,
+  };
   let hold = { started: deferred(), gate: deferred() };
-  const createContext = (opts: CreateHTTPContextOptions) => ({ sawKey: opts.req.headers['idempotency-key'] !== undefined, ...idempotencyContext(opts) });
-  const t = initTRPC.context<ReturnType<typeof createContext>>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
+  const createContext = (opts: CreateHTTPContextOptions) => ({
+    sawKey: opts.req.headers['idempotency-key'] !== undefined,
+    ...idempotencyContext(opts),
+  });
+  const t = initTRPC
+    .context<ReturnType<typeof createContext>>()
+    .create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
   const common = { store, principal: sharedPrincipal, retention: retention as `${number}h` };
   const idempotent = idempotency(common);
   const byInput = idempotency({ ...common, key: { header: false } });
@@ -39,7 +59,10 @@ function createShop({ retention = '24h' }: { retention?: string } = {}) {
   const amount = z.object({ amount: z.number().int().positive() });
 
   const router = t.router({
-    charge: t.procedure.input(amount).use(idempotent).mutation(({ input }) => ({ charge: `ch_${++calls.charge}`, amount: input.amount })),
+    charge: t.procedure
+      .input(amount)
+      .use(idempotent)
+      .mutation(({ input }) => ({ charge: `ch_${++calls.charge}`, amount: input.amount })),
     slowCharge: t.procedure
       .input(amount)
       .use(idempotent)
@@ -54,16 +77,28 @@ function createShop({ retention = '24h' }: { retention?: string } = {}) {
       .input(amount.extend({ idempotencyKey: z.string().optional() }))
       .use(byInput)
       .mutation(({ input }) => ({ charge: `ch_input_${++calls.chargeByInput}`, amount: input.amount })),
-    echoByInput: t.procedure.input(z.any()).use(byInput).mutation(({ input }) => input),
-    reserveName: t.procedure.input(z.object({ name: z.string() })).use(idempotent).mutation((): never => {
-      calls.reserveName += 1;
-      throw new TRPCError({ code: 'CONFLICT', message: 'that name is taken' });
-    }),
-    explode: t.procedure.input(amount).use(idempotent).mutation((): never => {
-      calls.explode += 1;
-      throw new Error('payment channel exploded');
-    }),
-    optionalCharge: t.procedure.input(amount).use(optional).mutation(({ input }) => ({ charge: `ch_opt_${++calls.optionalCharge}`, amount: input.amount })),
+    echoByInput: t.procedure
+      .input(z.any())
+      .use(byInput)
+      .mutation(({ input }) => input),
+    reserveName: t.procedure
+      .input(z.object({ name: z.string() }))
+      .use(idempotent)
+      .mutation((): never => {
+        calls.reserveName += 1;
+        throw new TRPCError({ code: 'CONFLICT', message: 'that name is taken' });
+      }),
+    explode: t.procedure
+      .input(amount)
+      .use(idempotent)
+      .mutation((): never => {
+        calls.explode += 1;
+        throw new Error('payment channel exploded');
+      }),
+    optionalCharge: t.procedure
+      .input(amount)
+      .use(optional)
+      .mutation(({ input }) => ({ charge: `ch_opt_${++calls.optionalCharge}`, amount: input.amount })),
     sawKey: t.procedure.query(({ ctx }) => ctx.sawKey),
   });
 
@@ -79,7 +114,10 @@ function createShop({ retention = '24h' }: { retention?: string } = {}) {
     stored: 'the output or the error',
     fingerprint: 'the validated input',
   });
-  const policy = createPolicyDocument({ documentationUrl: '/idempotency', endpoints: ['charge', 'slowCharge', 'chargeByInput', 'reserveName', 'explode'].map(describeEndpoint) });
+  const policy = createPolicyDocument({
+    documentationUrl: '/idempotency',
+    endpoints: ['charge', 'slowCharge', 'chargeByInput', 'reserveName', 'explode'].map(describeEndpoint),
+  });
 
   const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/' });
   const server = createServer((req, res) => {
@@ -132,7 +170,10 @@ function wire() {
   const sent: Sent[] = [];
   const faults: Fault[] = [];
   const fetch = async (url: string | URL | Request, init?: RequestInit): Promise<Response> => {
-    const record: Sent = { key: new Headers(init?.headers).get('idempotency-key'), body: init?.body ? JSON.parse(String(init.body)) : undefined };
+    const record: Sent = {
+      key: new Headers(init?.headers).get('idempotency-key'),
+      body: init?.body ? JSON.parse(String(init.body)) : undefined,
+    };
     sent.push(record);
     const send = async () => {
       const response = await globalThis.fetch(url, init);
@@ -161,15 +202,24 @@ const dropWhenStarted =
   };
 /** The request never left the client. */
 const refuseConnection: Fault = async () => {
-  throw new TypeError('fetch failed', { cause: Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }) });
+  throw new TypeError('fetch failed', {
+    cause: Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }),
+  });
 };
 
-function clientOf(url: string, options: Partial<IdempotencyLinkOptions> & { batch?: boolean; noHeaders?: boolean } = {}) {
+function clientOf(
+  url: string,
+  options: Partial<IdempotencyLinkOptions> & { batch?: boolean; noHeaders?: boolean } = {},
+) {
   const { batch, noHeaders, ...linkOptions } = options;
   const network = wire();
   const terminating: TRPCLink<ShopRouter> = batch
     ? httpBatchLink({ url: `${url}/trpc`, fetch: network.fetch })
-    : httpLink({ url: `${url}/trpc`, fetch: network.fetch, ...(noHeaders ? {} : { headers: ({ op }) => idempotencyHeaders(op) }) });
+    : httpLink({
+        url: `${url}/trpc`,
+        fetch: network.fetch,
+        ...(noHeaders ? {} : { headers: ({ op }) => idempotencyHeaders(op) }),
+      });
   const link = idempotencyLink({ policyUrl: `${url}/idempotency`, ...linkOptions } as IdempotencyLinkOptions);
   const trpc = createTRPCClient<ShopRouter>({ links: [link, terminating] });
   return { trpc, ...network };
@@ -275,7 +325,11 @@ describe('idempotencyLink over a real tRPC server', () => {
 
       const error = await rejection(trpc.charge.mutate({ amount: 2 }, { context: { idempotencyKey: key } }));
 
-      expect(error.data).toMatchObject({ httpStatus: 422, code: 'UNPROCESSABLE_CONTENT', idempotency: { code: 'idempotency_key_reused' } });
+      expect(error.data).toMatchObject({
+        httpStatus: 422,
+        code: 'UNPROCESSABLE_CONTENT',
+        idempotency: { code: 'idempotency_key_reused' },
+      });
       expect(sent).toHaveLength(2);
       expect(shop.calls.charge).toBe(1);
     });
@@ -323,7 +377,12 @@ describe('idempotencyLink over a real tRPC server', () => {
       // retention 2 s, safety margin 1 s: the 409's Retry-After (1 s) would land past the deadline.
       expect(error.cause).toBeInstanceOf(RetentionWindowExceededError);
       const exceeded = error.cause as RetentionWindowExceededError;
-      expect(exceeded).toMatchObject({ code: 'idempotency_retention_exceeded', retentionMs: 2000, attempts: 2, key: unquote(sent[0]!.key) });
+      expect(exceeded).toMatchObject({
+        code: 'idempotency_retention_exceeded',
+        retentionMs: 2000,
+        attempts: 2,
+        key: unquote(sent[0]!.key),
+      });
       expect(exceeded.firstAttemptAt).toBeGreaterThanOrEqual(startedAt);
       expect(error.message).toContain('Reconcile');
       expect(sent.map((s) => s.status)).toEqual([undefined, 409]);
@@ -333,7 +392,11 @@ describe('idempotencyLink over a real tRPC server', () => {
       held.release();
       const record = await untilExpired(shop.store, formatScope('slowCharge', sharedPrincipal()), exceeded.key);
       expect(record.expiresAt.getTime() - record.completedAt!.getTime()).toBe(2000);
-      const late = await fetch(`${shop.url}/trpc/slowCharge`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': sent[0]!.key! }, body: '{"amount":42}' });
+      const late = await fetch(`${shop.url}/trpc/slowCharge`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': sent[0]!.key! },
+        body: '{"amount":42}',
+      });
       expect(late.status).toBe(200);
       expect(late.headers.get('idempotent-replayed')).toBeNull();
       expect(shop.calls.slowCharge).toBe(2);
@@ -359,13 +422,17 @@ describe('idempotencyLink over a real tRPC server', () => {
       const shop = await start();
       const { trpc, sent } = clientOf(shop.url, { policyUrl: `${shop.url}/missing-policy` });
       const error = await rejection(trpc.charge.mutate({ amount: 1 }));
-      expect(error.message).toContain(`[idem] could not read the idempotency policy at ${shop.url}/missing-policy: it answered 404`);
+      expect(error.message).toContain(
+        `[idem] could not read the idempotency policy at ${shop.url}/missing-policy: it answered 404`,
+      );
       expect(sent).toHaveLength(0);
       expect(shop.calls.charge).toBe(0);
     });
 
     it('refuses to be created without a retention or a policy URL', () => {
-      expect(() => idempotencyLink({})).toThrow(/\[idem\] idempotencyLink needs to know how long the server keeps keys/);
+      expect(() => idempotencyLink({})).toThrow(
+        /\[idem\] idempotencyLink needs to know how long the server keeps keys/,
+      );
     });
   });
 
@@ -379,7 +446,10 @@ describe('idempotencyLink over a real tRPC server', () => {
     const exhausted = error.cause as RetriesExhaustedError;
     expect(exhausted).toMatchObject({ code: 'idempotency_retries_exhausted', attempts: 2, key: unquote(sent[0]!.key) });
 
-    const resumed = await trpc.charge.mutate({ amount: 9 }, { context: { idempotencyKey: exhausted.key, idempotencyFirstAttemptAt: exhausted.firstAttemptAt } });
+    const resumed = await trpc.charge.mutate(
+      { amount: 9 },
+      { context: { idempotencyKey: exhausted.key, idempotencyFirstAttemptAt: exhausted.firstAttemptAt } },
+    );
     expect(resumed).toEqual({ charge: 'ch_1', amount: 9 });
     expect(sent.at(-1)).toMatchObject({ key: sent[0]!.key, replayed: true });
     expect(shop.calls.charge).toBe(1);
@@ -409,18 +479,23 @@ describe('idempotencyLink over a real tRPC server', () => {
     const { trpc, sent, faults } = clientOf(shop.url, { noHeaders: true });
     faults.push(loseResponse);
     const error = await rejection(trpc.optionalCharge.mutate({ amount: 1 }));
-    expect(error.message).toMatch(/^\[idem\] optionalCharge failed and was not retried: its Idempotency-Key header was never sent/);
+    expect(error.message).toMatch(
+      /^\[idem\] optionalCharge failed and was not retried: its Idempotency-Key header was never sent/,
+    );
     expect(sent).toHaveLength(1);
     expect(shop.calls.optionalCharge).toBe(1);
   });
 
-  describe("input-field keys (key: { header: false })", () => {
+  describe('input-field keys (key: { header: false })', () => {
     it('K4: each call of a batch carries its own key in the input, kept across a retry', async () => {
       const shop = await start();
       const { trpc, sent, faults } = clientOf(shop.url, { key: { header: false }, batch: true });
       faults.push(loseResponse);
 
-      const results = await Promise.all([trpc.chargeByInput.mutate({ amount: 1 }), trpc.chargeByInput.mutate({ amount: 2 })]);
+      const results = await Promise.all([
+        trpc.chargeByInput.mutate({ amount: 1 }),
+        trpc.chargeByInput.mutate({ amount: 2 }),
+      ]);
 
       expect(results.map((r) => r.amount)).toEqual([1, 2]);
       const [batch, ...retries] = sent;
@@ -429,7 +504,9 @@ describe('idempotencyLink over a real tRPC server', () => {
       expect(keys[0]).toMatch(UUID);
       expect(keys[1]).toMatch(UUID);
       expect(keys[0]).not.toBe(keys[1]);
-      const retried = retries.flatMap((request) => Object.values(request.body as Record<string, { idempotencyKey: string }>).map((input) => input.idempotencyKey));
+      const retried = retries.flatMap((request) =>
+        Object.values(request.body as Record<string, { idempotencyKey: string }>).map((input) => input.idempotencyKey),
+      );
       expect(retried.sort()).toEqual([...keys].sort());
       expect(retries.every((request) => request.replayed)).toBe(true);
       expect(shop.calls.chargeByInput).toBe(2);
@@ -451,7 +528,9 @@ describe('idempotencyLink over a real tRPC server', () => {
       const shop = await start();
       const { trpc, sent } = clientOf(shop.url, { key: { header: false } });
       const error = await rejection(trpc.echoByInput.mutate('not an object'));
-      expect(error.message).toMatch(/^\[idem\] idempotencyLink puts the key in the input field `idempotencyKey`, so the input of echoByInput must be an object; got string/);
+      expect(error.message).toMatch(
+        /^\[idem\] idempotencyLink puts the key in the input field `idempotencyKey`, so the input of echoByInput must be an object; got string/,
+      );
       expect(sent).toHaveLength(0);
     });
   });

@@ -9,7 +9,14 @@ import { initTRPC } from '@trpc/server';
 import { z } from 'zod';
 import { MemoryStore, deriveKey, formatScope } from '@idem/core';
 import { unreachableStores } from '../../drizzle/test/unreachable-stores.ts';
-import { idempotency, idempotencyClaim, idempotencyErrorData, idempotencyErrorFormatter, sharedPrincipal, type IdempotencyContext } from '../src/index.ts';
+import {
+  idempotency,
+  idempotencyClaim,
+  idempotencyErrorData,
+  idempotencyErrorFormatter,
+  sharedPrincipal,
+  type IdempotencyContext,
+} from '../src/index.ts';
 import { mutate, newKey, startStandalone, type RunningServer } from './http.ts';
 
 type Context = IdempotencyContext & { user: string };
@@ -26,30 +33,33 @@ async function serve(...args: Parameters<typeof startStandalone>): Promise<strin
 }
 
 describe('@idem/trpc middleware', () => {
-  it.each(unreachableStores)('E5: a store that cannot reach its database ($name) answers 503 SERVICE_UNAVAILABLE with Retry-After, and the resolver does not run', async ({ open }) => {
-    const unreachable = await open();
-    try {
-      let runs = 0;
-      const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
-      const router = t.router({
-        pay: t.procedure
-          .input(z.object({ amount: z.number() }))
-          .use(idempotency({ store: unreachable.store, principal: (ctx: Context) => ctx.user }))
-          .mutation(() => ++runs),
-      });
-      const response = await mutate(await serve(router), 'pay', { amount: 1 }, { 'idempotency-key': newKey() });
-      expect(response.status).toBe(503);
-      expect(response.headers.get('retry-after')).toBe('2');
-      expect(response.body.error.data).toMatchObject({
-        code: 'SERVICE_UNAVAILABLE',
-        httpStatus: 503,
-        idempotency: { code: 'idempotency_store_unavailable', status: 503, retryAfter: 2 },
-      });
-      expect(runs).toBe(0);
-    } finally {
-      await unreachable.close();
-    }
-  });
+  it.each(unreachableStores)(
+    'E5: a store that cannot reach its database ($name) answers 503 SERVICE_UNAVAILABLE with Retry-After, and the resolver does not run',
+    async ({ open }) => {
+      const unreachable = await open();
+      try {
+        let runs = 0;
+        const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
+        const router = t.router({
+          pay: t.procedure
+            .input(z.object({ amount: z.number() }))
+            .use(idempotency({ store: unreachable.store, principal: (ctx: Context) => ctx.user }))
+            .mutation(() => ++runs),
+        });
+        const response = await mutate(await serve(router), 'pay', { amount: 1 }, { 'idempotency-key': newKey() });
+        expect(response.status).toBe(503);
+        expect(response.headers.get('retry-after')).toBe('2');
+        expect(response.body.error.data).toMatchObject({
+          code: 'SERVICE_UNAVAILABLE',
+          httpStatus: 503,
+          idempotency: { code: 'idempotency_store_unavailable', status: 503, retryAfter: 2 },
+        });
+        expect(runs).toBe(0);
+      } finally {
+        await unreachable.close();
+      }
+    },
+  );
 
   it('E6: the resolver reads its claim from ctx and derives a downstream key that is stable for the key and differs per key', async () => {
     const t = initTRPC.context<Context>().create();
@@ -99,7 +109,13 @@ describe('@idem/trpc middleware', () => {
     const router = t.router({
       pay: t.procedure
         .input(z.object({ amount: z.number(), idempotencyKey: z.string() }))
-        .use(idempotency({ store: new MemoryStore(), principal: (ctx: { user: string }) => ctx.user, key: { header: false } }))
+        .use(
+          idempotency({
+            store: new MemoryStore(),
+            principal: (ctx: { user: string }) => ctx.user,
+            key: { header: false },
+          }),
+        )
         .mutation(({ input }) => ({ run: ++runs, amount: input.amount })),
     });
     const caller = t.createCallerFactory(router)({ user: 'alice' });
@@ -113,9 +129,13 @@ describe('@idem/trpc middleware', () => {
     let runs = 0;
     const t = initTRPC.context<{ user: string }>().create();
     const router = t.router({
-      pay: t.procedure.use(idempotency({ store: new MemoryStore(), principal: sharedPrincipal })).mutation(() => ++runs),
+      pay: t.procedure
+        .use(idempotency({ store: new MemoryStore(), principal: sharedPrincipal }))
+        .mutation(() => ++runs),
     });
-    const response = await mutate(await serve(router, () => ({ user: 'alice' })), 'pay', undefined, { 'idempotency-key': newKey() });
+    const response = await mutate(await serve(router, () => ({ user: 'alice' })), 'pay', undefined, {
+      'idempotency-key': newKey(),
+    });
     expect(response.status).toBe(500);
     expect(response.body.error.message).toMatch(/^\[idem\] .*idempotencyContext/);
     expect(runs).toBe(0);
@@ -141,46 +161,80 @@ describe('@idem/trpc middleware', () => {
   it('K1: two Idempotency-Key header fields get 400 idempotency_key_invalid', async () => {
     const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
     let runs = 0;
-    const router = t.router({ pay: t.procedure.use(idempotency({ store: new MemoryStore(), principal: sharedPrincipal })).mutation(() => ++runs) });
+    const router = t.router({
+      pay: t.procedure
+        .use(idempotency({ store: new MemoryStore(), principal: sharedPrincipal }))
+        .mutation(() => ++runs),
+    });
     const { port } = new URL(await serve(router));
     const response = await new Promise<{ status: number; body: any }>((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port, path: '/pay', method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': [newKey(), newKey()] } }, (res) => {
-        let text = '';
-        res.on('data', (chunk: Buffer) => (text += chunk.toString()));
-        res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
-      });
+      const req = request(
+        {
+          host: '127.0.0.1',
+          port,
+          path: '/pay',
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'idempotency-key': [newKey(), newKey()] },
+        },
+        (res) => {
+          let text = '';
+          res.on('data', (chunk: Buffer) => (text += chunk.toString()));
+          res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+        },
+      );
       req.on('error', reject);
       req.end();
     });
     expect(response.status).toBe(400);
-    expect(response.body.error.data.idempotency).toMatchObject({ code: 'idempotency_key_invalid', detail: 'Send exactly one Idempotency-Key header field.' });
+    expect(response.body.error.data.idempotency).toMatchObject({
+      code: 'idempotency_key_invalid',
+      detail: 'Send exactly one Idempotency-Key header field.',
+    });
     expect(runs).toBe(0);
   });
 
   it('S1: principal is required; sharedPrincipal is the explicit opt-out', () => {
-    expect(() => idempotency({ store: new MemoryStore() } as never)).toThrow(/^\[idem\] idempotency\(\) needs a `principal\(context\)` function \(S1\)/);
+    expect(() => idempotency({ store: new MemoryStore() } as never)).toThrow(
+      /^\[idem\] idempotency\(\) needs a `principal\(context\)` function \(S1\)/,
+    );
     expect(() => idempotency({ store: new MemoryStore(), principal: sharedPrincipal })).not.toThrow();
   });
 
   it('R1: retention reaches the engine as it is given, 24 hours by default', () => {
     const store = new MemoryStore();
-    expect(idempotency({ store, principal: sharedPrincipal, retention: '3h' }).engine.policy.retentionMs).toBe(10_800_000);
+    expect(idempotency({ store, principal: sharedPrincipal, retention: '3h' }).engine.policy.retentionMs).toBe(
+      10_800_000,
+    );
     expect(idempotency({ store, principal: sharedPrincipal }).engine.policy.retentionMs).toBe(86_400_000);
   });
 
   it('X2: idempotencyErrorData composes with your own errorFormatter, and documentationUrl is the problem type', async () => {
     const t = initTRPC.context<Context>().create({
-      errorFormatter: ({ shape, error }) => ({ ...shape, data: { ...shape.data, idempotency: idempotencyErrorData(error), mine: true } }),
+      errorFormatter: ({ shape, error }) => ({
+        ...shape,
+        data: { ...shape.data, idempotency: idempotencyErrorData(error), mine: true },
+      }),
     });
     const router = t.router({
       pay: t.procedure
-        .use(idempotency({ store: new MemoryStore(), principal: (ctx: Context) => ctx.user, documentationUrl: 'https://api.example.com/idempotency' }))
+        .use(
+          idempotency({
+            store: new MemoryStore(),
+            principal: (ctx: Context) => ctx.user,
+            documentationUrl: 'https://api.example.com/idempotency',
+          }),
+        )
         .mutation(() => 1),
     });
     const response = await mutate(await serve(router), 'pay', undefined);
     expect(response.body.error.data).toMatchObject({
       mine: true,
-      idempotency: { code: 'idempotency_key_missing', type: 'https://api.example.com/idempotency#idempotency_key_missing', status: 400, title: 'Idempotency-Key is missing' },
+      idempotency: {
+        code: 'idempotency_key_missing',
+        type: 'https://api.example.com/idempotency#idempotency_key_missing',
+        status: 400,
+        title: 'Idempotency-Key is missing',
+      },
     });
   });
 

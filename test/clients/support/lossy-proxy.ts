@@ -36,11 +36,20 @@ export interface LossyProxy {
   close(): Promise<void>;
 }
 
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'host', 'upgrade', 'proxy-connection']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'content-length',
+  'host',
+  'upgrade',
+  'proxy-connection',
+]);
 
 function endToEnd(headers: IncomingHttpHeaders): Record<string, string | string[]> {
   const kept: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(headers)) if (value !== undefined && !HOP_BY_HOP.has(name)) kept[name] = value;
+  for (const [name, value] of Object.entries(headers))
+    if (value !== undefined && !HOP_BY_HOP.has(name)) kept[name] = value;
   return kept;
 }
 
@@ -59,14 +68,27 @@ export async function startLossyProxy(target: string): Promise<LossyProxy> {
   const server = createServer(async (req, res) => {
     try {
       const body = await readAll(req);
-      const answer = await new Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer }>((resolve, reject) => {
-        const upstream = httpRequest(
-          { host: hostname, port: Number(port), method: req.method, path: req.url, headers: { ...endToEnd(req.headers), 'content-length': String(body.length) }, agent: false },
-          (response) => void readAll(response).then((text) => resolve({ status: response.statusCode ?? 502, headers: response.headers, body: text }), reject),
-        );
-        upstream.once('error', reject);
-        upstream.end(body);
-      });
+      const answer = await new Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer }>(
+        (resolve, reject) => {
+          const upstream = httpRequest(
+            {
+              host: hostname,
+              port: Number(port),
+              method: req.method,
+              path: req.url,
+              headers: { ...endToEnd(req.headers), 'content-length': String(body.length) },
+              agent: false,
+            },
+            (response) =>
+              void readAll(response).then(
+                (text) => resolve({ status: response.statusCode ?? 502, headers: response.headers, body: text }),
+                reject,
+              ),
+          );
+          upstream.once('error', reject);
+          upstream.end(body);
+        },
+      );
       const dropped = toDrop > 0 && (dropPath === undefined || dropPath === req.url);
       if (dropped) toDrop -= 1;
       const key = req.headers['idempotency-key'];
@@ -82,9 +104,13 @@ export async function startLossyProxy(target: string): Promise<LossyProxy> {
         req.socket.destroy();
         return;
       }
-      res.writeHead(answer.status, { ...endToEnd(answer.headers), 'content-length': String(answer.body.length) }).end(answer.body);
+      res
+        .writeHead(answer.status, { ...endToEnd(answer.headers), 'content-length': String(answer.body.length) })
+        .end(answer.body);
     } catch (error) {
-      res.writeHead(502, { 'content-type': 'text/plain' }).end(`[lossy-proxy] ${error instanceof Error ? error.message : String(error)}`);
+      res
+        .writeHead(502, { 'content-type': 'text/plain' })
+        .end(`[lossy-proxy] ${error instanceof Error ? error.message : String(error)}`);
     }
   });
   await new Promise<void>((resolve, reject) => {

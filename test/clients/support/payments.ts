@@ -45,7 +45,10 @@ export async function startPayments(env: Record<string, string> = { IDEM_TTL: '3
       }
     },
     charges: async (amount) => (await ledger(example.url)).filter((entry) => entry.amount === amount),
-    graphqlRequests: (from = 0) => proxy.requests.slice(from).filter((request) => request.path === '/graphql' || request.path.startsWith('/graphql?')),
+    graphqlRequests: (from = 0) =>
+      proxy.requests
+        .slice(from)
+        .filter((request) => request.path === '/graphql' || request.path.startsWith('/graphql?')),
     async close() {
       await proxy.close();
       await example.close();
@@ -68,4 +71,6 @@ export interface Payment {
 }
 
 /** The distinct keys among `requests`. */
-export const keysOf = (requests: readonly ProxiedRequest[]) => [...new Set(requests.map((request) => request.idempotencyKey))];
+export const keysOf = (requests: readonly ProxiedRequest[]) => [
+  ...new Set(requests.map((request) => request.idempotencyKey)),
+];

@@ -75,7 +75,10 @@ export class Gate {
   whenWaiting(count = 1, timeoutMs = 10_000): Promise<void> {
     if (this.waiting >= count) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`[reliability] no ${count} resolver(s) at the gate within ${timeoutMs} ms`)), timeoutMs);
+      const timer = setTimeout(
+        () => reject(new Error(`[reliability] no ${count} resolver(s) at the gate within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
       this.#watchers.push({
         count,
         resolve: () => {
@@ -131,14 +134,25 @@ export function createCountingApp({ store, lease, maxStoredBytes }: CountingAppO
   const gate = new Gate();
   const events: IdempotencyEvent[] = [];
   const onEvent = (event: IdempotencyEvent) => void events.push(event);
-  const engineOptions = { store, onEvent, ...(lease === undefined ? {} : { lease }), ...(maxStoredBytes === undefined ? {} : { maxStoredBytes }) };
+  const engineOptions = {
+    store,
+    onEvent,
+    ...(lease === undefined ? {} : { lease }),
+    ...(maxStoredBytes === undefined ? {} : { maxStoredBytes }),
+  };
 
   const run = async (context: unknown, input: OrderInput): Promise<Order> => {
     const execution = ++executions;
     await gate.pass();
     const blob = 'x'.repeat(input.size ?? 0);
     if (input.fail) throw new RefusedOrder(`${input.note ?? ''}${blob}`);
-    return { execution, key: idempotencyClaim(context)?.key ?? null, amount: input.amount, note: input.note ?? null, blob };
+    return {
+      execution,
+      key: idempotencyClaim(context)?.key ?? null,
+      amount: input.amount,
+      note: input.note ?? null,
+      blob,
+    };
   };
 
   const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
@@ -152,14 +166,19 @@ export function createCountingApp({ store, lease, maxStoredBytes }: CountingAppO
           try {
             return await run(ctx, input);
           } catch (error) {
-            if (error instanceof RefusedOrder) throw new TRPCError({ code: 'PRECONDITION_FAILED', message: error.message });
+            if (error instanceof RefusedOrder)
+              throw new TRPCError({ code: 'PRECONDITION_FAILED', message: error.message });
             throw error;
           }
         }),
     }),
   });
 
-  const yogaIdempotency = useYogaIdempotency<{ request: Request }>({ ...engineOptions, principal: ({ request }) => accountOf(request.headers.get('authorization')), required: true });
+  const yogaIdempotency = useYogaIdempotency<{ request: Request }>({
+    ...engineOptions,
+    principal: ({ request }) => accountOf(request.headers.get('authorization')),
+    required: true,
+  });
   const yoga = createYoga<{ request: Request }>({
     graphqlEndpoint: '/graphql',
     logging: false,
@@ -173,7 +192,10 @@ export function createCountingApp({ store, lease, maxStoredBytes }: CountingAppO
             try {
               return await run(context, args.input);
             } catch (error) {
-              if (error instanceof RefusedOrder) throw new GraphQLError(error.message, { extensions: { code: 'PRECONDITION_FAILED', http: { status: 412 } } });
+              if (error instanceof RefusedOrder)
+                throw new GraphQLError(error.message, {
+                  extensions: { code: 'PRECONDITION_FAILED', http: { status: 412 } },
+                });
               throw error;
             }
           },
@@ -193,7 +215,10 @@ export function createCountingApp({ store, lease, maxStoredBytes }: CountingAppO
       endpoint: '/trpc',
       req,
       router,
-      createContext: (opts) => ({ account: accountOf(opts.req.headers.get('authorization')), ...idempotencyContext(opts) }),
+      createContext: (opts) => ({
+        account: accountOf(opts.req.headers.get('authorization')),
+        ...idempotencyContext(opts),
+      }),
     });
 
   return {
@@ -206,7 +231,9 @@ export function createCountingApp({ store, lease, maxStoredBytes }: CountingAppO
     yogaFetch: async (request) => yoga.fetch(request),
     waitForEvent: (match, timeoutMs = 10_000) =>
       pollUntil(async () => events.find(match), { intervalMs: 20, timeoutMs }).catch(() => {
-        throw new Error(`[reliability] no matching event within ${timeoutMs} ms; saw ${JSON.stringify(events.map((event) => event.type))}`);
+        throw new Error(
+          `[reliability] no matching event within ${timeoutMs} ms; saw ${JSON.stringify(events.map((event) => event.type))}`,
+        );
       }),
     drain: () => Promise.all([idempotent.engine.drain(), yogaIdempotency.engine.drain()]).then(() => undefined),
     async listen() {
@@ -287,9 +314,15 @@ export const graphqlOrders: OrderEndpoint = {
   handler: (app) => app.yogaFetch,
   create(handler, baseUrl, input, call = {}) {
     const key = call.key !== undefined && call.keyIn === 'input' ? call.key : null;
-    return postJson(handler, `${baseUrl}/graphql`, { query: CREATE_ORDER, variables: { input, key } }, callHeaders(call));
+    return postJson(
+      handler,
+      `${baseUrl}/graphql`,
+      { query: CREATE_ORDER, variables: { input, key } },
+      callHeaders(call),
+    );
   },
-  scope: (account, keyIn = 'header') => formatScope(keyIn === 'header' ? 'mutation:createOrder' : 'Mutation.createOrder', account),
+  scope: (account, keyIn = 'header') =>
+    formatScope(keyIn === 'header' ? 'mutation:createOrder' : 'Mutation.createOrder', account),
   order: (answer) => answer.body?.data?.createOrder ?? undefined,
   errorMessage: (answer) => answer.body?.errors?.[0]?.message,
   problemCode: (answer) => answer.body?.errors?.[0]?.extensions?.idempotency?.code,

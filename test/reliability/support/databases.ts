@@ -8,7 +8,12 @@
  * which makes an unreachable server a failure (as in the package suites).
  */
 import { createDrizzleStore, migrate, type DrizzleDatabase, type DrizzleStore } from '@idem/drizzle';
-import { databaseUrl, isServerReachable, openPostgresTarget, postgresRequired } from '../../../packages/drizzle/test/pg-target.ts';
+import {
+  databaseUrl,
+  isServerReachable,
+  openPostgresTarget,
+  postgresRequired,
+} from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
 
 export interface SharedDatabase {
@@ -38,7 +43,12 @@ export const SQLITE_FILE: DatabaseKind = {
     const target = await openSqliteTarget();
     return ready(target, async () => {
       await migrate(target.db);
-      return { url: `file:${target.file}`, db: target.db, store: createDrizzleStore(target.db), close: () => target.close() };
+      return {
+        url: `file:${target.file}`,
+        db: target.db,
+        store: createDrizzleStore(target.db),
+        close: () => target.close(),
+      };
     });
   },
 };
@@ -49,7 +59,8 @@ export const POSTGRES_SCHEMA: DatabaseKind = {
   async open() {
     const target = await openPostgresTarget({ max: 4, schemaPrefix: 'idem_reliability' });
     return ready(target, async () => {
-      if (target.kind !== 'server' || !target.url) throw new Error('[reliability] these scenarios need a PostgreSQL server that child processes can reach');
+      if (target.kind !== 'server' || !target.url)
+        throw new Error('[reliability] these scenarios need a PostgreSQL server that child processes can reach');
       await migrate(target.db);
       return { url: target.url, db: target.db, store: createDrizzleStore(target.db), close: () => target.close() };
     });
@@ -57,7 +68,10 @@ export const POSTGRES_SCHEMA: DatabaseKind = {
 };
 
 /** Finishes opening `target`, closing it (file or schema removed) if that fails. */
-async function ready(target: { close(): Promise<void> }, finish: () => Promise<SharedDatabase>): Promise<SharedDatabase> {
+async function ready(
+  target: { close(): Promise<void> },
+  finish: () => Promise<SharedDatabase>,
+): Promise<SharedDatabase> {
   try {
     return await finish();
   } catch (error) {

@@ -74,7 +74,11 @@ export class ExampleFleet {
       IDEM_TTL: options.ttl ?? '',
       IDEM_ATOMIC: options.atomic ? '1' : '',
     };
-    const child = spawn(process.execPath, ['--import', 'tsx', EXAMPLE_MAIN], { cwd: REPOSITORY_ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', EXAMPLE_MAIN], {
+      cwd: REPOSITORY_ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     this.#children.add(child);
     running.add(child);
     const exit = new Promise<void>((resolve) => child.once('exit', () => resolve()));
@@ -99,14 +103,24 @@ export class ExampleFleet {
     createInterface({ input: child.stderr! }).on('line', (line) => lines.push(line));
 
     const port = await new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`[reliability] ${name} did not start within ${DEFAULT_START_TIMEOUT_MS} ms:\n${lines.join('\n')}`)), DEFAULT_START_TIMEOUT_MS);
+      const timer = setTimeout(
+        () =>
+          reject(
+            new Error(
+              `[reliability] ${name} did not start within ${DEFAULT_START_TIMEOUT_MS} ms:\n${lines.join('\n')}`,
+            ),
+          ),
+        DEFAULT_START_TIMEOUT_MS,
+      );
       onListening = (found) => {
         clearTimeout(timer);
         resolve(found);
       };
       void exit.then(() => {
         clearTimeout(timer);
-        reject(new Error(`[reliability] ${name} exited before listening (code ${child.exitCode}):\n${lines.join('\n')}`));
+        reject(
+          new Error(`[reliability] ${name} exited before listening (code ${child.exitCode}):\n${lines.join('\n')}`),
+        );
       });
     }).catch(async (error: unknown) => {
       child.kill('SIGKILL');
@@ -135,7 +149,11 @@ export class ExampleFleet {
           };
           const timer = setTimeout(() => {
             listeners.delete(listener);
-            reject(new Error(`[reliability] ${name}: no matching [idem] event within ${timeoutMs} ms; saw ${JSON.stringify(events.map((event) => event.type))}`));
+            reject(
+              new Error(
+                `[reliability] ${name}: no matching [idem] event within ${timeoutMs} ms; saw ${JSON.stringify(events.map((event) => event.type))}`,
+              ),
+            );
           }, timeoutMs);
           listeners.add(listener);
         });

@@ -54,14 +54,20 @@ const ACCEPT = 'application/graphql-response+json, application/json';
 const CONNECTION: [string, string] = ['connection', 'close'];
 
 /** POSTs JSON; `headers` may repeat a name (`[['Idempotency-Key', 'a'], ['Idempotency-Key', 'b']]`: Fetch joins them with ", "). */
-export async function postJson(handler: FetchHandler, url: string, json: unknown, headers: Array<[string, string]> = []): Promise<Answer> {
-  const all = new Headers([
-    ['content-type', 'application/json'],
-    ['accept', ACCEPT],
-    CONNECTION,
-  ]);
+export async function postJson(
+  handler: FetchHandler,
+  url: string,
+  json: unknown,
+  headers: Array<[string, string]> = [],
+): Promise<Answer> {
+  const all = new Headers([['content-type', 'application/json'], ['accept', ACCEPT], CONNECTION]);
   for (const [name, value] of headers) all.append(name, value);
-  const request = new Request(url, { method: 'POST', headers: all, body: JSON.stringify(json), signal: AbortSignal.timeout(20_000) });
+  const request = new Request(url, {
+    method: 'POST',
+    headers: all,
+    body: JSON.stringify(json),
+    signal: AbortSignal.timeout(20_000),
+  });
   return toAnswer(await handler(request));
 }
 
@@ -97,7 +103,14 @@ export function postRaw(url: string, json: unknown, headers: OutgoingHttpHeaders
             if (value === undefined) continue;
             for (const one of Array.isArray(value) ? value : [value]) responseHeaders.append(name, one);
           }
-          resolve(toAnswer(new Response(res.statusCode === 204 || res.statusCode === 304 ? null : Buffer.concat(chunks), { status: res.statusCode ?? 0, headers: responseHeaders })));
+          resolve(
+            toAnswer(
+              new Response(res.statusCode === 204 || res.statusCode === 304 ? null : Buffer.concat(chunks), {
+                status: res.statusCode ?? 0,
+                headers: responseHeaders,
+              }),
+            ),
+          );
         });
       },
     );

@@ -16,7 +16,10 @@ const jsOnlyWhitespace = fc.constantFrom('\x0B', '\x0C', '\u00A0');
 const controlInHeaders = fc.oneof(char(0x01, 0x08), char(0x0b, 0x0c), char(0x0e, 0x1f), fc.constant('\x7f'));
 const anyControl = fc.oneof(char(0x00, 0x1f), fc.constant('\x7f'));
 const latin1 = char(0x80, 0xff);
-const bmp = fc.integer({ min: 0x100, max: 0xfffd }).filter((code) => code < 0xd800 || code > 0xdfff).map((code) => String.fromCharCode(code));
+const bmp = fc
+  .integer({ min: 0x100, max: 0xfffd })
+  .filter((code) => code < 0xd800 || code > 0xdfff)
+  .map((code) => String.fromCharCode(code));
 const astral = fc.integer({ min: 0x10000, max: 0x10ffff }).map((code) => String.fromCodePoint(code));
 const loneSurrogate = char(0xd800, 0xdfff);
 
@@ -69,7 +72,22 @@ const parameters = fc
     fc.tuple(
       fc.constantFrom('', ' '),
       fc.constantFrom('a', 'b1', '*x', 'k-_.*', 'A', '1a', ''),
-      fc.constantFrom('', '=1', '=-2.5', '=1.2345', '=1234567890123456', '="v"', '="v', '=tok/en', '=?1', '=?2', '=', '=:aGk=:', '=@1700000000', '=%"x"'),
+      fc.constantFrom(
+        '',
+        '=1',
+        '=-2.5',
+        '=1.2345',
+        '=1234567890123456',
+        '="v"',
+        '="v',
+        '=tok/en',
+        '=?1',
+        '=?2',
+        '=',
+        '=:aGk=:',
+        '=@1700000000',
+        '=%"x"',
+      ),
     ),
     { maxLength: 3 },
   )
@@ -100,20 +118,36 @@ function quoted(inner: fc.Arbitrary<string>): fc.Arbitrary<string> {
 export function headerValue(unit: fc.Arbitrary<string>, whitespace: fc.Arbitrary<string> = ows): fc.Arbitrary<string> {
   const single = fc.oneof({ weight: 3, arbitrary: text(unit) }, { weight: 2, arbitrary: quoted(text(unit)) });
   const list = fc
-    .tuple(fc.array(fc.oneof(fc.string({ unit: keyChar, maxLength: 12 }), quoted(fc.string({ unit: keyChar, maxLength: 12 }))), { minLength: 2, maxLength: 4 }), fc.constantFrom(',', ', ', ' ,'))
+    .tuple(
+      fc.array(
+        fc.oneof(fc.string({ unit: keyChar, maxLength: 12 }), quoted(fc.string({ unit: keyChar, maxLength: 12 }))),
+        { minLength: 2, maxLength: 4 },
+      ),
+      fc.constantFrom(',', ', ', ' ,'),
+    )
     .map(([items, separator]) => items.join(separator));
   const pad = fc.string({ unit: whitespace, maxLength: 3 });
-  return fc.tuple(pad, fc.oneof({ weight: 5, arbitrary: single }, { weight: 1, arbitrary: list }), pad).map(([before, value, after]) => `${before}${value}${after}`);
+  return fc
+    .tuple(pad, fc.oneof({ weight: 5, arbitrary: single }, { weight: 1, arbitrary: list }), pad)
+    .map(([before, value, after]) => `${before}${value}${after}`);
 }
 
 /** Header values for a Fetch `Headers`. */
-export const fetchHeaderValue = headerValue(fetchHeaderChar, fc.oneof({ weight: 3, arbitrary: ows }, { weight: 1, arbitrary: jsOnlyWhitespace }));
+export const fetchHeaderValue = headerValue(
+  fetchHeaderChar,
+  fc.oneof({ weight: 3, arbitrary: ows }, { weight: 1, arbitrary: jsOnlyWhitespace }),
+);
 
 /** Text → the Latin-1 string whose bytes are its UTF-8: `http.request` sends those bytes as they are. */
 export const toWire = (value: string) => Buffer.from(value, 'utf8').toString('latin1');
 
 /** Single bytes `http.request` may send in a header value: visible ASCII, SP, HTAB, obs-text (0x80–0xFF). */
-const wireByte = fc.oneof({ weight: 24, arbitrary: keyChar }, { weight: 4, arbitrary: syntax }, { weight: 1, arbitrary: ows }, { weight: 2, arbitrary: latin1 });
+const wireByte = fc.oneof(
+  { weight: 24, arbitrary: keyChar },
+  { weight: 4, arbitrary: syntax },
+  { weight: 1, arbitrary: ows },
+  { weight: 2, arbitrary: latin1 },
+);
 
 /**
  * Header values as `http.request` puts them on the wire (one character, one byte): any text as
@@ -121,8 +155,17 @@ const wireByte = fc.oneof({ weight: 24, arbitrary: keyChar }, { weight: 4, arbit
  */
 export const httpHeaderWire = fc.oneof(
   { weight: 2, arbitrary: headerValue(httpTextChar).map(toWire) },
-  { weight: 1, arbitrary: headerValue(wireByte, fc.oneof({ weight: 3, arbitrary: ows }, { weight: 1, arbitrary: fc.constant('\u00A0') })) },
+  {
+    weight: 1,
+    arbitrary: headerValue(
+      wireByte,
+      fc.oneof({ weight: 3, arbitrary: ows }, { weight: 1, arbitrary: fc.constant('\u00A0') }),
+    ),
+  },
 );
 
 /** Keys in a JSON body (tRPC input field, GraphQL argument): any string. */
-export const jsonKey = fc.oneof({ weight: 3, arbitrary: text(jsonChar) }, { weight: 1, arbitrary: fc.string({ unit: 'binary', maxLength: 300 }) });
+export const jsonKey = fc.oneof(
+  { weight: 3, arbitrary: text(jsonChar) },
+  { weight: 1, arbitrary: fc.string({ unit: 'binary', maxLength: 300 }) },
+);

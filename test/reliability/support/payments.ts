@@ -41,7 +41,8 @@ function headersFor({ key, keyIn = 'header', account }: CallOptions): Array<[str
 export const trpcPayments: PaymentEndpoint = {
   name: 'tRPC',
   create(baseUrl, input, options = {}) {
-    const body = options.key !== undefined && options.keyIn === 'input' ? { ...input, idempotencyKey: options.key } : input;
+    const body =
+      options.key !== undefined && options.keyIn === 'input' ? { ...input, idempotencyKey: options.key } : input;
     return postJson(options.handler ?? overLoopback, `${baseUrl}/trpc/payments.create`, body, headersFor(options));
   },
   scope: (account) => formatScope('payments.create', account),
@@ -58,10 +59,16 @@ export const graphqlPayments: PaymentEndpoint = {
   name: 'GraphQL',
   create(baseUrl, input, options = {}) {
     const key = options.key !== undefined && options.keyIn === 'input' ? options.key : null;
-    return postJson(options.handler ?? overLoopback, `${baseUrl}/graphql`, { query: CREATE_PAYMENT, variables: { input, key } }, headersFor(options));
+    return postJson(
+      options.handler ?? overLoopback,
+      `${baseUrl}/graphql`,
+      { query: CREATE_PAYMENT, variables: { input, key } },
+      headersFor(options),
+    );
   },
   // A header key makes the operation one record; an argument key, the field (packages/envelop/README.md).
-  scope: (account, keyIn = 'header') => formatScope(keyIn === 'header' ? 'mutation:createPayment' : 'Mutation.createPayment', account),
+  scope: (account, keyIn = 'header') =>
+    formatScope(keyIn === 'header' ? 'mutation:createPayment' : 'Mutation.createPayment', account),
   payment: (answer) => answer.body?.data?.createPayment ?? undefined,
 };
 
