@@ -82,13 +82,23 @@ function freePort() {
   });
 }
 
-/** Starts a long-running process and waits until `url` answers. */
+/**
+ * Starts a long-running process in its own process group and waits until `url` answers. `stop`
+ * ends the whole group: `next start` runs its server as a grandchild, which would otherwise
+ * outlive the command and keep this script's pipes (and so this script) open.
+ */
 async function startServer(command, args, { cwd, env, url }) {
-  const child = spawn(command, args, { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(command, args, {
+    cwd,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
   children.add(child);
   let output = '';
   child.stdout.on('data', (chunk) => (output += chunk));
   child.stderr.on('data', (chunk) => (output += chunk));
+  const stop = () => stopGroup(child);
   const deadline = Date.now() + 60_000;
   for (;;) {
     if (child.exitCode !== null)
@@ -97,19 +107,39 @@ async function startServer(command, args, { cwd, env, url }) {
       await fetch(url);
       break;
     } catch {
-      if (Date.now() > deadline) throw new Error(`${url} did not answer within 60 s:\n${output}`);
+      if (Date.now() > deadline) {
+        await stop();
+        throw new Error(`${url} did not answer within 60 s:\n${output}`);
+      }
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
   }
-  return {
-    output: () => output,
-    stop: () =>
-      new Promise((resolve) => {
-        if (child.exitCode !== null) return resolve();
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-      }),
+  return { output: () => output, stop };
+}
+
+/** SIGTERM to the child's process group, SIGKILL after 5 s; resolves once the child has exited. */
+function stopGroup(child) {
+  children.delete(child);
+  const signalGroup = (signal) => {
+    try {
+      process.kill(-child.pid, signal);
+    } catch {}
   };
+  return new Promise((resolve) => {
+    const killer = setTimeout(() => signalGroup('SIGKILL'), 5_000);
+    const done = () => {
+      clearTimeout(killer);
+      child.stdout.destroy();
+      child.stderr.destroy();
+      resolve();
+    };
+    if (child.exitCode !== null || child.signalCode !== null) {
+      signalGroup('SIGKILL');
+      return done();
+    }
+    child.once('exit', done);
+    signalGroup('SIGTERM');
+  });
 }
 
 async function post(url, body, headers = {}) {
@@ -424,10 +454,10 @@ async function main() {
           ".listen(Number(process.env['PORT']))",
           'Yoga quick start',
         );
-        // biome-ignore lint/suspicious/noTemplateCurlyInString: the replacement is TypeScript source with a template literal
         let client = patch(
           readmeBlock(readme, '## Clients that know the shelf life'),
           "'http://localhost:3000'",
+          // biome-ignore lint/suspicious/noTemplateCurlyInString: the replacement is TypeScript source with a template literal
           "`http://127.0.0.1:${process.env['PORT']}`",
           'client snippet',
         );
@@ -597,9 +627,10 @@ async function main() {
 try {
   await main();
 } finally {
-  for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
+  await Promise.all([...children].map((child) => stopGroup(child)));
   if (process.env.KEEP_CONSUMER_APP) log(`kept ${work}`);
   else rmSync(work, { recursive: true, force: true });
   process.stdout.write(`consumer: ${results.passed} passed, ${results.failed} failed\n`);
-  process.exitCode = results.failed > 0 ? 1 : 0;
+  // Nothing of the apps may keep this script alive: it ends here, with the verdict.
+  process.exit(results.failed > 0 ? 1 : 0);
 }
