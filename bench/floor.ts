@@ -133,10 +133,10 @@ async function compare(database: FloorDatabase, quick: boolean): Promise<FloorRe
   for (const key of replayKeys) await engine.execute({ scope: SCOPE, key, fingerprint: FINGERPRINT }, () => VALUE);
 
   const sync = database.dialect === 'sqlite';
-  const local = sync || database.dialect === 'libsql';
   // Short batches and many rounds: on a shared machine, what disturbs one variant's batch should
   // disturb its neighbours' too, and the median over rounds drops the rounds it did not.
-  const opsPerBatch = local ? (quick ? 200 : 1000) : quick ? 30 : 50;
+  // libsql commits with synchronous = FULL (an fsync each, milliseconds): batches as on a server.
+  const opsPerBatch = sync ? (quick ? 200 : 1000) : quick ? 30 : 50;
   const rounds = quick ? 5 : 41;
   let cursor = 0;
   const nextReplayKey = () => replayKeys[cursor++ % REPLAY_KEYS]!;
