@@ -323,17 +323,12 @@ async function openPostgres(
   // handler runs) emits 'error' on the client when it drops: the query in flight rejects
   // anyway, so the event must not become an uncaught exception that ends the process.
   pool.on('connect', (client) => client.on('error', () => {}));
-  let ended = false;
   return {
     dialect: 'postgres',
     driver: 'node-postgres',
     db: drizzle({ client: pool }),
     description: redactDatabaseUrl(url),
-    async close() {
-      if (ended) return;
-      ended = true;
-      await pool.end();
-    },
+    close: closeOnce(() => pool.end()),
   };
 }
 
@@ -351,17 +346,12 @@ async function openPostgresJs(
     connect_timeout: Math.max(1, Math.ceil(connectionTimeoutMillis / 1000)),
     onnotice: () => {},
   });
-  let ended = false;
   return {
     dialect: 'postgres',
     driver: 'postgres-js',
     db: drizzle({ client }),
     description: redactDatabaseUrl(url),
-    async close() {
-      if (ended) return;
-      ended = true;
-      await client.end({ timeout: 5 });
-    },
+    close: closeOnce(() => client.end({ timeout: 5 })),
   };
 }
 
@@ -374,17 +364,12 @@ async function openMysql(
     importDriver(() => import('drizzle-orm/mysql2'), 'mysql2'),
   ]);
   const pool = mysql.createPool({ uri: url, connectionLimit: max, connectTimeout: connectionTimeoutMillis });
-  let ended = false;
   return {
     dialect: 'mysql',
     driver: 'mysql2',
     db: drizzle({ client: pool }),
     description: redactDatabaseUrl(url),
-    async close() {
-      if (ended) return;
-      ended = true;
-      await pool.end();
-    },
+    close: closeOnce(() => pool.end()),
   };
 }
 
@@ -413,4 +398,13 @@ async function importDriver<T>(load: () => Promise<T>, driver: DriverName): Prom
       throw new DriverMissingError(driver);
     throw error;
   }
+}
+
+/** A `close` that ends the connection once, however often it is called. */
+function closeOnce(end: () => Promise<unknown>): () => Promise<void> {
+  let ended: Promise<void> | undefined;
+  return () => {
+    ended ??= end().then(() => undefined);
+    return ended;
+  };
 }
