@@ -7,7 +7,7 @@
  */
 import { GraphQLError, isNonNullType, type ExecutionResult } from 'graphql';
 import type { IdempotencyError } from '@idem/core';
-import type { RootField } from './root-fields.js';
+import type { RootField } from './plan.js';
 
 /**
  * `extensions.idempotency` of a response that contains replayed outcomes (E2).

@@ -50,6 +50,7 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
   return {
     engine: plugin.engine,
     claim: plugin.claim,
+    describeEndpoints: plugin.describeEndpoints,
     onPluginInit({ addPlugin }) {
       addPlugin(plugin);
     },

@@ -371,7 +371,7 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
         `placeOrder(input: { amount: ${amount}, currency: "EUR" }, idempotencyKey: "${key}") { id }`;
       await post({ query: `mutation { ${place(1)} }` }, { 'x-user': 'alice' });
       const response = await post(
-        { query: `mutation { ${place(2)} sendReceipt(orderId: "order-1") }` },
+        { query: `mutation { ${place(2)} sendReceipt(orderId: "order-1") @idempotent(key: "${randomUUID()}") }` },
         { 'x-user': 'alice' },
       );
 
