@@ -8,7 +8,8 @@
  * - E1/E4: every side effect is recorded under exactly one key: its record is completed in the store;
  * - E2: a resend with the same keys runs nothing new and answers the same `data`;
  * - K2/E4: no side effect runs without a claim when the operation carries any key or requires one;
- * - E4: two root fields never share one stored outcome (no claim twice, every value made by its own field);
+ * - E4: two root fields never share one stored outcome (no claim twice, every value made by its own
+ *   field, never a 422 or 409 for a principal whose keys no other request used);
  * - a request error (an answer without `data`) executes nothing;
  * - K4: the clients' `createIdempotentFetch` adds a header key exactly when no root field carries its own.
  *
@@ -115,6 +116,13 @@ async function check(
   database: SharedDatabase,
 ): Promise<string[]> {
   const violations: string[] = [];
+  // Each operation has a principal of its own: a key no earlier request used cannot have been reused (F3) or be running (E3).
+  for (const [index, answer] of answers.entries())
+    for (const code of ['IDEMPOTENCY_KEY_REUSED', 'IDEMPOTENCY_REQUEST_IN_PROGRESS'])
+      if (answer.body.errors?.some((error) => error.extensions?.code === code))
+        violations.push(
+          `E4: send ${index + 1} of one operation answered ${code}: two of its root fields met on one record`,
+        );
   answers.forEach((answer, index) => {
     const made = effects.filter((effect) => effect.send === index + 1);
     if (!('data' in answer.body) && made.length > 0)
@@ -123,7 +131,9 @@ async function check(
   if (expectation.keyed) {
     const unclaimed = effects.filter((effect) => effect.claim === null);
     if (unclaimed.length > 0)
-      violations.push(`K2/E4: ${unclaimed.length} side effect(s) ran without a claim in an operation that carries a key or requires one`);
+      violations.push(
+        `K2/E4: ${unclaimed.length} side effect(s) ran without a claim in an operation that carries a key or requires one`,
+      );
     const resent = effects.filter((effect) => effect.send > 1);
     if (resent.length > 0) violations.push(`E2: the resends ran ${resent.length} new side effect(s)`);
     const [first, ...rest] = answers.map((answer) => answer.body.data);
@@ -139,7 +149,9 @@ async function check(
     claims.add(claim);
     const record = await database.store.get(scope, key);
     if (record?.state !== 'completed')
-      violations.push(`E4: the side effect ${effect.id} ran under ${claim}, whose record is ${record?.state ?? 'absent'}, not completed`);
+      violations.push(
+        `E4: the side effect ${effect.id} ran under ${claim}, whose record is ${record?.state ?? 'absent'}, not completed`,
+      );
   }
   for (const answer of answers)
     for (const [responseKey, value] of Object.entries(answer.body.data ?? {})) {
@@ -147,7 +159,9 @@ async function check(
       const { id, by } = value as { id?: string; by?: string };
       const effect = effects.find((candidate) => candidate.id === id);
       if (by !== responseKey || effect?.responseKey !== responseKey)
-        violations.push(`E4: ${responseKey} answered ${id}, made by the side effect of ${effect?.responseKey ?? by}: two root fields share one outcome`);
+        violations.push(
+          `E4: ${responseKey} answered ${id}, made by the side effect of ${effect?.responseKey ?? by}: two root fields share one outcome`,
+        );
     }
   return violations;
 }

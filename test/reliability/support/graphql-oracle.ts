@@ -70,7 +70,9 @@ function createOracleSchema(effects: Map<string, SideEffect[]>) {
   let sequence = 0;
   const run = (field: string, amount: number, context: Context, info: { path: { key: string | number } }) => {
     if (amount <= 0)
-      throw new HandlerNotStartedError(new GraphQLError('amount must be positive', { extensions: { code: 'BAD_USER_INPUT' } }));
+      throw new HandlerNotStartedError(
+        new GraphQLError('amount must be positive', { extensions: { code: 'BAD_USER_INPUT' } }),
+      );
     const op = context.request.headers.get('x-user')!;
     const claim = idempotencyClaim(context);
     const effect: SideEffect = {
@@ -195,10 +197,10 @@ const field: fc.Arbitrary<FieldModel> = fc
       name: fc.constant(name),
       alias: fc.constantFrom(null, 'a', 'b', 'c', 'd'),
       via: fc.constantFrom<FieldModel['via']>('field', 'field', 'inline', 'typed inline', 'fragment'),
-      condition: fc.option(
-        fc.record({ skip: fc.boolean(), value: slot(fc.boolean(), 'Boolean', true) }),
-        { nil: null, freq: 3 },
-      ),
+      condition: fc.option(fc.record({ skip: fc.boolean(), value: slot(fc.boolean(), 'Boolean', true) }), {
+        nil: null,
+        freq: 3,
+      }),
       args: fc.record(ARGUMENTS[name]),
       key:
         name === '__typename'
@@ -207,21 +209,68 @@ const field: fc.Arbitrary<FieldModel> = fc
               fc.oneof(
                 ...(name === 'notify'
                   ? []
-                  : [fc.record({ in: fc.constant('argument' as const), value: slot(fc.constantFrom(...KEYS), 'String', false) })]),
-                fc.record({ in: fc.constant('directive' as const), value: slot(fc.constantFrom(...KEYS), 'String', true) }),
+                  : [
+                      fc.record({
+                        in: fc.constant('argument' as const),
+                        value: slot(fc.constantFrom(...KEYS), 'String', false),
+                      }),
+                    ]),
+                fc.record({
+                  in: fc.constant('directive' as const),
+                  value: slot(fc.constantFrom(...KEYS), 'String', true),
+                }),
               ),
               { nil: null, freq: 4 },
             ),
-      noteCondition: name === '__typename' ? fc.constant(null) : fc.option(slot(fc.boolean(), 'Boolean', true), { nil: null, freq: 3 }),
-      twice: fc.integer({ min: 0, max: 6 }).map((n) => n === 0),
+      noteCondition:
+        name === '__typename'
+          ? fc.constant(null)
+          : fc.option(
+              fc.oneof(
+                { weight: 2, arbitrary: slot(fc.boolean(), 'Boolean', true) },
+                // `$v: Boolean = true` sent as null: graphql-js fails the field after its resolver ran.
+                {
+                  weight: 1,
+                  arbitrary: fc
+                    .boolean()
+                    .map(
+                      (value): Slot => ({
+                        variable: { type: 'Boolean', nonNull: false, default: value, sent: 'null' },
+                      }),
+                    ),
+                },
+              ),
+              { nil: null, freq: 3 },
+            ),
+      twice: fc.integer({ min: 1, max: 7 }).map((n) => n === 7),
     }),
   );
 
-/** 1–4 root fields with distinct response keys (two different fields under one would not validate), and maybe a header key. */
-export const operationModel: fc.Arbitrary<OperationModel> = fc.record({
-  fields: fc.uniqueArray(field, { minLength: 1, maxLength: 4, selector: (f) => f.alias ?? f.name }),
-  header: fc.option(fc.constantFrom('K1', 'K2'), { nil: null, freq: 2 }),
-});
+/**
+ * 1–4 root fields with distinct response keys (two different fields under one would not
+ * validate), and maybe a header key. Often the first field again under another alias, the
+ * same arguments, with or without its own key: two root fields that could meet on one record.
+ */
+export const operationModel: fc.Arbitrary<OperationModel> = fc
+  .record({
+    fields: fc.uniqueArray(field, { minLength: 1, maxLength: 4, selector: (f) => f.alias ?? f.name }),
+    header: fc.option(fc.constantFrom('K1', 'K2'), { nil: null, freq: 2 }),
+    copy: fc.option(fc.boolean(), { nil: undefined, freq: 2 }),
+    everyFieldKeyed: fc.boolean(),
+  })
+  .map(({ fields, header, copy, everyFieldKeyed }) => {
+    const [first] = fields;
+    if (copy !== undefined && first && first.name !== '__typename' && !fields.some((f) => (f.alias ?? f.name) === 'z'))
+      fields = [...fields, { ...first, alias: 'z', key: copy ? first.key : null }];
+    // The field unit with several fields: each one that has no key gets a key of its own.
+    if (everyFieldKeyed)
+      fields = fields.map((field, index) =>
+        field.key || field.name === '__typename'
+          ? field
+          : { ...field, key: { in: 'directive' as const, value: { literal: `F${index}` } } },
+      );
+    return { fields, header };
+  });
 
 // ---------------------------------------------------------------------------------------------
 // Printing a model as a request.
