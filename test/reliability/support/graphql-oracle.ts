@@ -231,13 +231,11 @@ const field: fc.Arbitrary<FieldModel> = fc
                 // `$v: Boolean = true` sent as null: graphql-js fails the field after its resolver ran.
                 {
                   weight: 1,
-                  arbitrary: fc
-                    .boolean()
-                    .map(
-                      (value): Slot => ({
-                        variable: { type: 'Boolean', nonNull: false, default: value, sent: 'null' },
-                      }),
-                    ),
+                  arbitrary: fc.boolean().map(
+                    (value): Slot => ({
+                      variable: { type: 'Boolean', nonNull: false, default: value, sent: 'null' },
+                    }),
+                  ),
                 },
               ),
               { nil: null, freq: 3 },
