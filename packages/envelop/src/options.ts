@@ -13,8 +13,8 @@ export type RequestHeaders =
  * What the `fingerprint` option receives (F1, F2), per unit of idempotency:
  * - operation unit (header key): the normalized operation document and its coerced variables;
  * - field unit (argument or directive key): the field's coerced arguments without the key
- *   argument, and its effective selection: the printed selection set with `@skip`/`@include`
- *   applied, and the values of the variables it still reads (arguments of nested fields).
+ *   argument, and its selection as written: the printed selection set and the fragments it
+ *   spreads, and the values of the variables it reads (nested arguments, `@skip`/`@include`).
  *
  * `{ fields: ['variables.input.amount'] }` picks dotted paths out of this object.
  */
