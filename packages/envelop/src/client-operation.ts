@@ -128,7 +128,8 @@ export function describeDocument(
     const value = definition.defaultValue && reference(definition.defaultValue).literal;
     if (value !== undefined) defaults[definition.variable.name.value] = value;
   }
-  const description: OperationDescription = { type: chosen.operation, rootFields: [], complete: true, defaults };
+  const description: OperationDescription = { type: chosen.operation, rootFields: [], complete: true };
+  if (Object.keys(defaults).length > 0) description.defaults = defaults;
   // Fragments on the root type always apply there: validation refuses any other type condition.
   const visit = (
     selectionSet: OperationDefinitionNode['selectionSet'],
@@ -144,7 +145,8 @@ export function describeDocument(
         else if (!seen.has(selection.name.value))
           visit(fragment.selectionSet, conditions, new Set([...seen, selection.name.value]));
       } else {
-        const field: RootField = { name: selection.name.value, arguments: {}, directives: [], conditions };
+        const field: RootField = { name: selection.name.value, arguments: {}, directives: [] };
+        if (conditions.length > 0) field.conditions = conditions;
         for (const directive of selection.directives ?? []) {
           field.directives.push(directive.name.value);
           const key = directive.arguments?.find((argument) => argument.name.value === 'key');
@@ -152,7 +154,7 @@ export function describeDocument(
         }
         for (const argument of selection.arguments ?? []) {
           const value = reference(argument.value);
-          if (value.variable !== undefined || typeof value.literal !== 'boolean')
+          if (value.variable !== undefined || (value.literal !== undefined && typeof value.literal !== 'boolean'))
             field.arguments[argument.name.value] = value as ValueReference & { literal?: string | null };
         }
         description.rootFields.push(field);

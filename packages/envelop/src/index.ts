@@ -3,7 +3,7 @@
  * The `fetch` for GraphQL clients is on its own entry, `@idem/envelop/client`.
  */
 export { useIdempotency, type IdempotencyPlugin } from './plugin.js';
-export type { IdempotencyResultExtension } from './field-unit-result.js';
+export type { IdempotencyResultExtension } from './field-unit.js';
 export { useYogaIdempotency, type YogaIdempotencyHooks } from './yoga.js';
 export type { IdempotencyOptions, GraphQLKeyOptions, FingerprintInput, RequestHeaders } from './options.js';
 export { idempotentDirective, idempotentDirectiveTypeDefs, IdempotentDirectivePlacementRule } from './directive.js';

@@ -21,14 +21,14 @@ import {
 import { createAdapterKit, requestUrlOf } from '@idem/core/adapter';
 import { IDEMPOTENT_DIRECTIVE_NAME, IdempotentDirectivePlacementRule } from './directive.js';
 import { idempotencyGraphQLError } from './error-mapping.js';
-import { FieldUnitResult, type FieldOutcome, type IdempotencyResultExtension } from './field-unit-result.js';
-import { documentForField, fieldSelection, normalizedOperation } from './normalized-document.js';
-import type { FingerprintInput, IdempotencyOptions } from './options.js';
-import { planOperation, type KeyedField, type PlannedOperation, type RootField } from './plan.js';
+import { runFieldUnit, type IdempotencyResultExtension } from './field-unit.js';
+import { documentForField } from './normalized-document.js';
+import type { IdempotencyOptions } from './options.js';
+import { planOperation, type KeyPlan, type PlannedUnit } from './plan.js';
 import { endpointPolicies } from './policy.js';
 import { headersOf, idempotencyKeyHeader, requestOf } from './request-headers.js';
 import { asGraphQLError, storedResultSerializer } from './stored-result.js';
-import { runUnit, UnstartedExecution, wrapRootResolvers, type ExecuteFn, type UnitRequest } from './unit.js';
+import { runUnit, UnstartedExecution, wrapRootResolvers, type ExecuteFn } from './unit.js';
 
 /**
  * The Envelop plugin, with the engine it runs on (`engine.drain()` on shutdown waits for outcome
@@ -92,17 +92,16 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
     execute: ExecuteFn,
   ): Promise<unknown> {
     const context = args.contextValue as TContext;
-    let header: string | undefined;
+    let plan: KeyPlan;
     try {
-      header = kit.headerKey(idempotencyKeyHeader(getHeaders(context)), host.batchedMutations?.(context));
+      const header = kit.headerKey(idempotencyKeyHeader(getHeaders(context)), host.batchedMutations?.(context));
       if (header !== undefined) takeHeader(context);
+      const idempotent = directive ? (args.schema.getDirective(IDEMPOTENT_DIRECTIVE_NAME) ?? undefined) : undefined;
+      plan = planOperation(args, operation, rootType, { kit, header, directive: idempotent });
     } catch (error) {
       if (isIdempotencyError(error)) return refuse(error, context, operation);
       throw error;
     }
-    const idempotent = directive ? (args.schema.getDirective(IDEMPOTENT_DIRECTIVE_NAME) ?? undefined) : undefined;
-    const planned = planOperation(args, operation, rootType, { kit, header, directive: idempotent });
-    const { plan } = planned;
     if (plan.unit === 'unexecutable') return plan.result;
     if (plan.unit === 'refused') return refuse(plan.error, context, operation);
     if (plan.unit === 'none') return execute(args);
@@ -114,24 +113,28 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
       // Authentication failed before anything ran: nothing claimed, nothing stored (E4).
       return { errors: [asGraphQLError(error)] };
     }
-    if (plan.unit === 'field') return runFields(args, execute, operation, planned, plan.fields, scopeOf);
-    const names = [...new Set(planned.rootFields.filter((field) => field.definition).map((field) => field.fieldName))];
-    names.sort();
-    const input: FingerprintInput = {
-      unit: 'operation',
-      document: normalizedOperation(operation, planned.fragments),
-      variables: planned.variables,
-    };
-    const coordinates = names.map((name) => `${rootType.name}.${name}`);
+    const run = async ({ field, ...unit }: PlannedUnit) =>
+      runUnit(
+        kit,
+        atomic,
+        field ? { ...args, document: documentForField(args.document, operation, field.nodes) } : args,
+        execute,
+        {
+          scope: scopeOf(unit.operation),
+          key: unit.key,
+          fingerprint: await kit.fingerprint(unit.input),
+          serializer: resultSerializer,
+          parts: unit.parts,
+          ...(field ? { responseKey: field.responseKey } : {}),
+          ...policies.forUnit(unit.coordinates),
+        },
+      );
+    if (plan.unit === 'field')
+      return runFieldUnit(plan.fields, rootType.name, run, (error, field, http) =>
+        refusalError(error, context, { nodes: field.nodes, path: [field.responseKey], http }),
+      );
     try {
-      const { result, replayed } = await unit(args, execute, {
-        scope: scopeOf(`mutation:${names.join(',')}`),
-        key: plan.key,
-        serializer: resultSerializer,
-        input,
-        parts: planned.rootFields.length,
-        coordinates,
-      });
+      const { result, replayed } = await run(plan.run);
       if (!replayed) return result;
       const idempotency: IdempotencyResultExtension = { replayed: true };
       return { ...result, extensions: { ...result.extensions, idempotency } };
@@ -140,72 +143,6 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
       if (isIdempotencyError(error)) return refuse(error, context, operation);
       throw error;
     }
-  }
-
-  /** One unit, its fingerprint and policy added (see `runUnit`). */
-  async function unit(
-    args: ExecutionArgs,
-    execute: ExecuteFn,
-    {
-      input,
-      coordinates,
-      ...request
-    }: Omit<UnitRequest, 'fingerprint'> & { input: FingerprintInput; coordinates: string[] },
-  ) {
-    const fingerprint = await kit.fingerprint(input);
-    return runUnit(kit, atomic, args, execute, { ...request, fingerprint, ...policies.forUnit(coordinates) });
-  }
-
-  /**
-   * The field unit: root fields run one after another, each keyed one as an execution of its own,
-   * so that its result is stored (or replayed) on its own.
-   */
-  async function runFields(
-    args: ExecutionArgs,
-    execute: ExecuteFn,
-    operation: OperationDefinitionNode,
-    planned: PlannedOperation,
-    fields: ReadonlyArray<KeyedField | RootField>,
-    scopeOf: (operation: string) => string,
-  ): Promise<ExecutionResult> {
-    const rootTypeName = args.schema.getMutationType()!.name;
-    const response = new FieldUnitResult(fields);
-    for (const field of fields) {
-      let outcome: FieldOutcome;
-      if (!('key' in field)) {
-        outcome = { ran: { data: { [field.responseKey]: rootTypeName } } };
-      } else {
-        const { responseKey, fieldName, nodes, key } = field;
-        const coordinate = `${rootTypeName}.${fieldName}`;
-        const input: FingerprintInput = {
-          unit: 'field',
-          field: fieldName,
-          arguments: withoutKeyArgument(field.arguments, kit.key.field),
-          ...fieldSelection(nodes, planned.fragments, planned.variables),
-        };
-        const document = documentForField(args.document, operation, nodes);
-        try {
-          const { result, replayed } = await unit({ ...args, document }, execute, {
-            scope: scopeOf(coordinate),
-            key,
-            serializer: resultSerializer,
-            input,
-            parts: 1,
-            coordinates: [coordinate],
-            responseKey,
-          });
-          outcome = { ran: result, replayed };
-        } catch (error) {
-          if (error instanceof UnstartedExecution) outcome = { notStarted: error.result };
-          else if (isIdempotencyError(error)) outcome = { refused: error };
-          else throw error;
-        }
-      }
-      if (!response.add(field, outcome)) break;
-    }
-    return response.result((error, field, http) =>
-      refusalError(error, args.contextValue, { nodes: field.nodes, path: [field.responseKey], http }),
-    );
   }
 
   /**
@@ -269,11 +206,4 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
       });
     },
   };
-}
-
-/** F1: a field's arguments without its key argument. */
-function withoutKeyArgument(values: Record<string, unknown>, field: string | false): Record<string, unknown> {
-  if (field === false || !(field in values)) return values;
-  const { [field]: _key, ...rest } = values;
-  return rest;
 }

@@ -1,7 +1,7 @@
 import { getOperationAST, parse, type ExecutionResult } from 'graphql';
 import { isAsyncIterable } from '@envelop/core';
 import type { IdempotencyOptions } from './options.js';
-import type { IdempotencyResultExtension } from './field-unit-result.js';
+import type { IdempotencyResultExtension } from './field-unit.js';
 import { createIdempotencyPlugin, type IdempotencyPlugin } from './plugin.js';
 import { requestOf } from './request-headers.js';
 import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';

@@ -104,18 +104,19 @@ describe('the key plan reads graphql-js', () => {
     const source = `
       mutation ($skip: Boolean!) {
         ...Root
-        ... on Mutation { b: remove(id: 2) }
-        c: remove(id: 3) @skip(if: $skip)
-        ... @include(if: false) { d: remove(id: 4) }
-        a: create(name: "x") { name }
+        ... on Mutation { b: remove(id: 2) @idempotent(key: "kb") }
+        c: remove(id: 3) @skip(if: $skip) @idempotent(key: "kc")
+        ... @include(if: false) { d: remove(id: 4) @idempotent(key: "kd") }
+        a: create(name: "x") @idempotent(key: "ka") { name }
       }
       fragment Root on Mutation { a: create(name: "x") { id } }`;
-    const { rootFields, fragments } = plan(source, { skip: true });
-    expect(rootFields.map((field) => [field.responseKey, field.fieldName, field.nodes.length])).toEqual([
-      ['a', 'create', 2],
-      ['b', 'remove', 1],
+    const planned = plan(source, { skip: true });
+    const fields = planned.unit === 'field' ? planned.fields : [];
+    expect(fields.map(({ field, run }) => [field.responseKey, field.fieldName, field.nodes.length, run?.key])).toEqual([
+      ['a', 'create', 2, 'ka'],
+      ['b', 'remove', 1, 'kb'],
     ]);
-    const { operation } = operationOf(source);
+    const { operation, fragments } = operationOf(source);
     const collected = collectFields(
       schema,
       fragments,
@@ -128,12 +129,12 @@ describe('the key plan reads graphql-js', () => {
 
   it('K4: reads a key from a variable default and an explicit null as graphql-js coerces them', () => {
     const source = 'mutation ($k: String = "from-default") { create(name: "x", idempotencyKey: $k) { id } }';
-    expect(plan(source).plan).toMatchObject({ unit: 'field', fields: [{ key: 'from-default' }] });
-    expect(plan(source, { k: null }, 'header').plan).toEqual({ unit: 'operation', key: 'header' });
+    expect(plan(source)).toMatchObject({ unit: 'field', fields: [{ run: { key: 'from-default' } }] });
+    expect(plan(source, { k: null }, 'header')).toMatchObject({ unit: 'operation', run: { key: 'header' } });
   });
 
   it('E4: a directive key that does not coerce is a request error with no data, as graphql-js words it', () => {
-    const { plan: planned } = plan('mutation ($k: String = "x") { create(name: "x") @idempotent(key: $k) { id } }', {
+    const planned = plan('mutation ($k: String = "x") { create(name: "x") @idempotent(key: $k) { id } }', {
       k: null,
     });
     expect(planned).toMatchObject({
