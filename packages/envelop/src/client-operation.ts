@@ -43,7 +43,7 @@ export function keyedMutation(
   variables: Record<string, unknown>,
 ): KeyedMutation | undefined {
   if (operation?.type !== 'mutation') return undefined;
-  const valueOf = (reference: ValueReference | undefined) =>
+  const valueIn = (reference: ValueReference | undefined) =>
     reference?.variable === undefined
       ? reference?.literal
       : variables[reference.variable] !== undefined
@@ -51,11 +51,11 @@ export function keyedMutation(
         : operation.defaults?.[reference.variable];
   // graphql-js's CollectFields: `@skip(if: true)` or `@include(if: false)` leaves a field out.
   const included = operation.rootFields.filter((field) =>
-    (field.conditions ?? []).every(({ skip, ...condition }) => valueOf(condition) !== skip),
+    (field.conditions ?? []).every(({ skip, ...condition }) => valueIn(condition) !== skip),
   );
   const isKey = (value: unknown) => (typeof value === 'string' && value !== '') || Number.isInteger(value);
   const ownKey = (field: RootField) =>
-    isKey(valueOf(field.directiveKey)) || (argument !== false && isKey(valueOf(field.arguments[argument])));
+    isKey(valueIn(field.directiveKey)) || (argument !== false && isKey(valueIn(field.arguments[argument])));
   if (included.some(ownKey)) return undefined;
   const names = [...new Set(included.map((field) => field.name).filter((name) => !name.startsWith('__')))];
   return { rootFields: operation.complete ? names : [] };
