@@ -32,7 +32,7 @@ import {
 } from './support/graphql-oracle.ts';
 
 const SEED = Number(process.env['IDEM_ORACLE_SEED'] ?? 20_270_120);
-const TIME_LIMIT_MS = 240_000;
+const TIME_LIMIT_MS = 480_000;
 
 interface Answer {
   status: number;
