@@ -41,7 +41,7 @@ export function paymentsPolicy({
         stored:
           'header key: the whole result (data and errors); argument or directive key: the field value or its error',
         fingerprint:
-          'header key: the normalized operation document and its variables; argument key: the field arguments (key left out) and its effective selection (@skip/@include applied, the values of the variables it reads)',
+          'header key: the normalized operation document and its variables; argument or directive key: the field arguments (key left out), its selection as written and the values of the variables it reads',
       },
     ],
   });

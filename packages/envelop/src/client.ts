@@ -5,8 +5,9 @@
  * R4). Apollo Client and urql have their own entries (`/apollo`, `/urql`), which keep the key
  * with the operation.
  *
- * Nothing here imports the server side or `graphql`: a small scanner reads the operation
- * type and root fields of the request's document.
+ * Nothing here imports the server side or `graphql`: `@0no-co/graphql.web`, the parser urql
+ * ships, reads the request's document, and decides whether its root fields carry their own keys
+ * as the server does (fragments followed, `@skip`/`@include` applied, variable defaults read).
  */
 import { createMutationSender, type Fetch, type IdempotentFetchOptions } from './client-sender.js';
 

@@ -3,11 +3,10 @@
  * The `fetch` for GraphQL clients is on its own entry, `@idem/envelop/client`.
  */
 export { useIdempotency, type IdempotencyPlugin } from './plugin.js';
-export type { IdempotencyResultExtension } from './field-unit-result.js';
+export type { IdempotencyResultExtension } from './field-unit.js';
 export { useYogaIdempotency, type YogaIdempotencyHooks } from './yoga.js';
 export type { IdempotencyOptions, GraphQLKeyOptions, FingerprintInput, RequestHeaders } from './options.js';
-export { idempotentDirective, idempotentDirectiveTypeDefs } from './directive.js';
-export { IdempotentDirectivePlacementRule } from './directive-placement-rule.js';
+export { idempotentDirective, idempotentDirectiveTypeDefs, IdempotentDirectivePlacementRule } from './directive.js';
 export type { IdempotencyErrorExtensions, IdempotencyGraphQLErrorCode } from './error-mapping.js';
 export type { StoredExecutionResult, StoredGraphQLError } from './stored-result.js';
 // What GraphQL users need from the core without a second import.

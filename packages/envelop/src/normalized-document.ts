@@ -1,56 +1,23 @@
+/** F1 for GraphQL: what of a document the fingerprint reads, and the document of one root field. */
 import {
-  GraphQLIncludeDirective,
-  GraphQLSkipDirective,
   Kind,
   print,
   visit,
-  type DefinitionNode,
+  type ASTNode,
   type DocumentNode,
   type FieldNode,
   type FragmentDefinitionNode,
   type OperationDefinitionNode,
-  type SelectionSetNode,
 } from 'graphql';
-import { isIncluded } from './root-fields.js';
 
-export function fragmentsOf(document: DocumentNode): Map<string, FragmentDefinitionNode> {
-  const fragments = new Map<string, FragmentDefinitionNode>();
-  for (const definition of document.definitions) {
-    if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments.set(definition.name.value, definition);
-  }
-  return fragments;
-}
-
-/** The fragments a selection uses, transitively, sorted by name. */
-function usedFragments(
-  roots: readonly SelectionSetNode[],
-  fragments: ReadonlyMap<string, FragmentDefinitionNode>,
-): FragmentDefinitionNode[] {
-  const used = new Map<string, FragmentDefinitionNode>();
-  const pending = [...roots];
-  while (pending.length > 0) {
-    visit(pending.pop()!, {
-      FragmentSpread(node) {
-        const fragment = fragments.get(node.name.value);
-        if (fragment && !used.has(fragment.name.value)) {
-          used.set(fragment.name.value, fragment);
-          pending.push(fragment.selectionSet);
-        }
-      },
-    });
-  }
-  return [...used.values()].sort((a, b) => compare(a.name.value, b.name.value));
-}
+type Fragments = Readonly<Record<string, FragmentDefinitionNode>>;
 
 /**
  * F1, operation unit: the operation as printed by graphql-js (whitespace and comments gone), its
  * variable definitions sorted by name, its name dropped (a label, not content), followed by the
  * fragments it uses sorted by name. Other operations of the document do not count.
  */
-export function normalizedOperation(
-  operation: OperationDefinitionNode,
-  fragments: ReadonlyMap<string, FragmentDefinitionNode>,
-): string {
+export function normalizedOperation(operation: OperationDefinitionNode, fragments: Fragments): string {
   const variableDefinitions = [...(operation.variableDefinitions ?? [])].sort((a, b) =>
     compare(a.variable.name.value, b.variable.name.value),
   );
@@ -61,76 +28,45 @@ export function normalizedOperation(
   });
 }
 
-/** F1, field unit: what of a root field's selection shapes its stored value. */
-export interface EffectiveSelection {
-  /** The printed selection set (empty for a leaf) and the fragments it uses, `@skip`/`@include` applied. */
-  selection: string;
-  /** The coerced values of the variables the selection still reads: arguments of nested fields, other directives. */
-  variables: Record<string, unknown>;
-}
-
 /**
- * F1, field unit: the field's effective selection. `@skip` and `@include` are applied with this
- * request's variables and dropped, so `amount @include(if: $v)` counts as `amount` or as nothing;
- * fragments count when the selection still spreads them; the variables it still reads count by
- * value. A request that selects other fields is a different request: its stored value has
- * another shape.
+ * F1, field unit: a root field's selection as written — its selection sets and the fragments
+ * they use, printed — and the coerced values of the variables it reads (nested arguments,
+ * `@include`/`@skip`). Nothing is evaluated, so nothing here can fail where graphql-js would not.
  */
-export function effectiveSelection(
+export function fieldSelection(
   nodes: readonly FieldNode[],
-  fragments: ReadonlyMap<string, FragmentDefinitionNode>,
+  fragments: Fragments,
   variables: Record<string, unknown>,
-): EffectiveSelection {
-  const sets = nodes.flatMap((node) => (node.selectionSet ? [applyConditions(node.selectionSet, variables)] : []));
-  const used = new Map<string, FragmentDefinitionNode>();
-  const pending = [...sets];
-  while (pending.length > 0) {
-    visit(pending.pop()!, {
-      FragmentSpread(node) {
-        const fragment = fragments.get(node.name.value);
-        if (!fragment || used.has(fragment.name.value)) return;
-        const applied: FragmentDefinitionNode = {
-          ...fragment,
-          selectionSet: applyConditions(fragment.selectionSet, variables),
-        };
-        used.set(fragment.name.value, applied);
-        pending.push(applied.selectionSet);
-      },
-    });
-  }
-  const printed = [...sets, ...[...used.values()].sort((a, b) => compare(a.name.value, b.name.value))];
+): { selection: string; variables: Record<string, unknown> } {
+  const sets = nodes.flatMap((node) => (node.selectionSet ? [node.selectionSet] : []));
+  const printed = [...sets, ...usedFragments(sets, fragments)];
   const read: Record<string, unknown> = {};
-  for (const node of printed) {
+  for (const node of printed)
     visit(node, {
-      Variable(variable) {
-        const name = variable.name.value;
-        if (Object.hasOwn(variables, name)) read[name] = variables[name];
+      Variable({ name: { value } }) {
+        if (Object.hasOwn(variables, value)) read[value] = variables[value];
       },
     });
-  }
   return { selection: printed.map((node) => print(node)).join('\n'), variables: read };
 }
 
-/** The selection set with `@skip`/`@include` applied: excluded selections removed, the two directives dropped from the rest. */
-function applyConditions(set: SelectionSetNode, variables: Record<string, unknown>): SelectionSetNode {
-  return visit(set, {
-    enter(node) {
-      if (node.kind !== Kind.FIELD && node.kind !== Kind.INLINE_FRAGMENT && node.kind !== Kind.FRAGMENT_SPREAD)
-        return undefined;
-      if (!isIncluded(node, variables)) return null;
-      const directives = node.directives?.filter((directive) => !CONDITIONS.has(directive.name.value));
-      return directives === undefined || directives.length === node.directives!.length
-        ? undefined
-        : { ...node, directives };
-    },
-  });
+/** The fragments `roots` spread, transitively, sorted by name. */
+function usedFragments(roots: readonly ASTNode[], fragments: Fragments): FragmentDefinitionNode[] {
+  const used = new Map<string, FragmentDefinitionNode>();
+  const pending = [...roots];
+  while (pending.length > 0)
+    visit(pending.pop()!, {
+      FragmentSpread({ name: { value } }) {
+        const fragment = fragments[value];
+        if (fragment && !used.has(value)) pending.push(used.set(value, fragment).get(value)!);
+      },
+    });
+  return [...used.values()].sort((a, b) => compare(a.name.value, b.name.value));
 }
 
-const CONDITIONS = new Set([GraphQLSkipDirective.name, GraphQLIncludeDirective.name]);
-
 /**
- * A document that executes only the given root field of `operation`: same operation (name,
- * variables, directives), a selection set holding that field's nodes, and the document's
+ * A document that executes only one root field of `operation`: the same operation (name,
+ * variables, directives) with a selection set of that field's nodes, and the document's
  * fragments. Nodes are reused, so error locations still point into the request's text.
  */
 export function documentForField(
@@ -138,12 +74,12 @@ export function documentForField(
   operation: OperationDefinitionNode,
   nodes: readonly FieldNode[],
 ): DocumentNode {
-  const selectionSet: SelectionSetNode = { kind: Kind.SELECTION_SET, selections: nodes };
-  const definitions: DefinitionNode[] = [{ ...operation, selectionSet }];
-  for (const definition of document.definitions) {
-    if (definition.kind === Kind.FRAGMENT_DEFINITION) definitions.push(definition);
-  }
-  return { kind: Kind.DOCUMENT, definitions, ...(document.loc ? { loc: document.loc } : {}) };
+  const fragments = document.definitions.filter((definition) => definition.kind === Kind.FRAGMENT_DEFINITION);
+  const selected: OperationDefinitionNode = {
+    ...operation,
+    selectionSet: { kind: Kind.SELECTION_SET, selections: nodes },
+  };
+  return { ...document, definitions: [selected, ...fragments] };
 }
 
 function compare(a: string, b: string): number {

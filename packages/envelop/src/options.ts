@@ -1,3 +1,4 @@
+import type { EndpointPolicy } from '@idem/core';
 import type { AdapterOptions, KeyOptions } from '@idem/core/adapter';
 
 /**
@@ -12,8 +13,8 @@ export type RequestHeaders =
  * What the `fingerprint` option receives (F1, F2), per unit of idempotency:
  * - operation unit (header key): the normalized operation document and its coerced variables;
  * - field unit (argument or directive key): the field's coerced arguments without the key
- *   argument, and its effective selection: the printed selection set with `@skip`/`@include`
- *   applied, and the values of the variables it still reads (arguments of nested fields).
+ *   argument, and its selection as written: the printed selection set and the fragments it
+ *   spreads, and the values of the variables it reads (nested arguments, `@skip`/`@include`).
  *
  * `{ fields: ['variables.input.amount'] }` picks dotted paths out of this object.
  */
@@ -44,8 +45,10 @@ export interface GraphQLKeyOptions extends KeyOptions {
  *
  * Here a header key makes the whole mutation operation one record (the operation unit); a key in
  * the `key.field` argument or in `@idempotent(key:)` makes its root field a record of its own (the
- * field unit). `required` names root mutation fields: the plugin covers every mutation of the
- * schema, so list the ones that may run without a key, or pass `false`.
+ * field unit). `required` (defaults to `true`: every mutation) names the root mutation fields
+ * that refuse to run without a key: the plugin covers every mutation of the schema, so where some
+ * mutations may run without one, list those that need one (`required: ['createPayment']`), or
+ * pass a function or `false`.
  */
 export interface IdempotencyOptions<TContext = Record<string, any>, TTx = unknown>
   extends AdapterOptions<TContext, TTx> {
@@ -56,4 +59,13 @@ export interface IdempotencyOptions<TContext = Record<string, any>, TTx = unknow
    * `context.request.headers` (GraphQL Yoga, any Fetch `Request`), then `context.req.headers` (Node).
    */
   getHeaders?: (context: TContext) => RequestHeaders | null | undefined;
+  /**
+   * R1, E6, R2 per mutation, by schema coordinate (like `@envelop/response-cache`'s
+   * `ttlPerSchemaCoordinate`): `{ 'Mutation.refund': { retention: '72h', lease: '2m', expiredReuse: 'reject' } }`.
+   * A field left out, and every field left out of an entry, has the plugin's `retention`,
+   * `lease` and `expiredReuse`. A header key over several root fields (one unit) gets the longest
+   * retention and lease of its fields, and `'reject'` if any of them rejects. Published by
+   * `describeEndpoints()` (R4). Defaults to `{}`.
+   */
+  policy?: Readonly<Record<string, EndpointPolicy>>;
 }

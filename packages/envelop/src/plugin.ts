@@ -1,75 +1,56 @@
 import {
-  getArgumentValues,
   getOperationAST,
-  getVariableValues,
-  GraphQLError,
   type ASTNode,
   type ExecutionArgs,
   type ExecutionResult,
-  type FragmentDefinitionNode,
+  type GraphQLError,
+  type GraphQLObjectType,
   type GraphQLSchema,
   type OperationDefinitionNode,
 } from 'graphql';
-import { isAsyncIterable, type Plugin } from '@envelop/core';
+import type { Plugin } from '@envelop/core';
 import {
   AmbiguousKeyError,
-  HandlerNotStartedError,
   idempotencyClaim,
   isIdempotencyError,
   type ClaimContext,
-  type ExecuteResult,
+  type EndpointPolicyDescription,
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
-import { createAdapterKit, requestUrlOf, type AdapterKit } from '@idem/core/adapter';
-import { committedOrRolledBack, RolledBackExecution, rolledBackCodec } from './atomic-result.js';
-import { IdempotentDirectivePlacementRule } from './directive-placement-rule.js';
-import { IDEMPOTENT_DIRECTIVE_NAME } from './directive.js';
+import { createAdapterKit, requestUrlOf } from '@idem/core/adapter';
+import { IDEMPOTENT_DIRECTIVE_NAME, IdempotentDirectivePlacementRule } from './directive.js';
 import { idempotencyGraphQLError } from './error-mapping.js';
-import { planKeys } from './key-plan.js';
-import { FieldUnitResult, type FieldOutcome, type IdempotencyResultExtension } from './field-unit-result.js';
-import { documentForField, effectiveSelection, fragmentsOf, normalizedOperation } from './normalized-document.js';
-import type { FingerprintInput, IdempotencyOptions } from './options.js';
+import { runFieldUnit, type IdempotencyResultExtension } from './field-unit.js';
+import { documentForField } from './normalized-document.js';
+import type { IdempotencyOptions } from './options.js';
+import { planOperation, type KeyPlan, type PlannedUnit } from './plan.js';
+import { endpointPolicies } from './policy.js';
 import { headersOf, idempotencyKeyHeader, requestOf } from './request-headers.js';
-import { collectRootFields, type RootField } from './root-fields.js';
-import {
-  asGraphQLError,
-  fromStoredResult,
-  graphqlErrorCodec,
-  storedResultSerializer,
-  underResponseKey,
-  type StoredExecutionResult,
-} from './stored-result.js';
-import { runUnderClaim, wrapRootResolvers } from './unit-claim.js';
+import { asGraphQLError, storedResultSerializer } from './stored-result.js';
+import { runUnit, UnstartedExecution, wrapRootResolvers, type ExecuteFn } from './unit.js';
 
 /**
  * The Envelop plugin, with the engine it runs on (`engine.drain()` on shutdown waits for outcome
- * writes being retried, E7) and `claim(context)`: `idempotencyClaim(context)` with the store's
- * transaction type, for resolvers in atomic mode (`idempotency.claim(context)?.tx`).
+ * writes being retried, E7), `claim(context)`: `idempotencyClaim(context)` with the store's
+ * transaction type, for resolvers in atomic mode (`idempotency.claim(context)?.tx`), and
+ * `describeEndpoints()`: its mutations as the published policy lists them (R4).
  */
 export type IdempotencyPlugin<TContext extends Record<string, any>, TTx = unknown> = Plugin<TContext> & {
   readonly engine: IdempotencyEngine<TTx>;
   claim(context: unknown): ClaimContext<TTx> | undefined;
+  /**
+   * R4: one entry per root mutation field of `schema` (defaults to the schema the plugin last
+   * saw), with its retention, lease and reuse rule, for `createPolicyDocument`.
+   * @throws TypeError `[idem] …` when no schema is given and the plugin has seen none yet.
+   */
+  describeEndpoints(schema?: GraphQLSchema): EndpointPolicyDescription[];
 };
 
 /** What a host layer (the Yoga plugin) tells the Envelop plugin about the HTTP request. */
 export interface HostIntegration {
   /** How many mutation operations share this context's HTTP request (a Yoga batch); undefined when it is not a batch. */
   batchedMutations?(context: unknown): number | undefined;
-}
-
-type ExecuteFn = (args: ExecutionArgs) => unknown;
-interface Mutation {
-  operation: OperationDefinitionNode;
-  fragments: ReadonlyMap<string, FragmentDefinitionNode>;
-  variables: Record<string, unknown>;
-  rootFields: RootField[];
-  rootTypeName: string;
-}
-
-/** A unit's execution that never reached a resolver: its result is answered, nothing stored (E4). */
-class UnstartedExecution {
-  constructor(readonly result: ExecutionResult) {}
 }
 
 /**
@@ -79,8 +60,9 @@ class UnstartedExecution {
  * {@link useYogaIdempotency}, which adds the `Idempotent-Replayed` header and the batching rule.
  *
  * - `Idempotency-Key` header → the mutation operation is one record, executed once;
- * - `idempotencyKey` argument or `@idempotent(key:)` → each keyed root field is its own record,
- *   executed on its own so that its result can be stored and replayed on its own.
+ * - `idempotencyKey` argument or `@idempotent(key:)` → each root field is its own record (the
+ *   header key, if sent, keys the one that has no key of its own), executed on its own so that
+ *   its result can be stored and replayed on its own.
  */
 export function useIdempotency<TContext extends Record<string, any> = Record<string, any>, TTx = unknown>(
   options: IdempotencyOptions<TContext, TTx>,
@@ -97,40 +79,31 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
   const kit = createAdapterKit(options, { name: 'useIdempotency', field: 'argument' });
   const directive = options.key?.directive ?? true;
   const resultSerializer = storedResultSerializer(serializer);
+  const policies = endpointPolicies(options.policy ?? {}, kit.engine.policy);
+  let lastSchema: GraphQLSchema | undefined;
   /** HTTP requests whose `Idempotency-Key` header a mutation operation already took. */
   const headerTaken = new WeakSet<object>();
 
-  async function executeIdempotently(args: ExecutionArgs, execute: ExecuteFn): Promise<unknown> {
-    const schema = args.schema as GraphQLSchema;
-    const operation = getOperationAST(args.document, args.operationName);
-    const rootType = schema.getMutationType();
-    if (operation?.operation !== 'mutation' || !rootType) return execute(args);
-    const coerced = getVariableValues(
-      schema,
-      operation.variableDefinitions ?? [],
-      (args.variableValues ?? {}) as Record<string, unknown>,
-    );
-    // Unusable variables: graphql-js reports them and runs nothing; there is nothing to claim.
-    if (coerced.errors) return execute(args);
-    wrapRootResolvers(schema);
-    const fragments = fragmentsOf(args.document);
-    const variables = coerced.coerced;
-    const rootFields = collectRootFields(schema, rootType, operation.selectionSet, fragments, variables);
-    const mutation: Mutation = { operation, fragments, variables, rootFields, rootTypeName: rootType.name };
+  /** The one path from a parsed mutation to its resolvers: a complete key plan, then its units under their claims. */
+  async function executeIdempotently(
+    args: ExecutionArgs,
+    operation: OperationDefinitionNode,
+    rootType: GraphQLObjectType,
+    execute: ExecuteFn,
+  ): Promise<unknown> {
     const context = args.contextValue as TContext;
-
-    let plan;
+    let plan: KeyPlan;
     try {
       const header = kit.headerKey(idempotencyKeyHeader(getHeaders(context)), host.batchedMutations?.(context));
       if (header !== undefined) takeHeader(context);
-      const directiveType = directive ? (schema.getDirective(IDEMPOTENT_DIRECTIVE_NAME) ?? undefined) : undefined;
-      plan = planKeys(rootFields, { kit, header, directive: directiveType, variables, rootTypeName: rootType.name });
+      const idempotent = directive ? (args.schema.getDirective(IDEMPOTENT_DIRECTIVE_NAME) ?? undefined) : undefined;
+      plan = planOperation(args, operation, rootType, { kit, header, directive: idempotent });
     } catch (error) {
       if (isIdempotencyError(error)) return refuse(error, context, operation);
-      // An argument that does not coerce: execution reports it where it belongs.
-      if (error instanceof GraphQLError) return execute(args);
       throw error;
     }
+    if (plan.unit === 'unexecutable') return plan.result;
+    if (plan.unit === 'refused') return refuse(plan.error, context, operation);
     if (plan.unit === 'none') return execute(args);
 
     let scopeOf: (operation: string) => string;
@@ -140,137 +113,36 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
       // Authentication failed before anything ran: nothing claimed, nothing stored (E4).
       return { errors: [asGraphQLError(error)] };
     }
-    if (plan.unit === 'field') return runFields(args, execute, mutation, plan.keys, scopeOf);
-    const names = [...new Set(rootFields.filter((field) => field.definition).map((field) => field.fieldName))].sort();
-    const input: FingerprintInput = {
-      unit: 'operation',
-      document: normalizedOperation(operation, fragments),
-      variables,
-    };
-    try {
-      const unit = await runUnit(
-        scopeOf(`mutation:${names.join(',')}`),
-        plan.key,
-        input,
-        args,
+    const run = async ({ field, ...unit }: PlannedUnit) =>
+      runUnit(
+        kit,
+        atomic,
+        field ? { ...args, document: documentForField(args.document, operation, field.nodes) } : args,
         execute,
-        rootFields.length,
+        {
+          scope: scopeOf(unit.operation),
+          key: unit.key,
+          fingerprint: await kit.fingerprint(unit.input),
+          serializer: resultSerializer,
+          parts: unit.parts,
+          ...(field ? { responseKey: field.responseKey } : {}),
+          ...policies.forUnit(unit.coordinates),
+        },
       );
-      return unit.replayed
-        ? {
-            ...unit.result,
-            extensions: {
-              ...unit.result.extensions,
-              idempotency: { replayed: true } satisfies IdempotencyResultExtension,
-            },
-          }
-        : unit.result;
+    if (plan.unit === 'field')
+      return runFieldUnit(plan.fields, rootType.name, run, (error, field, http) =>
+        refusalError(error, context, { nodes: field.nodes, path: [field.responseKey], http }),
+      );
+    try {
+      const { result, replayed } = await run(plan.run);
+      if (!replayed) return result;
+      const idempotency: IdempotencyResultExtension = { replayed: true };
+      return { ...result, extensions: { ...result.extensions, idempotency } };
     } catch (error) {
       if (error instanceof UnstartedExecution) return error.result;
       if (isIdempotencyError(error)) return refuse(error, context, operation);
       throw error;
     }
-  }
-
-  /**
-   * One unit of idempotency — the operation, or one keyed root field — executed once under its
-   * claim (in atomic mode inside the store's transaction), or replayed. Refusals are thrown.
-   */
-  async function runUnit(
-    scope: string,
-    key: string,
-    input: FingerprintInput,
-    args: ExecutionArgs,
-    execute: ExecuteFn,
-    parts: number,
-    responseKey?: string,
-  ) {
-    const source = args.document.loc?.source;
-    const errors = graphqlErrorCodec(source);
-    const request = {
-      scope,
-      key,
-      fingerprint: await kit.fingerprint(input),
-      serializer: resultSerializer,
-      errors: atomic ? rolledBackCodec(errors) : errors,
-    };
-    const outcome: ExecuteResult<ExecutionResult | StoredExecutionResult> = await kit.execute(
-      request,
-      async (claim) => {
-        const { result, started } = await runUnderClaim(args.contextValue, claim, parts, () =>
-          executeOnce(execute, args),
-        );
-        if (!started) throw new HandlerNotStartedError(new UnstartedExecution(result));
-        return atomic ? committedOrRolledBack(result) : result;
-      },
-    );
-    if (!outcome.ok && !(outcome.error instanceof RolledBackExecution)) {
-      // What `execute` itself threw (rare: graphql-js reports errors in the result).
-      const thrown = [asGraphQLError(outcome.error)];
-      return {
-        result: responseKey === undefined ? { errors: thrown } : { data: { [responseKey]: null }, errors: thrown },
-        replayed: outcome.replayed,
-      };
-    }
-    const value = outcome.ok ? outcome.value : (outcome.error as RolledBackExecution).result;
-    if (!outcome.replayed) return { result: value as ExecutionResult, replayed: false };
-    const stored = value as StoredExecutionResult;
-    return {
-      result: fromStoredResult(responseKey === undefined ? stored : underResponseKey(stored, responseKey), source),
-      replayed: true,
-    };
-  }
-
-  /**
-   * The field unit: root fields run one after another, each as an execution of its own, so that
-   * each keyed field's result is stored (or replayed) on its own.
-   */
-  async function runFields(
-    args: ExecutionArgs,
-    execute: ExecuteFn,
-    mutation: Mutation,
-    keys: ReadonlyMap<string, string | undefined>,
-    scopeOf: (operation: string) => string,
-  ) {
-    const { operation, fragments, variables, rootFields, rootTypeName } = mutation;
-    const response = new FieldUnitResult(rootFields);
-    for (const field of rootFields) {
-      const { responseKey, fieldName, nodes, definition } = field;
-      const fieldArgs: ExecutionArgs = { ...args, document: documentForField(args.document, operation, nodes) };
-      const key = keys.get(responseKey);
-      let outcome: FieldOutcome;
-      try {
-        if (key === undefined || !definition) {
-          outcome = { ran: await executeOnce(execute, fieldArgs) };
-        } else {
-          const argumentValues = withoutKeyArgument(kit, getArgumentValues(definition, nodes[0]!, variables));
-          const input: FingerprintInput = {
-            unit: 'field',
-            field: fieldName,
-            arguments: argumentValues,
-            ...effectiveSelection(nodes, fragments, variables),
-          };
-          const unit = await runUnit(
-            scopeOf(`${rootTypeName}.${fieldName}`),
-            key,
-            input,
-            fieldArgs,
-            execute,
-            1,
-            responseKey,
-          );
-          outcome = { ran: unit.result, replayed: unit.replayed };
-        }
-      } catch (error) {
-        if (error instanceof UnstartedExecution) outcome = { notStarted: error.result };
-        else if (isIdempotencyError(error)) outcome = { refused: error };
-        else throw error;
-      }
-      if (!response.add(field, outcome)) break;
-    }
-    return response.result((error, field, http) =>
-      refusalError(error, args.contextValue, { nodes: field.nodes, path: [field.responseKey], http }),
-    );
   }
 
   /**
@@ -308,31 +180,30 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
   return {
     engine: kit.engine,
     claim: (context) => idempotencyClaim(context) as ClaimContext<TTx> | undefined,
+    describeEndpoints(schema = lastSchema) {
+      if (!schema) throw new TypeError('[idem] describeEndpoints(): the plugin has not seen a schema yet; pass one.');
+      return policies.describe(schema, {
+        kit,
+        directive: directive && !!schema.getDirective(IDEMPOTENT_DIRECTIVE_NAME),
+      });
+    },
+    onSchemaChange({ schema }) {
+      policies.check(schema as GraphQLSchema);
+      wrapRootResolvers(schema as GraphQLSchema);
+      lastSchema = schema as GraphQLSchema;
+    },
     onValidate({ addValidationRule }) {
       if (directive) addValidationRule(IdempotentDirectivePlacementRule);
     },
-    onExecute({ args, executeFn, setExecuteFn }) {
-      // Queries and subscriptions are not touched.
-      if (getOperationAST(args.document, args.operationName)?.operation !== 'mutation') return;
-      setExecuteFn((args: ExecutionArgs) => executeIdempotently(args, executeFn as ExecuteFn));
+    onExecute({ executeFn, setExecuteFn }) {
+      const execute = executeFn as ExecuteFn;
+      setExecuteFn((args: ExecutionArgs) => {
+        const operation = getOperationAST(args.document, args.operationName);
+        const rootType = args.schema.getMutationType();
+        // Queries and subscriptions are not touched.
+        if (operation?.operation !== 'mutation' || !rootType) return execute(args);
+        return executeIdempotently(args, operation, rootType, execute);
+      });
     },
   };
-}
-
-/** F1: a field's arguments without its key argument. */
-function withoutKeyArgument(
-  kit: Pick<AdapterKit<unknown>, 'key'>,
-  values: Record<string, unknown>,
-): Record<string, unknown> {
-  const { field } = kit.key;
-  if (field === false || !(field in values)) return values;
-  const { [field]: _key, ...rest } = values;
-  return rest;
-}
-
-async function executeOnce(execute: ExecuteFn, args: ExecutionArgs): Promise<ExecutionResult> {
-  const result = await execute(args);
-  if (isAsyncIterable(result))
-    throw new TypeError('[idem] incremental delivery (@defer, @stream) is not supported on idempotent mutations');
-  return result as ExecutionResult;
 }

@@ -1,7 +1,7 @@
 import { getOperationAST, parse, type ExecutionResult } from 'graphql';
 import { isAsyncIterable } from '@envelop/core';
 import type { IdempotencyOptions } from './options.js';
-import type { IdempotencyResultExtension } from './field-unit-result.js';
+import type { IdempotencyResultExtension } from './field-unit.js';
 import { createIdempotencyPlugin, type IdempotencyPlugin } from './plugin.js';
 import { requestOf } from './request-headers.js';
 import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
@@ -50,6 +50,7 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
   return {
     engine: plugin.engine,
     claim: plugin.claim,
+    describeEndpoints: plugin.describeEndpoints,
     onPluginInit({ addPlugin }) {
       addPlugin(plugin);
     },

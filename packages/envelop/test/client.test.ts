@@ -413,6 +413,7 @@ describe('describeOperation (the parse behind the helper)', () => {
           name: 'createPayment',
           arguments: { input: { variable: 'input' }, note: { literal: 'a block "string" with }' } },
           directives: ['include'],
+          conditions: [{ literal: true, skip: false }],
         },
         { name: 'refund', arguments: { id: { literal: '1' } }, directives: [] },
       ],
@@ -432,12 +433,34 @@ describe('describeOperation (the parse behind the helper)', () => {
     });
   });
 
-  it('marks root fields reached through fragments as unknown', () => {
-    expect(describeOperation('mutation { ... on Mutation { createPayment(amount: 1) { id } } }')).toEqual({
+  it('follows root fields through inline fragments and fragment spreads, with their conditions, the @idempotent key and variable defaults', () => {
+    expect(
+      describeOperation(`
+        mutation ($k: String = "from-default", $on: Boolean) {
+          ... on Mutation @include(if: $on) { createPayment(amount: 1, idempotencyKey: $k) { id } }
+          ...Pay
+        }
+        fragment Pay on Mutation { refund(id: "1") @idempotent(key: "r1") { id } }`),
+    ).toEqual({
       type: 'mutation',
-      complete: false,
-      rootFields: [],
+      complete: true,
+      defaults: { k: 'from-default' },
+      rootFields: [
+        {
+          name: 'createPayment',
+          arguments: { amount: { literal: '1' }, idempotencyKey: { variable: 'k' } },
+          directives: [],
+          conditions: [{ variable: 'on', skip: false }],
+        },
+        {
+          name: 'refund',
+          arguments: { id: { literal: '1' } },
+          directives: ['idempotent'],
+          directiveKey: { literal: 'r1' },
+        },
+      ],
     });
+    expect(describeOperation('mutation { ...Missing }')).toEqual({ type: 'mutation', complete: false, rootFields: [] });
   });
 
   it('gives up on a document it cannot read', () => {

@@ -371,7 +371,7 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
         `placeOrder(input: { amount: ${amount}, currency: "EUR" }, idempotencyKey: "${key}") { id }`;
       await post({ query: `mutation { ${place(1)} }` }, { 'x-user': 'alice' });
       const response = await post(
-        { query: `mutation { ${place(2)} sendReceipt(orderId: "order-1") }` },
+        { query: `mutation { ${place(2)} sendReceipt(orderId: "order-1") @idempotent(key: "${randomUUID()}") }` },
         { 'x-user': 'alice' },
       );
 
@@ -430,6 +430,40 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
       expect(response.body.errors[0].message).toContain('Mutation.placeOrder');
       expect(withHeader.status).toBe(200);
       expect(shop.calls).toEqual({ placeOrder: 1 });
+    });
+
+    it('K2/E4: where root fields carry their own keys, a root field with no key at all (no header key either) is refused with 400 IDEMPOTENCY_KEY_MISSING; nothing runs', async () => {
+      const response = await post(
+        {
+          query: `mutation { createOrder(input: { amount: 1, currency: "EUR" }, idempotencyKey: "${randomUUID()}") { id } sendReceipt(orderId: "x") }`,
+        },
+        { 'x-user': 'alice' },
+      );
+
+      expect(response.status).toBe(400);
+      expect(response.body.data).toBeUndefined();
+      expect(response.body.errors[0].extensions.code).toBe('IDEMPOTENCY_KEY_MISSING');
+      expect(response.body.errors[0].message).toBe(
+        'Mutation.sendReceipt has no key, while other root fields of this operation carry their own: send an Idempotency-Key header or an @idempotent(key:) directive.',
+      );
+      expect(shop.calls).toEqual({});
+    });
+
+    it('E4: two root fields that would be one record (the same mutation under the same key) are refused with 400 IDEMPOTENCY_KEY_AMBIGUOUS; nothing runs', async () => {
+      const key = randomUUID();
+      const response = await post(
+        {
+          query: `mutation {
+            a: createOrder(input: { amount: 1, currency: "EUR" }, idempotencyKey: "${key}") { id }
+            b: createOrder(input: { amount: 1, currency: "EUR" }) @idempotent(key: "${key}") { id }
+          }`,
+        },
+        { 'x-user': 'alice' },
+      );
+
+      expect(response.status).toBe(400);
+      expect(response.body.errors[0].extensions.code).toBe('IDEMPOTENCY_KEY_AMBIGUOUS');
+      expect(shop.calls).toEqual({});
     });
 
     it('refuses @idempotent anywhere but on a root mutation field', async () => {

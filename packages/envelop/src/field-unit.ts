@@ -1,0 +1,80 @@
+/**
+ * The field unit (SPEC E2, E4): root fields run one after another, each as an execution of its
+ * own under its own claim, and the response is assembled as graphql-js assembles one execution
+ * of the whole operation: `data` in field order, errors in order, and a null in a non-null root
+ * field nulling `data` and stopping the operation ("Normal and Serial Execution"). A refusal of
+ * one field is that field's error; when no root field ran, the refusals are the response
+ * (400/409/422/503 with `Retry-After`).
+ */
+import { GraphQLError, isNonNullType, type ExecutionResult } from 'graphql';
+import { isIdempotencyError, type IdempotencyError } from '@idem/core';
+import type { PlannedUnit, RootField } from './plan.js';
+import { UnstartedExecution } from './unit.js';
+
+/**
+ * `extensions.idempotency` of a response that contains replayed outcomes (E2).
+ * Operation unit: `{ replayed: true }`. Field unit: `replayedFields` lists the response keys
+ * (aliases or field names) whose stored outcome was replayed; `replayed` is true only when every
+ * root field was replayed, i.e. nothing executed for this response.
+ */
+export interface IdempotencyResultExtension {
+  replayed: boolean;
+  replayedFields?: string[];
+}
+
+/**
+ * Runs the field unit's `fields` in order through `run`; `refusalError` builds the GraphQLError
+ * of a refusal, with `http` when it is the whole response's status. `__typename` is the root type's name.
+ */
+export async function runFieldUnit(
+  fields: ReadonlyArray<{ field: RootField; run?: PlannedUnit }>,
+  rootTypeName: string,
+  run: (unit: PlannedUnit) => Promise<{ result: ExecutionResult; replayed: boolean }>,
+  refusalError: (error: IdempotencyError, field: RootField, http: boolean) => GraphQLError,
+): Promise<ExecutionResult> {
+  const errors: Array<GraphQLError | { refusal: IdempotencyError; field: RootField }> = [];
+  const extensions: Record<string, unknown> = {};
+  const replayedFields: string[] = [];
+  let data: Record<string, unknown> | null = {};
+  let ran = 0;
+  for (const { field, run: unit } of fields) {
+    let slice: ExecutionResult;
+    try {
+      const { result, replayed } = unit
+        ? await run(unit)
+        : { result: { data: { [field.responseKey]: rootTypeName } }, replayed: false };
+      slice = result;
+      ran++;
+      if (replayed) replayedFields.push(field.responseKey);
+    } catch (error) {
+      if (error instanceof UnstartedExecution) slice = { ...error.result, data: error.result.data ?? null };
+      else if (!isIdempotencyError(error)) throw error;
+      else {
+        errors.push({ refusal: error, field });
+        slice = {
+          data: field.definition && isNonNullType(field.definition.type) ? null : { [field.responseKey]: null },
+        };
+      }
+    }
+    if (slice.errors) errors.push(...slice.errors);
+    if (slice.extensions) Object.assign(extensions, slice.extensions);
+    if (!slice.data) {
+      data = null;
+      break;
+    }
+    data[field.responseKey] = slice.data[field.responseKey] ?? null;
+  }
+  const result: ExecutionResult = {};
+  if (errors.length > 0)
+    result.errors = errors.map((entry) =>
+      entry instanceof GraphQLError ? entry : refusalError(entry.refusal, entry.field, ran === 0),
+    );
+  result.data = data;
+  if (replayedFields.length > 0) {
+    const keyed = fields.filter(({ run }) => run).length;
+    const idempotency: IdempotencyResultExtension = { replayed: replayedFields.length === keyed, replayedFields };
+    extensions['idempotency'] = idempotency;
+  }
+  if (Object.keys(extensions).length > 0) result.extensions = extensions;
+  return result;
+}
