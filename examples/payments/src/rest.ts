@@ -6,11 +6,10 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { getRequestListener } from '@hono/node-server';
-import { Hono } from 'hono';
+import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { validator } from 'hono/validator';
-import { idempotencyClaim } from '@idem/fetch';
 import { idempotency } from '@idem/fetch/hono';
 import { accountOf, BadCredentialsError } from './account.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
@@ -35,9 +34,9 @@ export function createPaymentsRest({
   atomic = false,
   maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
 }: PaymentsRestOptions) {
-  const idempotent = idempotency<RestEnv>({
+  const idempotent = idempotency({
     store,
-    principal: (c) => c.get('account'),
+    principal: (c: Context<RestEnv>) => c.get('account'),
     retention: retentionMs,
     lease: leaseMs,
     atomic,
@@ -72,7 +71,7 @@ export function createPaymentsRest({
     idempotent,
     async (c) => {
       const input = c.req.valid('json');
-      const claim = idempotencyClaim(c);
+      const claim = idempotent.claim(c);
       // The channel deduplicates by a key derived from ours (a re-execution after a lease takeover
       // charges once); in atomic mode its ledger row is written in idem's transaction.
       const charge = await channel.charge(

@@ -1,5 +1,5 @@
 import { attachClaim } from '@idem/core/adapter';
-import type { ClaimCarrier, IdempotencyEngine } from '@idem/core';
+import { idempotencyClaim, type ClaimCarrier, type ClaimContext, type IdempotencyEngine } from '@idem/core';
 import type { HttpIdempotencyOptions } from './options.js';
 import { createHttpPipeline } from './pipeline.js';
 import { readRequestBody } from './request-body.js';
@@ -11,11 +11,14 @@ export type IdempotentOptions<TRequest extends Request = Request, TTx = unknown>
 >;
 
 /**
- * What {@link idempotent} returns: the handler, idempotent, with the same parameters. `engine` is
- * the engine it runs on (`engine.drain()` on shutdown waits for outcome writes being retried, E7).
+ * What {@link idempotent} returns: the handler, idempotent, with the same parameters. `claim(request)`
+ * is the claim a request runs under, typed with the store's transaction (`claim(request)?.tx` in
+ * atomic mode; `idempotencyClaim(request)` is the same, untyped). `engine` is the engine it runs on
+ * (`engine.drain()` on shutdown waits for outcome writes being retried, E7).
  */
 export interface IdempotentHandler<TRequest extends Request, TArgs extends unknown[], TTx = unknown> {
   (request: TRequest, ...args: TArgs): Promise<Response>;
+  claim(request: Request): ClaimContext<TTx> | undefined;
   readonly engine: IdempotencyEngine<TTx>;
 }
 
@@ -58,5 +61,6 @@ export function idempotent<TRequest extends Request, TArgs extends unknown[], TT
         return handler(request as TRequest & ClaimCarrier<TTx>, ...args);
       },
     });
-  return Object.assign(wrapped, { engine: pipeline.engine });
+  const claim = (request: Request) => idempotencyClaim(request) as ClaimContext<TTx> | undefined;
+  return Object.assign(wrapped, { claim, engine: pipeline.engine });
 }

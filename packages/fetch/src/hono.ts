@@ -4,7 +4,7 @@
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
 import { attachClaim } from '@idem/core/adapter';
-import type { IdempotencyEngine } from '@idem/core';
+import { idempotencyClaim, type ClaimContext, type IdempotencyEngine } from '@idem/core';
 import type { HttpIdempotencyOptions } from './options.js';
 import { createHttpPipeline } from './pipeline.js';
 import { readAtMost, checkContentLength, RequestBodyTooLargeError } from './request-body.js';
@@ -13,10 +13,13 @@ import { readAtMost, checkContentLength, RequestBodyTooLargeError } from './requ
 export type HonoIdempotencyOptions<E extends Env = Env, TTx = unknown> = HttpIdempotencyOptions<Context<E>, TTx>;
 
 /**
- * The middleware {@link idempotency} returns. `engine` is the engine it runs on
- * (`engine.drain()` on shutdown waits for outcome writes being retried, E7).
+ * The middleware {@link idempotency} returns. `claim(c)` is the claim the handler runs under,
+ * typed with the store's transaction (`claim(c)?.tx` in atomic mode; `idempotencyClaim(c)` is the
+ * same, untyped). `engine` is the engine it runs on (`engine.drain()` on shutdown waits for
+ * outcome writes being retried, E7).
  */
 export type HonoIdempotencyMiddleware<E extends Env = Env, TTx = unknown> = MiddlewareHandler<E> & {
+  claim(c: Context<E>): ClaimContext<TTx> | undefined;
   readonly engine: IdempotencyEngine<TTx>;
 };
 
@@ -59,7 +62,8 @@ export function idempotency<E extends Env = Env, TTx = unknown>(
     c.res = undefined;
     c.res = response;
   };
-  return Object.assign(middleware, { engine: pipeline.engine });
+  const claim = (c: Context<E>) => idempotencyClaim(c) as ClaimContext<TTx> | undefined;
+  return Object.assign(middleware, { claim, engine: pipeline.engine });
 }
 
 /**
