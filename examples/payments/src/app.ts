@@ -30,7 +30,7 @@ export interface PaymentsAppOptions {
   atomic?: boolean;
   /** The idem store. Defaults to `createDrizzleStore(db)`; tests wrap it to inject store faults. */
   store?: PaymentsStore;
-  /** The largest request body accepted on `/trpc` and `/graphql`, in bytes; larger ones get 413. Defaults to 64 KiB. */
+  /** The largest request body accepted on `/trpc`, `/graphql` and `/v1/payments`, in bytes; larger ones get 413. Defaults to 64 KiB. */
   maxBodyBytes?: number;
   /**
    * Origins whose pages may call the API from a browser (CORS on `/trpc`, `/graphql`, the policy
