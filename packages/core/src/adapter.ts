@@ -1,6 +1,6 @@
 /**
  * `@idem/core/adapter` — for adapter authors: the per-request pipeline every host adapter runs
- * (`@idem/trpc`, `@idem/envelop`), written once. An adapter translates its host's shapes (a tRPC
+ * (`@idem/trpc`, `@idem/envelop`, `@idem/fetch`), written once. An adapter translates its host's shapes (a tRPC
  * call, a GraphQL operation) into these steps and maps the outcome back:
  *
  * 1. the key, from its sources (K1–K4): the `Idempotency-Key` header (one per request: the batch
