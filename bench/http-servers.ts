@@ -3,7 +3,9 @@
  * the JSON body, check it, "charge" (a constant cheap handler, so that what is measured is the
  * idempotency layer, not a ledger write), answer JSON — and differs only in what makes it
  * idempotent. The tRPC variants are the example's `payments.create` (its real channel, which
- * inserts a ledger row per charge) with idem, and the same procedure without it.
+ * inserts a ledger row per charge) with idem, and the same procedure without it; the hono variants
+ * are the example's plain HTTP route `POST /v1/payments` (Hono, `@idem/fetch/hono`, the same
+ * channel) and the same route without idem.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import {
@@ -18,6 +20,10 @@ import { RedisStorageAdapter } from '@node-idempotency/storage-adapter-redis';
 import { createClient } from '@redis/client';
 import { initTRPC } from '@trpc/server';
 import { createHTTPHandler } from '@trpc/server/adapters/standalone';
+import { getRequestListener } from '@hono/node-server';
+import { Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import { validator } from 'hono/validator';
 import {
   createEngine,
   defaultFingerprint,
@@ -32,6 +38,7 @@ import { openDatabase } from '@idem/drizzle/connect';
 import { accountOf } from '../examples/payments/src/account.ts';
 import { createPaymentsApp } from '../examples/payments/src/app.ts';
 import { PaymentChannel } from '../examples/payments/src/channel.ts';
+import { createPaymentsRest } from '../examples/payments/src/rest.ts';
 import { paymentInput } from '../examples/payments/src/trpc.ts';
 
 export const HTTP_VARIANTS = [
@@ -45,6 +52,10 @@ export const HTTP_VARIANTS = [
   'tRPC + idem, SQLite',
   'tRPC bare, PostgreSQL',
   'tRPC + idem, PostgreSQL',
+  'hono bare, SQLite',
+  'hono + idem, SQLite',
+  'hono bare, PostgreSQL',
+  'hono + idem, PostgreSQL',
 ] as const;
 export type HttpVariant = (typeof HTTP_VARIANTS)[number];
 
@@ -102,6 +113,14 @@ export async function createVariantServer(config: ServerConfig): Promise<Variant
       return trpcBare(config.postgresUrl);
     case 'tRPC + idem, PostgreSQL':
       return trpcWithIdem(config.postgresUrl);
+    case 'hono bare, SQLite':
+      return honoBare(config.sqliteUrl);
+    case 'hono + idem, SQLite':
+      return honoWithIdem(config.sqliteUrl);
+    case 'hono bare, PostgreSQL':
+      return honoBare(config.postgresUrl);
+    case 'hono + idem, PostgreSQL':
+      return honoWithIdem(config.postgresUrl);
   }
 }
 
@@ -294,6 +313,59 @@ async function trpcBare(url: string): Promise<VariantServer> {
     basePath: '/trpc/',
   });
   const server = createServer((req, res) => void handler(req, res));
+  return { server, close: () => database.close() };
+}
+
+/** The example's `POST /v1/payments` (Hono, `@idem/fetch/hono`), over its channel. */
+async function honoWithIdem(url: string): Promise<VariantServer> {
+  const database = await openDatabase(url);
+  const channel = new PaymentChannel(database.db);
+  await channel.migrate();
+  const rest = createPaymentsRest({
+    store: createDrizzleStore(database.db),
+    channel,
+    retentionMs: 86_400_000,
+    leaseMs: 30_000,
+  });
+  const server = createServer((req, res) => void rest.listener(req, res));
+  return {
+    server,
+    async close() {
+      await rest.engine.drain();
+      await database.close();
+    },
+  };
+}
+
+/** The same route without idem: the same authentication, body limit, validation, channel and answer. */
+async function honoBare(url: string): Promise<VariantServer> {
+  const database = await openDatabase(url);
+  const channel = new PaymentChannel(database.db);
+  await channel.migrate();
+  const app = new Hono<{ Variables: { account: string } }>();
+  app.post(
+    '/v1/payments',
+    async (c, next) => {
+      c.set('account', accountOf(c.req.header('authorization')));
+      await next();
+    },
+    bodyLimit({ maxSize: 64 * 1024 }),
+    validator('json', (value, c) => {
+      const parsed = paymentInput.safeParse(value);
+      return parsed.success ? parsed.data : c.json({ error: parsed.error.message }, 400);
+    }),
+    async (c) => {
+      const input = c.req.valid('json');
+      const charge = await channel.charge({
+        account: c.get('account'),
+        amount: input.amount,
+        currency: input.currency,
+      });
+      return c.json(charge, 201, { location: `/v1/payments/${charge.id}` });
+    },
+  );
+  const listener = getRequestListener(app.fetch, { overrideGlobalObjects: false });
+  const server = createServer((req, res) => void listener(req, res));
   return { server, close: () => database.close() };
 }
 

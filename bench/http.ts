@@ -16,18 +16,22 @@ import { HTTP_VARIANTS, type HttpVariant, type ServerConfig } from './http-serve
 
 const PAYMENT = JSON.stringify({ amount: 1200, currency: 'EUR' });
 const HEADERS = { 'content-type': 'application/json', authorization: 'Bearer acct_42' };
-/** Variants whose replay is measured (bare has nothing to replay; the tRPC rows cover the example). */
+/** Variants whose replay is measured (bare has nothing to replay; tRPC's replay is the engine's). */
 const REPLAY_VARIANTS: readonly HttpVariant[] = [
   'idem engine, SQLite',
   'idem engine, PostgreSQL',
   'powertools, Redis',
   'node-idempotency, memory',
   'node-idempotency, Redis',
+  'hono + idem, SQLite',
+  'hono + idem, PostgreSQL',
 ];
-/** What each tRPC + idem row is also compared with: the same procedure without idem, same database. */
-const TRPC_BARE: Partial<Record<HttpVariant, HttpVariant>> = {
+/** What each example row with idem is also compared with: the same route without idem, same database. */
+const ROUTE_BARE: Partial<Record<HttpVariant, HttpVariant>> = {
   'tRPC + idem, SQLite': 'tRPC bare, SQLite',
   'tRPC + idem, PostgreSQL': 'tRPC bare, PostgreSQL',
+  'hono + idem, SQLite': 'hono bare, SQLite',
+  'hono + idem, PostgreSQL': 'hono bare, PostgreSQL',
 };
 
 export interface HttpOptions {
@@ -44,8 +48,8 @@ export interface HttpRow {
   p99Ms: number;
   /** Median over rounds of this row's req/s over the bare handler's in the same round. */
   ratioToBare: number;
-  /** tRPC + idem rows: the same ratio against the same procedure without idem. */
-  ratioToTrpcBare?: number;
+  /** tRPC + idem and hono + idem rows, fresh keys: the same ratio against the same route without idem. */
+  ratioToRouteBare?: number;
   /** Summed over rounds: any of these means the row did not measure what it says. */
   non2xx: number;
   errors: number;
@@ -150,10 +154,10 @@ export async function runHttp({ quick }: HttpOptions): Promise<HttpResult> {
             non2xx: list.reduce((sum, s) => sum + s.non2xx, 0),
             errors: list.reduce((sum, s) => sum + s.errors, 0),
           };
-          const trpcBare = TRPC_BARE[variant];
-          if (trpcBare && mode === 'fresh') {
-            const base = samples.get(sampleKey(trpcBare, 'fresh', connections))!;
-            row.ratioToTrpcBare = median(list.map((s, round) => s.requestsPerSecond / base[round]!.requestsPerSecond));
+          const routeBare = ROUTE_BARE[variant];
+          if (routeBare && mode === 'fresh') {
+            const base = samples.get(sampleKey(routeBare, 'fresh', connections))!;
+            row.ratioToRouteBare = median(list.map((s, round) => s.requestsPerSecond / base[round]!.requestsPerSecond));
           }
           rows.push(row);
         }
@@ -174,7 +178,8 @@ function push(samples: Map<string, Sample[]>, key: string, sample: Sample): void
 }
 
 function pathOf(variant: HttpVariant): string {
-  return variant.startsWith('tRPC') ? '/trpc/payments.create' : '/charge';
+  if (variant.startsWith('tRPC')) return '/trpc/payments.create';
+  return variant.startsWith('hono') ? '/v1/payments' : '/charge';
 }
 
 async function load(

@@ -122,10 +122,10 @@ export function renderHttp(result: HttpResult): string {
         fixed(row.p50Ms, 2),
         fixed(row.p99Ms, 2),
         `**${ratio(row.ratioToBare)}**`,
-        row.ratioToTrpcBare === undefined ? '' : ratio(row.ratioToTrpcBare),
+        row.ratioToRouteBare === undefined ? '' : ratio(row.ratioToRouteBare),
         row.non2xx + row.errors === 0 ? '0' : `${row.non2xx} non-2xx, ${row.errors} errors`,
       ]);
-    return `${connections} connection${connections === 1 ? '' : 's'}:\n\n${table(['variant', 'keys', 'req/s', 'p50 ms', 'p99 ms', 'req/s × bare', '× tRPC bare', 'failures'], rows)}`;
+    return `${connections} connection${connections === 1 ? '' : 's'}:\n\n${table(['variant', 'keys', 'req/s', 'p50 ms', 'p99 ms', 'req/s × bare', '× same route bare', 'failures'], rows)}`;
   });
   const checks = Object.entries(result.checks)
     .map(([variant, check]) => `${variant}: ${check}`)

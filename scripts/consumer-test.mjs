@@ -9,7 +9,9 @@
 //   (b) imports every entry point with require() and with import;
 //   (c) runs `npx idem migrate` and `npx idem explain` from the installed tarball;
 //   (d) builds a Next.js App Router app serving tRPC through fetchRequestHandler on the Drizzle
-//       store, with Turbopack and with webpack, and shows each build answering a replay.
+//       store, with Turbopack and with webpack, and shows each build answering a replay;
+//   (e) plain HTTP routes (@idem/fetch, scripts/consumer/plain-http.mjs): the README's Hono quick
+//       start on Node, the README's Next.js route handler and the ported peer cases in (d)'s app.
 // The plain app runs on drizzle-orm 0.44 and the Next.js app on 0.45: the two ends of the
 // peer range @idem/drizzle declares.
 //
@@ -21,9 +23,16 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import {
+  checkHonoQuickStart,
+  checkNextRoutes,
+  honoDependencies,
+  honoQuickStart,
+  nextRouteFiles,
+} from './consumer/plain-http.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const PACKAGES = ['core', 'drizzle', 'trpc', 'envelop'];
+const PACKAGES = ['core', 'drizzle', 'trpc', 'envelop', 'fetch'];
 /** Versions of the host libraries: the ones this workspace's lock resolved, so the npm cache serves them. */
 const version = (name) => JSON.parse(readFileSync(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')).version;
 const NEXT_VERSION = '16.4.6';
@@ -267,6 +276,7 @@ async function plainNodeApp(tarballs) {
         typescript: version('typescript'),
         '@types/node': version('@types/node'),
         '@types/better-sqlite3': version('@types/better-sqlite3'),
+        ...honoDependencies(version),
       }),
       null,
       2,
@@ -295,7 +305,7 @@ async function plainNodeApp(tarballs) {
   return app;
 }
 
-async function nextApp(tarballs) {
+async function nextApp(tarballs, readme) {
   const app = join(work, 'next-app');
   const files = {
     'package.json': JSON.stringify(
@@ -411,6 +421,7 @@ const handler = (req: Request) =>
 
 export { handler as GET, handler as POST };
 `,
+    ...nextRouteFiles({ readme, readmeBlock, patch }),
   };
   for (const [path, content] of Object.entries(files)) {
     mkdirSync(join(app, path, '..'), { recursive: true });
@@ -429,7 +440,7 @@ async function main() {
 
   const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
   const nodeApp = await plainNodeApp(tarballs);
-  const next = await nextApp(tarballs);
+  const next = await nextApp(tarballs, readme);
   let installed = false;
   await step('npm install of the tarballs into a fresh Node app (drizzle-orm 0.44)', async () => {
     await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: nodeApp });
@@ -466,6 +477,7 @@ async function main() {
         writeFileSync(join(nodeApp, 'src/trpc.ts'), trpc);
         writeFileSync(join(nodeApp, 'src/yoga.ts'), yoga);
         writeFileSync(join(nodeApp, 'src/client.ts'), client);
+        writeFileSync(join(nodeApp, 'src/hono.ts'), honoQuickStart({ readme, readmeBlock, patch }));
         await run('npx', ['--no-install', 'tsc', '-p', '.'], { cwd: nodeApp });
         // A stricter user: idem's declarations must not add errors under the flags strict leaves off.
         writeFileSync(
@@ -529,6 +541,23 @@ async function main() {
       }
     });
 
+    await step(
+      '(e) the compiled Hono quick start runs on plain Node: 201, byte-identical replay, 422, 400',
+      async () => {
+        const honoPort = await freePort();
+        const server = await startServer(process.execPath, ['dist/hono.js'], {
+          cwd: nodeApp,
+          env: { PORT: String(honoPort) },
+          url: `http://127.0.0.1:${honoPort}/`,
+        });
+        try {
+          await checkHonoQuickStart(`http://127.0.0.1:${honoPort}`, { log, assert });
+        } finally {
+          await server.stop();
+        }
+      },
+    );
+
     await step('(b) every entry point loads with require() and with import', async () => {
       const entries = PACKAGES.flatMap((name) => {
         const manifest = JSON.parse(readFileSync(join(ROOT, 'packages', name, 'package.json'), 'utf8'));
@@ -591,35 +620,43 @@ async function main() {
   );
   if (nextInstalled) {
     for (const bundler of ['turbopack', 'webpack']) {
-      await step(`(d) next build (${bundler}) and next start answer a replay through fetchRequestHandler`, async () => {
-        rmSync(join(next, '.next'), { recursive: true, force: true });
-        const build = await run(
-          'npx',
-          ['--no-install', 'next', 'build', bundler === 'webpack' ? '--webpack' : '--turbopack'],
-          { cwd: next, env: { NEXT_TELEMETRY_DISABLED: '1', IDEM_DB: join(next, `build-${bundler}.db`) } },
-        );
-        assert(build.stdout.includes('/api/trpc/[trpc]'), `next build did not list the tRPC route:\n${build.stdout}`);
-        const port = await freePort();
-        const server = await startServer(
-          'npx',
-          ['--no-install', 'next', 'start', '-p', String(port), '-H', '127.0.0.1'],
-          {
-            cwd: next,
-            env: { NEXT_TELEMETRY_DISABLED: '1', IDEM_DB: join(next, `${bundler}.db`) },
-            url: `http://127.0.0.1:${port}/`,
-          },
-        );
-        try {
-          await assertReplay(
-            `Next.js ${bundler}`,
-            `http://127.0.0.1:${port}/api/trpc/createOrder`,
-            { amount: 42 },
-            { amount: 43 },
+      await step(
+        `(d, e) next build (${bundler}) and next start answer a replay through fetchRequestHandler and through idempotent() route handlers`,
+        async () => {
+          rmSync(join(next, '.next'), { recursive: true, force: true });
+          const build = await run(
+            'npx',
+            ['--no-install', 'next', 'build', bundler === 'webpack' ? '--webpack' : '--turbopack'],
+            { cwd: next, env: { NEXT_TELEMETRY_DISABLED: '1', IDEM_DB: join(next, `build-${bundler}.db`) } },
           );
-        } finally {
-          await server.stop();
-        }
-      });
+          assert(build.stdout.includes('/api/trpc/[trpc]'), `next build did not list the tRPC route:\n${build.stdout}`);
+          assert(
+            build.stdout.includes('/api/orders'),
+            `next build did not list the README's route handler:\n${build.stdout}`,
+          );
+          const port = await freePort();
+          const server = await startServer(
+            'npx',
+            ['--no-install', 'next', 'start', '-p', String(port), '-H', '127.0.0.1'],
+            {
+              cwd: next,
+              env: { NEXT_TELEMETRY_DISABLED: '1', IDEM_DB: join(next, `${bundler}.db`) },
+              url: `http://127.0.0.1:${port}/`,
+            },
+          );
+          try {
+            await assertReplay(
+              `Next.js ${bundler}`,
+              `http://127.0.0.1:${port}/api/trpc/createOrder`,
+              { amount: 42 },
+              { amount: 43 },
+            );
+            await checkNextRoutes(`Next.js ${bundler}`, `http://127.0.0.1:${port}`, { log, assert });
+          } finally {
+            await server.stop();
+          }
+        },
+      );
     }
   }
 }

@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const packages = ['core', 'drizzle', 'trpc', 'envelop'];
+const packages = ['core', 'drizzle', 'trpc', 'envelop', 'fetch'];
 const checks = [
   (dir) => ['publint', ['--strict', dir]],
   (dir) => ['attw', ['--pack', dir, '--profile', 'esm-only', '--format', 'table-flipped']],

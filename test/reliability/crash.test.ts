@@ -1,6 +1,6 @@
 /**
  * Scenario 3, a crash mid-handler (E6): the payments server is SIGKILLed while the channel
- * call of two requests (tRPC header key, GraphQL argument key) is still sleeping, before it
+ * call of three requests (tRPC header key, GraphQL argument key, HTTP header key) is still sleeping, before it
  * charged. Another process on the same database answers retries 409 with Retry-After while the
  * dead owner's lease lasts, then takes the claim over (new fencing token, `staleTakeover`
  * event, timeline `takeovers: 1`) and executes once: one ledger charge per key. That process is
@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExampleFleet, type ExampleServer } from './support/example-server.ts';
 import { SHARED_DATABASES, type SharedDatabase } from './support/databases.ts';
-import { graphqlPayments, ledger, trpcPayments, type PaymentEndpoint } from './support/payments.ts';
+import { graphqlPayments, ledger, restPayments, trpcPayments, type PaymentEndpoint } from './support/payments.ts';
 import { sleep, type Answer } from './support/http.ts';
 
 /** The dead owner's lease: the retries between the kill and its end get 409. */
@@ -63,6 +63,7 @@ describe.each(SHARED_DATABASES)(
         const cases: Array<{ endpoint: PaymentEndpoint; keyIn: 'header' | 'input'; key: string }> = [
           { endpoint: trpcPayments, keyIn: 'header', key: `crash-trpc-${randomUUID()}` },
           { endpoint: graphqlPayments, keyIn: 'input', key: `crash-gql-${randomUUID()}` },
+          { endpoint: restPayments, keyIn: 'header', key: `crash-http-${randomUUID()}` },
         ];
         const call = (server: ExampleServer, { endpoint, keyIn, key }: (typeof cases)[number]) =>
           endpoint.create(server.url, input, { key, keyIn, account });
@@ -117,7 +118,7 @@ describe.each(SHARED_DATABASES)(
             expect(conflict.retryAfter).toMatch(/^[1-9]\d*$/);
             expect(conflict.at).toBeLessThan(leaseUntil[i]! + CLOCK_SLACK_MS);
           }
-          expect(final.status, final.text).toBe(200);
+          expect(final.status, final.text).toBe(endpoint.created);
           expect(final.replayed).toBe(false);
           expect(finalAt).toBeGreaterThanOrEqual(leaseUntil[i]! - CLOCK_SLACK_MS);
 
@@ -127,14 +128,14 @@ describe.each(SHARED_DATABASES)(
             expect.objectContaining({
               generation: 1,
               state: 'completed',
-              status: 200,
+              status: endpoint.created,
               outcomeKind: 'success',
               takeovers: 1,
             }),
           ]);
 
           const replay = await call(successor, cases[i]!);
-          expect(replay.status).toBe(200);
+          expect(replay.status).toBe(endpoint.created);
           expect(replay.replayed).toBe(true);
           expect(endpoint.payment(replay)).toEqual(endpoint.payment(final));
           payments.push(endpoint.payment(final)!);

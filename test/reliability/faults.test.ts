@@ -1,6 +1,6 @@
 /**
- * Scenario 2, database faults (E5, E6, E7): a TCP proxy sits between an in-process app (both
- * adapters over one `createDrizzleStore`) and PostgreSQL, and the test cuts it at chosen
+ * Scenario 2, database faults (E5, E6, E7): a TCP proxy sits between an in-process app (the tRPC,
+ * GraphQL and plain HTTP adapters over one `createDrizzleStore`) and PostgreSQL, and the test cuts it at chosen
  * moments: before the claim, while the handler runs (held at a gate), and when the outcome
  * write is on the wire (the connection that sends the `complete` statement is cut). Checks of
  * what was stored go over the test's own connection, never through the proxy. Lease: 3 s.
@@ -14,7 +14,13 @@ import { openDatabase, type OpenedDatabase } from '@idem/drizzle/connect';
 import type { IdempotencyEvent } from '@idem/core';
 import { POSTGRES_SCHEMA, postgresAddress, type SharedDatabase } from './support/databases.ts';
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
-import { createCountingApp, IN_PROCESS, ORDER_ENDPOINTS, type CountingApp } from './support/counting-app.ts';
+import {
+  createCountingApp,
+  httpOrders,
+  IN_PROCESS,
+  ORDER_ENDPOINTS,
+  type CountingApp,
+} from './support/counting-app.ts';
 import { sleep } from './support/http.ts';
 import { untilLeaseEnds } from '../support/waiting.ts';
 
@@ -54,7 +60,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
   const eventOf = (type: IdempotencyEvent['type'], key: string) => (event: IdempotencyEvent) =>
     event.type === type && event.key === key;
 
-  describe.each(ORDER_ENDPOINTS)('$name', (endpoint) => {
+  describe.each([...ORDER_ENDPOINTS, httpOrders])('$name', (endpoint) => {
     const account = `acct_${endpoint.name.toLowerCase()}`;
     const create = (key: string, amount = 100) =>
       endpoint.create(endpoint.handler(app), IN_PROCESS, { amount }, { key, account });

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExampleFleet, type ExampleServer } from './support/example-server.ts';
 import { SHARED_DATABASES, type SharedDatabase } from './support/databases.ts';
-import { graphqlPayments, ledger, trpcPayments, type PaymentEndpoint } from './support/payments.ts';
+import { graphqlPayments, ledger, restPayments, trpcPayments, type PaymentEndpoint } from './support/payments.ts';
 import type { Answer } from './support/http.ts';
 
 const SERVERS = 4;
@@ -58,10 +58,10 @@ async function race(
     const mine = { executed: 0, replayed: 0, conflicts: 0 };
     for (const answer of serverAnswers) {
       if (answer.status >= 500) tally.serverErrors++;
-      if (answer.status === 200 && !answer.replayed) {
+      if (answer.status === endpoint.created && !answer.replayed) {
         tally.executed.push(answer);
         mine.executed++;
-      } else if (answer.status === 200) {
+      } else if (answer.status === endpoint.created) {
         tally.replayed.push(answer);
         mine.replayed++;
       } else if (answer.status === 409) {
@@ -104,6 +104,7 @@ describe.each(SHARED_DATABASES)(
     const cases: Array<{ endpoint: PaymentEndpoint; keyIn: 'header' | 'input'; title: string }> = [
       { endpoint: trpcPayments, keyIn: 'header', title: 'tRPC, Idempotency-Key header' },
       { endpoint: graphqlPayments, keyIn: 'input', title: 'GraphQL, idempotencyKey argument' },
+      { endpoint: restPayments, keyIn: 'header', title: 'HTTP POST /v1/payments, Idempotency-Key header' },
     ];
 
     it.skipIf(!available).each(cases)(
@@ -126,7 +127,7 @@ describe.each(SHARED_DATABASES)(
         console.info(`[reliability] race ${JSON.stringify(report)}`);
 
         expect(tally.serverErrors, 'answers ≥ 500').toBe(0);
-        expect(tally.other, 'answers other than 200 or 409').toEqual([]);
+        expect(tally.other, 'answers other than the executed status or 409').toEqual([]);
         expect(tally.executed).toHaveLength(1);
         expect(tally.executed.length + tally.replayed.length + tally.conflicts.length).toBe(
           SERVERS * REQUESTS_PER_SERVER,
@@ -146,14 +147,21 @@ describe.each(SHARED_DATABASES)(
             endpoint.create(server.url, { amount: 4200, currency: 'EUR' }, { key, keyIn, account: 'acct_race' }),
           ),
         );
-        expect(afterwards.map((answer) => [answer.status, answer.replayed])).toEqual(Array(SERVERS).fill([200, true]));
+        expect(afterwards.map((answer) => [answer.status, answer.replayed])).toEqual(
+          Array(SERVERS).fill([endpoint.created, true]),
+        );
         for (const replay of [...tally.replayed, ...afterwards]) expect(endpoint.payment(replay)).toEqual(executed);
 
         const after = await ledger(servers[0]!.url);
         expect(after.slice(before.length)).toEqual([{ id: executed.id, amount: 4200, currency: 'EUR' }]);
 
         const record = await database.store.get(endpoint.scope('acct_race', keyIn), key);
-        expect(record).toMatchObject({ state: 'completed', generation: 1, takeovers: 0, outcome: { status: 200 } });
+        expect(record).toMatchObject({
+          state: 'completed',
+          generation: 1,
+          takeovers: 0,
+          outcome: { status: endpoint.created },
+        });
       },
       60_000,
     );

@@ -17,6 +17,7 @@ import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { createPaymentsRouter, createContext, type PaymentsStore } from './trpc.ts';
 import { createPaymentsYoga } from './graphql.ts';
 import { paymentsPolicy } from './policy.ts';
+import { createPaymentsRest, REST_PAYMENTS_PATH } from './rest.ts';
 
 export interface PaymentsAppOptions {
   db: DrizzleDatabase;
@@ -29,7 +30,7 @@ export interface PaymentsAppOptions {
   atomic?: boolean;
   /** The idem store. Defaults to `createDrizzleStore(db)`; tests wrap it to inject store faults. */
   store?: PaymentsStore;
-  /** The largest request body accepted on `/trpc` and `/graphql`, in bytes; larger ones get 413. Defaults to 64 KiB. */
+  /** The largest request body accepted on `/trpc`, `/graphql` and `/v1/payments`, in bytes; larger ones get 413. Defaults to 64 KiB. */
   maxBodyBytes?: number;
   /**
    * Origins whose pages may call the API from a browser (CORS on `/trpc`, `/graphql`, the policy
@@ -52,7 +53,7 @@ export interface PaymentsApp {
 export const DOCUMENTATION_PATH = '/idempotency';
 
 /**
- * One HTTP server: tRPC at `/trpc`, GraphQL Yoga at `/graphql`, the published policy at
+ * One HTTP server: tRPC at `/trpc`, GraphQL Yoga at `/graphql`, `POST /v1/payments`, the published policy at
  * `/idempotency`, and `/healthz`, all made idempotent by idem over one store.
  */
 export function createPaymentsApp({
@@ -82,6 +83,8 @@ export function createPaymentsApp({
     maxBodyBytes,
     cors: corsConfiguration ?? false,
   });
+  // POST /v1/payments: a plain HTTP route (Hono, @idem/fetch/hono) over the same store and channel.
+  const rest = createPaymentsRest({ ...shared, maxBodyBytes });
   // Published at its absolute URL, as problem bodies link to it (their `type` is this URL with a fragment per problem).
   const policyFor = (req: IncomingMessage) =>
     paymentsPolicy({
@@ -121,6 +124,7 @@ export function createPaymentsApp({
         return sendProblem(res, 401, 'Unauthorized', error.message);
       }
     }
+    if (path === REST_PAYMENTS_PATH || path.startsWith(`${REST_PAYMENTS_PATH}/`)) return rest.listener(req, res);
     if (path.startsWith('/trpc/')) return trpc(req, res);
     if (path === '/graphql') return yoga(req, res);
     if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD'))
@@ -149,7 +153,7 @@ export function createPaymentsApp({
     server,
     store,
     channel,
-    drain: () => Promise.all([trpcEngine.drain(), graphqlEngine.drain()]).then(() => undefined),
+    drain: () => Promise.all([trpcEngine.drain(), graphqlEngine.drain(), rest.engine.drain()]).then(() => undefined),
   };
 }
 

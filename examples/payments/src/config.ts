@@ -16,7 +16,7 @@ export interface ExampleConfig {
   channelDelayMs: number;
   /** Atomic mode (PostgreSQL only): the ledger row commits in the transaction of the claim and the outcome. */
   atomic: boolean;
-  /** The largest request body on /trpc and /graphql, in bytes; larger ones get 413. */
+  /** The largest request body on /trpc, /graphql and /v1/payments, in bytes; larger ones get 413. */
   maxBodyBytes: number;
   /** Origins allowed to call the API from a browser (CORS); empty: none but the API's own. */
   corsOrigins: string[];

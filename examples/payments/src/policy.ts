@@ -2,7 +2,7 @@ import { createPolicyDocument, type PolicyDocument } from '@idem/core';
 
 /**
  * The published retention policy of this server (draft §2.3, SPEC R4), generated from the
- * configuration the two endpoints run with.
+ * configuration the three endpoints run with.
  */
 export function paymentsPolicy({
   retentionMs,
@@ -42,6 +42,17 @@ export function paymentsPolicy({
           'header key: the whole result (data and errors); argument or directive key: the field value or its error',
         fingerprint:
           'header key: the normalized operation document and its variables; argument or directive key: the field arguments (key left out), its selection as written and the values of the variables it reads',
+      },
+      {
+        ...common,
+        endpoint: 'HTTP POST /v1/payments (Hono, @idem/fetch/hono)',
+        transport: 'http',
+        operation: 'POST /v1/payments',
+        keySources: ['Idempotency-Key header', 'JSON body field idempotencyKey'],
+        stored:
+          'the whole response: status (201, or the 500 of a failed channel), body bytes, Content-Type and Location; never Set-Cookie',
+        fingerprint:
+          'SHA-256 of the method, the path, the media type and the JSON body { amount, currency } (key order and white space aside; the idempotencyKey field left out)',
       },
     ],
   });

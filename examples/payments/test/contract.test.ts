@@ -622,13 +622,13 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
   });
 
   describe('published policy and health', () => {
-    it('R4: GET /idempotency with Accept: application/json publishes both endpoints with the retention and lease of IDEM_TTL and IDEM_LEASE, and their key sources', async () => {
+    it('R4: GET /idempotency with Accept: application/json publishes the three endpoints with the retention and lease of IDEM_TTL and IDEM_LEASE, and their key sources', async () => {
       const policy = await get(url, '/idempotency', { accept: 'application/json' });
       expect(policy.status).toBe(200);
       expect(policy.headers.get('content-type')).toMatch(/^application\/json/);
       expect(policy.body.documentationUrl).toBe(`${url}/idempotency`);
-      expect(policy.body.endpoints).toHaveLength(2);
-      const [trpc, graphqlEndpoint] = policy.body.endpoints;
+      expect(policy.body.endpoints).toHaveLength(3);
+      const [trpc, graphqlEndpoint, rest] = policy.body.endpoints;
       expect(trpc.endpoint).toMatch(/payments\.create/);
       expect(graphqlEndpoint.endpoint).toMatch(/createPayment/);
       for (const endpoint of policy.body.endpoints) {
@@ -644,15 +644,17 @@ describe.each(databases)('the payments example over HTTP on $name', ({ open }) =
       }
       expect(trpc.keySources).toEqual(['Idempotency-Key header', 'input field idempotencyKey']);
       expect(graphqlEndpoint.keySources.join(' ')).toMatch(/header.*argument idempotencyKey.*@idempotent\(key:\)/);
+      expect(rest).toMatchObject({ transport: 'http', operation: 'POST /v1/payments' });
 
       const shortPolicy = await get(short.url, '/idempotency', { accept: 'application/json' });
       expect(shortPolicy.body.endpoints.map((endpoint: { retention: string }) => endpoint.retention)).toEqual([
         '1s',
         '1s',
+        '1s',
       ]);
     });
 
-    it('R4: GET /idempotency for a browser is readable HTML naming both endpoints and the retention', async () => {
+    it('R4: GET /idempotency for a browser is readable HTML naming the endpoints and the retention', async () => {
       const page = await get(url, '/idempotency', { accept: 'text/html,application/xhtml+xml,*/*;q=0.8' });
       expect(page.status).toBe(200);
       expect(page.headers.get('content-type')).toMatch(/^text\/html/);

@@ -106,6 +106,7 @@ describe('npm start (src/main.ts) on SQLite', () => {
     ).toEqual([
       ['2m', '30s'],
       ['2m', '30s'],
+      ['2m', '30s'],
     ]);
 
     expect(await stop(server)).toBe(0);

@@ -1,6 +1,6 @@
 /**
  * `@idem/core/adapter` — for adapter authors: the per-request pipeline every host adapter runs
- * (`@idem/trpc`, `@idem/envelop`), written once. An adapter translates its host's shapes (a tRPC
+ * (`@idem/trpc`, `@idem/envelop`, `@idem/fetch`), written once. An adapter translates its host's shapes (a tRPC
  * call, a GraphQL operation) into these steps and maps the outcome back:
  *
  * 1. the key, from its sources (K1–K4): the `Idempotency-Key` header (one per request: the batch
@@ -193,5 +193,5 @@ export function attachClaim(context: object, claim: ClaimContext<unknown> | unde
 export { claimForPart, IDEMPOTENCY_CLAIM, type ClaimCarrier } from './claim.js';
 export { resolveDocumentationUrl, requestUrlOf } from './documentation-url.js';
 export { DEFAULT_KEY_FIELD, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type KeyOptions } from './key.js';
-export { OutcomeNotStoredError } from './outcome.js';
+export { OutcomeNotStoredError, OutcomeTooLargeError } from './outcome.js';
 export type { ErrorCodec, OutcomeSerializer, StoredErrorDescription } from './outcome.js';

@@ -300,7 +300,7 @@ export function newIdempotencyKey(): string {
 }
 
 /** The transports a published policy lists (`EndpointPolicyDescription.transport`). */
-export type PolicyTransport = 'trpc' | 'graphql';
+export type PolicyTransport = 'trpc' | 'graphql' | 'http';
 
 /**
  * Finds an endpoint's retention (ms) in a published policy: the tRPC procedure path

@@ -11,6 +11,7 @@ import {
 import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration } from './events.js';
 import {
   OutcomeNotStoredError,
+  OutcomeTooLargeError,
   defaultErrorCodec,
   deserializeValue,
   serializeValue,
@@ -84,6 +85,12 @@ export interface ExecuteRequest extends EndpointPolicy {
   serializer?: OutcomeSerializer;
   /** How this endpoint's errors are stored and rebuilt. Defaults to {@link defaultErrorCodec}. */
   errors?: ErrorCodec;
+  /**
+   * The status a success value is stored with, for values that carry their own (an HTTP
+   * response, `@idem/fetch`): the record, its events and its timeline show it (A1). Defaults to
+   * 200 for every success value.
+   */
+  statusOf?: (value: unknown) => number;
 }
 
 /** The claim an atomic handler runs under: its `tx` is the store's transaction. */
@@ -133,6 +140,8 @@ export interface IdempotencyEngine<TTx = unknown> {
     leaseMs: number;
     expiredReuse: 'execute' | 'reject';
     documentationUrl: string;
+    /** The largest serialized outcome stored, in bytes (`maxStoredBytes`). */
+    maxStoredBytes: number;
   };
   readonly store: IdempotencyStore<TTx>;
   /** Resolves when background retries of outcome writes (E7) have settled. */
@@ -160,6 +169,7 @@ interface Endpoint {
   fingerprint: string | null;
   serializer: OutcomeSerializer;
   errors: ErrorCodec;
+  statusOf: ((value: unknown) => number) | undefined;
   leaseMs: number;
   retentionMs: number;
   expiredReuse: 'execute' | 'reject';
@@ -197,6 +207,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       leaseMs: toMilliseconds(lease),
       expiredReuse,
       documentationUrl,
+      maxStoredBytes,
     };
     this.#serializer = serializer;
     this.#onEvent = onEvent;
@@ -298,6 +309,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       fingerprint,
       serializer: request.serializer ?? this.#serializer,
       errors: request.errors ?? defaultErrorCodec,
+      statusOf: request.statusOf,
       leaseMs,
       retentionMs,
       expiredReuse: request.expiredReuse ?? this.policy.expiredReuse,
@@ -366,8 +378,14 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   }
 
   /** What is stored of a handler's result: serialized, error described, size bounded. */
-  #outcomeOf({ serializer, errors }: Endpoint, result: AtomicResult<unknown>): StoredOutcome {
-    return boundedOutcome(toStoredOutcome(result, serializer, errors), this.#maxStoredBytes, errors);
+  #outcomeOf({ serializer, errors, statusOf }: Endpoint, result: AtomicResult<unknown>): StoredOutcome {
+    const max = this.#maxStoredBytes;
+    try {
+      return boundedOutcome(toStoredOutcome(result, serializer, errors, statusOf), max, errors);
+    } catch (error) {
+      if (!(error instanceof OutcomeTooLargeError)) throw error;
+      return tooLargeOutcome(errors, 'success', error.status, error.bytes, max, true);
+    }
   }
 
   /** E4, E7: stores the outcome; when the write fails, retries it in the background until the lease ends. */
@@ -512,19 +530,26 @@ function warnIfRetentionBelowLease(retentionMs: number, leaseMs: number): void {
   process.emitWarning(message, { code: 'IDEM_RETENTION_BELOW_LEASE' });
 }
 
-function toStoredOutcome<T>(result: AtomicResult<T>, serializer: OutcomeSerializer, errors: ErrorCodec): StoredOutcome {
+function toStoredOutcome<T>(
+  result: AtomicResult<T>,
+  serializer: OutcomeSerializer,
+  errors: ErrorCodec,
+  statusOf: ((value: unknown) => number) | undefined,
+): StoredOutcome {
   if (result.ok) {
+    const status = statusOf ? statusOf(result.value) : 200;
     try {
-      return { kind: 'success', status: 200, body: serializeValue(serializer, result.value) };
+      return { kind: 'success', status, body: serializeValue(serializer, result.value) };
     } catch (error) {
+      if (error instanceof OutcomeTooLargeError) throw error;
       // E4: the handler ran, so something must be stored; a value the serializer cannot
       // write is replayed as a 500 naming the cause rather than executed twice.
       const reason = error instanceof Error ? error.message : String(error);
       return describedError(
         errors,
         new OutcomeNotStoredError(
-          `[idem] this request was executed (outcome: success, status 200), but its result could not be serialized for replay (${reason}). Do not retry it: look the result up instead.`,
-          { executed: true, reason: 'unserializable', outcomeKind: 'success', status: 200 },
+          `[idem] this request was executed (outcome: success, status ${status}), but its result could not be serialized for replay (${reason}). Do not retry it: look the result up instead.`,
+          { executed: true, reason: 'unserializable', outcomeKind: 'success', status },
         ),
       );
     }
@@ -541,18 +566,24 @@ function describedError(errors: ErrorCodec, error: unknown): StoredOutcome {
 function boundedOutcome(outcome: StoredOutcome, maxStoredBytes: number, errors: ErrorCodec): StoredOutcome {
   const size = outcome.body === null ? 0 : Buffer.byteLength(outcome.body, 'utf8');
   if (size <= maxStoredBytes) return outcome;
+  return tooLargeOutcome(errors, outcome.kind, outcome.status, size, maxStoredBytes, false);
+}
+
+/** The 500 stored for an outcome over `maxStoredBytes`; `atLeast`: `bytes` is what was seen of a larger one. */
+function tooLargeOutcome(
+  errors: ErrorCodec,
+  kind: StoredOutcome['kind'],
+  status: number,
+  bytes: number,
+  maxStoredBytes: number,
+  atLeast: boolean,
+): StoredOutcome {
+  const size = atLeast ? `at least ${bytes} bytes` : `${bytes} bytes`;
   return describedError(
     errors,
     new OutcomeNotStoredError(
-      `[idem] this request was executed (outcome: ${outcome.kind}, status ${outcome.status}), but its result (${size} bytes) is larger than the ${maxStoredBytes} bytes idem stores, so it cannot be replayed. Do not retry it: look the result up instead.`,
-      {
-        executed: true,
-        reason: 'too_large',
-        outcomeKind: outcome.kind,
-        status: outcome.status,
-        bytes: size,
-        maxStoredBytes,
-      },
+      `[idem] this request was executed (outcome: ${kind}, status ${status}), but its result (${size}) is larger than the ${maxStoredBytes} bytes idem stores, so it cannot be replayed. Do not retry it: look the result up instead.`,
+      { executed: true, reason: 'too_large', outcomeKind: kind, status, bytes, maxStoredBytes },
     ),
   );
 }

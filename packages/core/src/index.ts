@@ -44,6 +44,7 @@ export {
   defaultErrorCodec,
   ReplayedError,
   OutcomeNotStoredError,
+  OutcomeTooLargeError,
   type ErrorCodec,
   type OutcomeSerializer,
   type StoredErrorDescription,

@@ -65,6 +65,24 @@ export class OutcomeNotStoredError extends Error {
   }
 }
 
+/**
+ * Thrown by a serializer (or the adapter that feeds it) for a success value too large to store,
+ * when its size is known without serializing it: an HTTP response body streamed past
+ * `maxStoredBytes`, say. The engine then stores what it stores for any outcome over the limit
+ * (see `maxStoredBytes`: a 500 that says the request was executed), with these figures.
+ */
+export class OutcomeTooLargeError extends Error {
+  constructor(
+    /** The bytes seen so far: the value holds at least this many. */
+    readonly bytes: number,
+    /** The status the value would have answered with (an HTTP response's). Defaults to 200. */
+    readonly status = 200,
+  ) {
+    super(`[idem] the outcome holds at least ${bytes} bytes`);
+    this.name = 'OutcomeTooLargeError';
+  }
+}
+
 /** The default codec: reads `code`, `status` (or `statusCode`) and `data` when an error has them. */
 export const defaultErrorCodec: ErrorCodec = {
   describe(error) {

@@ -5,9 +5,9 @@ import { problemType, type IdempotencyErrorCode } from './errors.js';
 export interface EndpointPolicyDescription {
   /** How clients call it, e.g. `tRPC mutation payments.create` or `GraphQL Mutation.createPayment`. */
   endpoint: string;
-  /** Machine-readable: `trpc` or `graphql`. */
-  transport: 'trpc' | 'graphql';
-  /** Machine-readable: the tRPC procedure path (`payments.create`) or GraphQL root field (`Mutation.createPayment`). Clients look their retention up by it. */
+  /** Machine-readable: `trpc`, `graphql`, or `http` for a plain HTTP route (`@idem/fetch`). */
+  transport: 'trpc' | 'graphql' | 'http';
+  /** Machine-readable: the tRPC procedure path (`payments.create`), GraphQL root field (`Mutation.createPayment`) or HTTP route (`POST /v1/payments`). Clients look their retention up by it. */
   operation: string;
   /** Where the key is read from, e.g. `Idempotency-Key header`, `input field idempotencyKey`. */
   keySources: string[];

@@ -1,7 +1,8 @@
 /**
  * A minimal app built from the adapters as a user would build it: tRPC `orders.create`
- * (`idempotency()`, key from the header or the `idempotencyKey` input field) and GraphQL
- * `createOrder` (`useYogaIdempotency`, header or argument key), both over one store. Its
+ * (`idempotency()`, key from the header or the `idempotencyKey` input field), GraphQL
+ * `createOrder` (`useYogaIdempotency`, header or argument key) and plain HTTP `POST /orders`
+ * (Hono with `@idem/fetch/hono`, header or JSON body field key), all over one store. Its
  * resolver counts executions in memory, echoes the key it ran under, and can be held at a
  * gate, so a test decides exactly when a handler is "running". Served in process (Fetch
  * handlers) or over loopback HTTP (both adapters on one Node server, as in the example).
@@ -16,6 +17,10 @@ import { z } from 'zod';
 import { formatScope, idempotencyClaim, type Duration, type IdempotencyEvent, type IdempotencyStore } from '@idem/core';
 import { idempotency, idempotencyContext, idempotencyErrorFormatter, type IdempotencyContext } from '@idem/trpc';
 import { idempotentDirectiveTypeDefs, useYogaIdempotency } from '@idem/envelop';
+import { Hono } from 'hono';
+import { getRequestListener } from '@hono/node-server';
+import { notStarted } from '@idem/fetch';
+import { idempotency as honoIdempotency } from '@idem/fetch/hono';
 import { postJson, overLoopback, pollUntil, IDEMPOTENCY_KEY, type Answer, type FetchHandler } from './http.ts';
 
 export interface CountingAppOptions {
@@ -121,11 +126,13 @@ export interface CountingApp {
   readonly events: IdempotencyEvent[];
   readonly trpcFetch: FetchHandler;
   readonly yogaFetch: FetchHandler;
+  /** `POST /orders` (Hono, `@idem/fetch/hono`). */
+  readonly httpFetch: FetchHandler;
   /** The first event (logged or to come) that matches; rejects after `timeoutMs`. */
   waitForEvent(match: (event: IdempotencyEvent) => boolean, timeoutMs?: number): Promise<IdempotencyEvent>;
   /** Waits for background outcome writes (E7) of both engines. */
   drain(): Promise<void>;
-  /** Both adapters on one Node server at 127.0.0.1 (`/trpc/*`, `/graphql`). */
+  /** The adapters on one Node server at 127.0.0.1 (`/trpc/*`, `/graphql`, `/orders`). */
   listen(): Promise<{ url: string; close(): Promise<void> }>;
 }
 
@@ -205,6 +212,23 @@ export function createCountingApp({ store, lease, maxStoredBytes }: CountingAppO
     plugins: [yogaIdempotency],
   });
 
+  const httpIdempotency = honoIdempotency({
+    ...engineOptions,
+    principal: (c) => accountOf(c.req.header('authorization')),
+  });
+  const hono = new Hono();
+  hono.post('/orders', httpIdempotency, async (c) => {
+    const parsed = orderInput.safeParse(await c.req.json().catch(() => undefined));
+    if (!parsed.success) return notStarted(c.json({ error: parsed.error.message }, 400));
+    try {
+      return c.json(await run(c, parsed.data));
+    } catch (error) {
+      if (error instanceof RefusedOrder) return c.json({ error: error.message }, 412);
+      throw error;
+    }
+  });
+  const honoNode = getRequestListener(hono.fetch, { overrideGlobalObjects: false });
+
   const trpcNode = createHTTPHandler({
     router,
     basePath: '/trpc/',
@@ -229,16 +253,21 @@ export function createCountingApp({ store, lease, maxStoredBytes }: CountingAppO
     events,
     trpcFetch,
     yogaFetch: async (request) => yoga.fetch(request),
+    httpFetch: async (request) => hono.fetch(request),
     waitForEvent: (match, timeoutMs = 10_000) =>
       pollUntil(async () => events.find(match), { intervalMs: 20, timeoutMs }).catch(() => {
         throw new Error(
           `[reliability] no matching event within ${timeoutMs} ms; saw ${JSON.stringify(events.map((event) => event.type))}`,
         );
       }),
-    drain: () => Promise.all([idempotent.engine.drain(), yogaIdempotency.engine.drain()]).then(() => undefined),
+    drain: () =>
+      Promise.all([idempotent.engine.drain(), yogaIdempotency.engine.drain(), httpIdempotency.engine.drain()]).then(
+        () => undefined,
+      ),
     async listen() {
       const server: Server = createServer((req, res) => {
         if ((req.url ?? '').startsWith('/trpc/')) return void trpcNode(req, res);
+        if ((req.url ?? '').startsWith('/orders')) return void honoNode(req, res);
         return void yoga(req, res);
       });
       await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -268,7 +297,7 @@ export interface OrderCall {
 
 /** One adapter of the counting app, as the scenarios drive it. */
 export interface OrderEndpoint {
-  name: 'tRPC' | 'GraphQL';
+  name: 'tRPC' | 'GraphQL' | 'HTTP';
   /** In process (`fetchRequestHandler` / `yoga.fetch`). */
   handler(app: CountingApp): FetchHandler;
   /** `baseUrl` is `http://yoga` style for in-process handlers, the server's URL over loopback. */
@@ -326,6 +355,20 @@ export const graphqlOrders: OrderEndpoint = {
   order: (answer) => answer.body?.data?.createOrder ?? undefined,
   errorMessage: (answer) => answer.body?.errors?.[0]?.message,
   problemCode: (answer) => answer.body?.errors?.[0]?.extensions?.idempotency?.code,
+};
+
+/** `POST /orders`: the order is the whole response body, a refusal a problem+json body. */
+export const httpOrders: OrderEndpoint = {
+  name: 'HTTP',
+  handler: (app) => app.httpFetch,
+  create(handler, baseUrl, input, call = {}) {
+    const body = call.key !== undefined && call.keyIn === 'input' ? { ...input, idempotencyKey: call.key } : input;
+    return postJson(handler, `${baseUrl}/orders`, body, callHeaders(call));
+  },
+  scope: (account) => formatScope('POST /orders', account),
+  order: (answer) => (answer.status === 200 ? answer.body : undefined),
+  errorMessage: (answer) => answer.body?.error,
+  problemCode: (answer) => answer.body?.code,
 };
 
 export const ORDER_ENDPOINTS = [trpcOrders, graphqlOrders] as const;

@@ -20,7 +20,9 @@ export interface CallOptions {
 }
 
 export interface PaymentEndpoint {
-  name: 'tRPC' | 'GraphQL';
+  name: 'tRPC' | 'GraphQL' | 'HTTP';
+  /** The status of a payment that executed: 200 (tRPC, GraphQL), 201 Created (HTTP). */
+  created: number;
   create(baseUrl: string, input: PaymentInput, options?: CallOptions): Promise<Answer>;
   /** The stored record's scope for a key sent as `keyIn` by `account` (S1). */
   scope(account: string, keyIn?: 'header' | 'input'): string;
@@ -40,6 +42,7 @@ function headersFor({ key, keyIn = 'header', account }: CallOptions): Array<[str
 
 export const trpcPayments: PaymentEndpoint = {
   name: 'tRPC',
+  created: 200,
   create(baseUrl, input, options = {}) {
     const body =
       options.key !== undefined && options.keyIn === 'input' ? { ...input, idempotencyKey: options.key } : input;
@@ -57,6 +60,7 @@ const CREATE_PAYMENT = /* GraphQL */ `
 
 export const graphqlPayments: PaymentEndpoint = {
   name: 'GraphQL',
+  created: 200,
   create(baseUrl, input, options = {}) {
     const key = options.key !== undefined && options.keyIn === 'input' ? options.key : null;
     return postJson(
@@ -70,6 +74,19 @@ export const graphqlPayments: PaymentEndpoint = {
   scope: (account, keyIn = 'header') =>
     formatScope(keyIn === 'header' ? 'mutation:createPayment' : 'Mutation.createPayment', account),
   payment: (answer) => answer.body?.data?.createPayment ?? undefined,
+};
+
+/** `POST /v1/payments` (Hono, `@idem/fetch/hono`): the payment is the whole response body, 201. */
+export const restPayments: PaymentEndpoint = {
+  name: 'HTTP',
+  created: 201,
+  create(baseUrl, input, options = {}) {
+    const body =
+      options.key !== undefined && options.keyIn === 'input' ? { ...input, idempotencyKey: options.key } : input;
+    return postJson(options.handler ?? overLoopback, `${baseUrl}/v1/payments`, body, headersFor(options));
+  },
+  scope: (account) => formatScope('POST /v1/payments', account),
+  payment: (answer) => (answer.status === 201 ? answer.body : undefined),
 };
 
 export const PAYMENT_ENDPOINTS = [trpcPayments, graphqlPayments] as const;

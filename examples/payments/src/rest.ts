@@ -1,0 +1,117 @@
+/**
+ * `POST /v1/payments`: the seed's route, a plain HTTP route that moves money, built with Hono and
+ * made idempotent by `@idem/fetch/hono` — the same ledger and channel as the tRPC and GraphQL
+ * mutations, the whole response stored (status, body, `Location`) and replayed byte for byte.
+ * `GET /v1/payments/:id` reads the ledger (a GET is never keyed).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { getRequestListener } from '@hono/node-server';
+import { Hono, type Context } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import { HTTPException } from 'hono/http-exception';
+import { validator } from 'hono/validator';
+import { idempotency } from '@idem/fetch/hono';
+import { accountOf, BadCredentialsError } from './account.ts';
+import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
+import { paymentInput, type PaymentsRouterOptions } from './trpc.ts';
+
+export const REST_PAYMENTS_PATH = '/v1/payments';
+
+export interface PaymentsRestOptions extends PaymentsRouterOptions {
+  /** The largest request body, in bytes: 413 past it. Defaults to 64 KiB. */
+  maxBodyBytes?: number;
+}
+
+type RestEnv = { Variables: { account: string } };
+
+/** The route as a Fetch handler (`fetch`), as a Node listener (`listener`), and the engine behind it. */
+export function createPaymentsRest({
+  store,
+  channel,
+  retentionMs,
+  leaseMs,
+  onEvent,
+  atomic = false,
+  maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
+}: PaymentsRestOptions) {
+  const idempotent = idempotency({
+    store,
+    principal: (c: Context<RestEnv>) => c.get('account'),
+    retention: retentionMs,
+    lease: leaseMs,
+    atomic,
+    maxBodyBytes,
+    ...(onEvent ? { onEvent } : {}),
+  });
+  const app = new Hono<RestEnv>();
+
+  // Refused before idempotency: bad credentials (401, never the public account's responses),
+  // bodies over the limit (413), and input the schema refuses (400) are never stored (E4).
+  app.use(REST_PAYMENTS_PATH, async (c, next) => {
+    try {
+      c.set('account', accountOf(c.req.header('authorization')));
+    } catch (error) {
+      if (!(error instanceof BadCredentialsError)) throw error;
+      return problem(401, 'Unauthorized', error.message, { 'www-authenticate': 'Bearer realm="payments"' });
+    }
+    await next();
+  });
+  app.post(
+    REST_PAYMENTS_PATH,
+    bodyLimit({
+      maxSize: maxBodyBytes,
+      onError: () => problem(413, 'Content Too Large', `The request body is larger than ${maxBodyBytes} bytes.`),
+    }),
+    validator('json', (value) => {
+      const parsed = paymentInput.safeParse(value);
+      if (parsed.success) return parsed.data;
+      const detail = parsed.error.issues.map((issue) => `${issue.path.join('.') || 'body'}: ${issue.message}`);
+      return problem(400, 'Bad Request', detail.join('; '));
+    }),
+    idempotent,
+    async (c) => {
+      const input = c.req.valid('json');
+      const claim = idempotent.claim(c);
+      // The channel deduplicates by a key derived from ours (a re-execution after a lease takeover
+      // charges once); in atomic mode its ledger row is written in idem's transaction.
+      const charge = await channel.charge(
+        {
+          account: c.get('account'),
+          amount: input.amount,
+          currency: input.currency,
+          downstreamKey: claim?.deriveKey('channel'),
+        },
+        claim?.tx,
+      );
+      return c.json(charge, 201, { location: `${REST_PAYMENTS_PATH}/${charge.id}` });
+    },
+  );
+  app.get(`${REST_PAYMENTS_PATH}/:id`, async (c) => {
+    const entry = (await channel.ledger()).find(({ id }) => id === c.req.param('id'));
+    return entry ? c.json(entry) : problem(404, 'Not Found', `No payment ${c.req.param('id')}`);
+  });
+  // A channel that fails after charging (amount 13) is a 500 whose answer is stored and replayed
+  // (E4): the charge happened. Its message is not shown.
+  app.onError((error) =>
+    error instanceof HTTPException
+      ? problem(error.status, error.message || 'Bad Request', error.message)
+      : problem(500, 'Internal Server Error', 'The payment could not be completed.'),
+  );
+  app.notFound(() => problem(404, 'Not Found', 'No such route.'));
+
+  // The lightweight Request/Response of @hono/node-server stay inside this route: Yoga and tRPC
+  // share the process and its globals.
+  const listener = getRequestListener(app.fetch, { overrideGlobalObjects: false });
+  return {
+    fetch: app.fetch,
+    listener: (req: IncomingMessage, res: ServerResponse) => listener(req, res),
+    engine: idempotent.engine,
+  };
+}
+
+function problem(status: number, title: string, detail: string, headers: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify({ type: 'about:blank', title, status, detail }), {
+    status,
+    headers: { 'content-type': 'application/problem+json', ...headers },
+  });
+}

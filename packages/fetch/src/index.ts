@@ -1,0 +1,21 @@
+/**
+ * @idem/fetch — idempotent plain HTTP routes on the Fetch standard: `idempotent(handler, options)`
+ * for `(Request) => Response` handlers (Next.js route handlers, Bun, Deno, Cloudflare Workers);
+ * the Hono middleware is on its own entry, `@idem/fetch/hono`. The response is the outcome:
+ * stored once the handler started (E4), replayed byte for byte (E2).
+ */
+export { idempotent, requestOperation, type IdempotentHandler, type IdempotentOptions } from './fetch.js';
+export { notStarted } from './pipeline.js';
+export type { HttpIdempotencyOptions, RequestFingerprintInput } from './options.js';
+export { DEFAULT_REPLAY_HEADERS } from './stored-response.js';
+// What route handlers need from the core without a second import.
+export {
+  sharedPrincipal,
+  idempotencyClaim,
+  HandlerNotStartedError,
+  type ClaimContext,
+  type Duration,
+  type FingerprintOption,
+  type IdempotencyErrorCode,
+} from '@idem/core';
+export type { KeyOptions, RequiredOption } from '@idem/core/adapter';

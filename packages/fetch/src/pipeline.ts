@@ -1,0 +1,203 @@
+/**
+ * One HTTP request through idem, for every host on the Fetch standard (`idempotent()` for a
+ * `(Request) => Response` handler, the Hono middleware): method, key, body, scope, fingerprint,
+ * execution, and the answer as a `Response` — the handler's, a replay, or a refusal.
+ */
+import {
+  HandlerNotStartedError,
+  isIdempotencyError,
+  ReplayedError,
+  type ClaimContext,
+  type IdempotencyEngine,
+  type IdempotencyError,
+  type ProblemDetails,
+} from '@idem/core';
+import { createAdapterKit, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from '@idem/core/adapter';
+import type { HttpIdempotencyOptions } from './options.js';
+import {
+  fingerprintInput,
+  isPlainObject,
+  readBody,
+  RequestBodyTooLargeError,
+  type FingerprintSettings,
+} from './request-body.js';
+import {
+  captureResponse,
+  replayHeaderSet,
+  replayResponse,
+  responseSerializer,
+  statusOfCaptured,
+  type StoredResponse,
+} from './stored-response.js';
+
+const DEFAULT_METHODS = ['POST', 'PATCH'];
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE']);
+const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+
+/** One request as the host hands it over. */
+export interface Exchange<TContext> {
+  /** What `principal` and `operation` read. */
+  context: TContext;
+  request: Request;
+  /** The body as received, read without taking it from the handler, within `maxBodyBytes` (413 past it). */
+  body(maxBodyBytes: number): Promise<Uint8Array>;
+  /** Runs the handler; `claim` is the claim it runs under (undefined: it runs without idempotency). */
+  run(claim: ClaimContext | undefined): Promise<Response>;
+}
+
+export interface HttpPipeline<TContext, TTx> {
+  readonly engine: IdempotencyEngine<TTx>;
+  handle(exchange: Exchange<TContext>): Promise<Response>;
+}
+
+/** Responses a handler returned through {@link notStarted}. */
+const notStartedResponses = new WeakSet<Response>();
+
+/**
+ * E4: answers `response` without storing it, for a refusal made before the handler's real work
+ * started — input validation, an authorization check: the claim is released, so the client can
+ * retry with the same key once it fixed its request. `return notStarted(Response.json(problem, { status: 400 }))`.
+ * Every other response, of any status, is the stored outcome.
+ */
+export function notStarted(response: Response): Response {
+  notStartedResponses.add(response);
+  return response;
+}
+
+/** Carries a {@link notStarted} response through the engine, which releases the claim and rethrows it. */
+class NotStartedResponse extends Error {
+  constructor(readonly response: Response) {
+    super('[idem] the handler answered before its work started');
+  }
+}
+
+export function createHttpPipeline<TContext, TTx>(
+  options: HttpIdempotencyOptions<TContext, TTx>,
+  adapter: string,
+  defaultOperation: (context: TContext) => string,
+): HttpPipeline<TContext, TTx> {
+  const kit = createAdapterKit(options, { name: adapter, field: 'JSON body field' });
+  const {
+    methods = DEFAULT_METHODS,
+    operation = defaultOperation,
+    fingerprintHeaders = [],
+    fingerprintQuery = false,
+    replayHeaders = [],
+    maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
+  } = options;
+  const keyed = keyedMethods(methods, adapter);
+  const stored = replayHeaderSet(replayHeaders, adapter);
+  const { maxStoredBytes } = kit.engine.policy;
+  const settings: FingerprintSettings = {
+    fingerprintHeaders: fingerprintHeaders.map((name) => name.trim().toLowerCase()),
+    fingerprintQuery,
+    keyField: kit.key.field,
+  };
+  const keyField = kit.key.field;
+
+  async function handle(exchange: Exchange<TContext>): Promise<Response> {
+    const { request } = exchange;
+    if (!keyed.has(request.method.toUpperCase())) return exchange.run(undefined);
+    let answer: Answer;
+    try {
+      answer = await execute(exchange);
+    } catch (error) {
+      if (error instanceof NotStartedResponse) return error.response;
+      if (error instanceof RequestBodyTooLargeError) return problemResponse(contentTooLarge(error));
+      if (isIdempotencyError(error)) return refusal(error, request);
+      throw error;
+    }
+    if (answer.kind === 'response') return answer.response;
+    if (answer.kind === 'passThrough') return exchange.run(undefined);
+    // The handler threw (now, or when the stored outcome was made): the host answers it, as it would without idem.
+    throw answer.error;
+  }
+
+  type Answer = { kind: 'response'; response: Response } | { kind: 'passThrough' } | { kind: 'thrown'; error: unknown };
+
+  async function execute({ request, context, body, run }: Exchange<TContext>): Promise<Answer> {
+    const op = operation(context);
+    const header = kit.headerKey(request.headers.get(IDEMPOTENCY_KEY_HEADER));
+    // No key can come and none is needed: the request runs as it is, its body unread.
+    if (header === undefined && keyField === false && !kit.isRequired(op)) return { kind: 'passThrough' };
+    const read = readBody(request.headers.get('content-type'), await body(maxBodyBytes));
+    const field =
+      keyField !== false && 'json' in read && isPlainObject(read.json) ? kit.fieldKey(read.json[keyField]) : undefined;
+    const key = kit.chooseKey(op, { header, field });
+    if (key === undefined) return { kind: 'passThrough' };
+    const scopeOf = await kit.scopes(context);
+    const fingerprint = await kit.fingerprint(fingerprintInput(request, read, settings));
+
+    let live: Response | undefined;
+    const result = await kit.execute(
+      { scope: scopeOf(op), key, fingerprint, serializer: responseSerializer, statusOf: statusOfCaptured },
+      async (claim) => {
+        const response = await run(claim);
+        if (notStartedResponses.has(response)) throw new HandlerNotStartedError(new NotStartedResponse(response));
+        const captured = await captureResponse(response, stored, maxStoredBytes);
+        live = captured.live;
+        return captured.stored;
+      },
+    );
+    if (!result.replayed)
+      return result.ok ? { kind: 'response', response: live! } : { kind: 'thrown', error: result.error };
+    if (result.ok) return { kind: 'response', response: replayResponse(result.value as StoredResponse) };
+    if (isOutcomeNotStored(result.error)) return { kind: 'response', response: notStoredReplay(result.error) };
+    return { kind: 'thrown', error: result.error };
+  }
+
+  /** X1: the refusal as problem+json, its type resolved against the request's URL, `Retry-After` on 409 and 503. */
+  function refusal(error: IdempotencyError, request: Request): Response {
+    return problemResponse(kit.problem(error, request.url), error.headers());
+  }
+
+  return { engine: kit.engine, handle };
+}
+
+function keyedMethods(methods: readonly string[], adapter: string): ReadonlySet<string> {
+  const keyed = new Set<string>();
+  for (const method of methods) {
+    const name = method.trim().toUpperCase();
+    if (SAFE_METHODS.has(name))
+      throw new TypeError(
+        `[idem] ${adapter}: \`methods\` cannot include ${name}: safe methods are never keyed (a GET, HEAD, OPTIONS or TRACE changes nothing, so it always passes through)`,
+      );
+    keyed.add(name);
+  }
+  return keyed;
+}
+
+/** A stored error that is the engine's "executed, but not stored" 500 (an outcome over `maxStoredBytes`). */
+function isOutcomeNotStored(error: unknown): error is ReplayedError {
+  return error instanceof ReplayedError && error.name === 'IdempotencyOutcomeNotStored';
+}
+
+/** E4: the replay of an outcome too large to store: a 500 that says the request was executed. */
+function notStoredReplay(error: ReplayedError): Response {
+  const problem: AboutBlankProblem = {
+    type: 'about:blank',
+    title: 'Internal Server Error',
+    status: 500,
+    detail: error.message,
+  };
+  return problemResponse(problem, { [IDEMPOTENT_REPLAYED_HEADER]: 'true' });
+}
+
+function contentTooLarge(error: RequestBodyTooLargeError): AboutBlankProblem {
+  return { type: 'about:blank', title: 'Content Too Large', status: 413, detail: error.message };
+}
+
+/** RFC 9457 §4.2.1: a problem that the status code says all about. */
+interface AboutBlankProblem {
+  type: 'about:blank';
+  title: string;
+  status: number;
+  detail: string;
+}
+
+function problemResponse(problem: ProblemDetails | AboutBlankProblem, headers: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify(problem), {
+    status: problem.status,
+    headers: { 'content-type': 'application/problem+json', ...headers },
+  });
+}
