@@ -17,6 +17,7 @@ import {
   newIdempotencyKey,
   parseRetryAfter,
   retryWithinRetention,
+  UnresolvedOperations,
   validateKey,
   type AttemptResult,
   type KeyOptions,
@@ -118,6 +119,11 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
   const where: Where = header ? { header: true } : { header: false, field: field as string };
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch }, 'idempotencyLink');
   const now = retryOptions.now ?? Date.now;
+  // A retry layer above this link sends a mutation again: tRPC's retryLink passes the same
+  // operation, so its key is kept with it; a caller's loop sends an identical new one, found
+  // among the operations left unresolved.
+  const keyedOperations = new WeakMap<Operation, KeyedOperation>();
+  const unresolved = new UnresolvedOperations();
 
   return () =>
     ({ op, next }) => {
@@ -151,16 +157,35 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
           });
 
         const run = async () => {
-          const { keyed, key } = withKey(op, where);
-          const retentionMs = await resolveRetention('trpc', [op.path]);
-          const firstAttemptAt = op.context['idempotencyFirstAttemptAt'];
-          return retryWithinRetention(() => attempt(keyed), {
-            ...retryOptions,
-            key,
-            retentionMs,
-            ...(typeof firstAttemptAt === 'number' ? { firstAttemptAt } : {}),
-            signal: controller.signal,
-          });
+          let kept = keyedOperations.get(op);
+          if (!kept) {
+            const identity = identityOf(op, where);
+            const earlier = identity === undefined ? undefined : unresolved.take(identity);
+            const firstAttemptAt = op.context['idempotencyFirstAttemptAt'];
+            kept = {
+              ...withKey(op, where, earlier?.key),
+              identity,
+              firstAttemptAt: typeof firstAttemptAt === 'number' ? firstAttemptAt : earlier?.firstAttemptAt,
+            };
+            keyedOperations.set(op, kept);
+          }
+          const { keyed, key, identity } = kept;
+          try {
+            const retentionMs = await resolveRetention('trpc', [op.path]);
+            kept.firstAttemptAt ??= now();
+            return await retryWithinRetention(() => attempt(keyed), {
+              ...retryOptions,
+              key,
+              retentionMs,
+              firstAttemptAt: kept.firstAttemptAt,
+              signal: controller.signal,
+            });
+          } catch (error) {
+            // The outcome is unknown (or nothing was sent): the next identical mutation keeps this key and deadline.
+            if (identity !== undefined && !isAnswer(error))
+              unresolved.keep(identity, { key, firstAttemptAt: kept.firstAttemptAt ?? now() });
+            throw error;
+          }
         };
 
         run().then(
@@ -188,11 +213,46 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
 /** Where the link puts keys: the header, or an input field. */
 type Where = { header: true } | { header: false; field: string };
 
+/** A mutation the link has keyed: what every attempt sends, through every retry layer above the link. */
+interface KeyedOperation {
+  keyed: Operation;
+  key: string;
+  /** Set once the retention is known, right before the first attempt. */
+  firstAttemptAt: number | undefined;
+  /** How an identical mutation sent again is recognized; `undefined` when it cannot be. */
+  identity: string | undefined;
+}
+
+/**
+ * What makes a new operation the same mutation sent again: the caller's key when it gave one,
+ * otherwise the procedure and its input. `undefined` for an input JSON cannot write.
+ */
+function identityOf(op: Operation, where: Where): string | undefined {
+  const given = op.context['idempotencyKey'] ?? (where.header ? undefined : fieldOf(op.input, where.field));
+  if (typeof given === 'string' && given !== '') return `key ${given}`;
+  try {
+    return `${op.path}\n${JSON.stringify(op.input) ?? ''}`;
+  } catch {
+    return undefined;
+  }
+}
+
+function fieldOf(input: unknown, field: string): unknown {
+  return isPlainObject(input) ? input[field] : undefined;
+}
+
+/** An error that is the server's answer (a tRPC error body), so the outcome is known. */
+function isAnswer(error: unknown): boolean {
+  if (!(error instanceof Error) || error.name !== 'TRPCClientError') return false;
+  const { shape, data } = error as Error & ClientErrorLike;
+  return Boolean(shape || data);
+}
+
 /** The operation every attempt sends (the same key each time), and its key. */
-function withKey(op: Operation, where: Where): { keyed: Operation; key: string } {
+function withKey(op: Operation, where: Where, earlierKey?: string): { keyed: Operation; key: string } {
   const contextKey = readKey(op.context['idempotencyKey'], 'context.idempotencyKey');
   if (where.header) {
-    const key = contextKey ?? newIdempotencyKey();
+    const key = contextKey ?? earlierKey ?? newIdempotencyKey();
     return { keyed: { ...op, context: { ...op.context, idempotencyKey: key } }, key };
   }
   const { field } = where;
@@ -208,7 +268,7 @@ function withKey(op: Operation, where: Where): { keyed: Operation; key: string }
       `[idem] ${op.path} was given two different keys (input.${field} and context.idempotencyKey); pass one.`,
     );
   }
-  const key = inputKey ?? contextKey ?? newIdempotencyKey();
+  const key = inputKey ?? contextKey ?? earlierKey ?? newIdempotencyKey();
   return { keyed: { ...op, input: { ...input, [field]: key } }, key };
 }
 
