@@ -17,6 +17,7 @@ import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { createPaymentsRouter, createContext, type PaymentsStore } from './trpc.ts';
 import { createPaymentsYoga } from './graphql.ts';
 import { paymentsPolicy } from './policy.ts';
+import { createKeyStatusRoute, KEY_STATUS_PATH } from './key-status.ts';
 
 export interface PaymentsAppOptions {
   db: DrizzleDatabase;
@@ -90,6 +91,8 @@ export function createPaymentsApp({
       documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)),
     });
 
+  const keyStatus = createKeyStatusRoute({ store, documentationPath: DOCUMENTATION_PATH });
+
   const route = (req: IncomingMessage, res: ServerResponse): void | Promise<void> => {
     let url: URL;
     try {
@@ -125,6 +128,7 @@ export function createPaymentsApp({
     if (path === '/graphql') return yoga(req, res);
     if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD'))
       return sendPolicy(req, res, policyFor(req));
+    if (path.startsWith(KEY_STATUS_PATH)) return keyStatus(req, res, url);
     if (path === '/healthz' && req.method === 'GET') return health(store, res);
     if (adminToken !== undefined && path === ADMIN_TIMELINE_PATH && req.method === 'GET')
       return serveTimeline(req, res, { store, token: adminToken, url });

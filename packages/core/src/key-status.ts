@@ -81,6 +81,12 @@ export interface KeyStatusOptions {
   clockToleranceMs?: number;
   /** The application's clock, in epoch milliseconds. Defaults to `Date.now`. For tests. */
   now?: () => number;
+  /**
+   * Rewrites a replayable outcome before it is returned — as a replay would present it, e.g.
+   * with unexpected errors masked. `stored` is what was stored: the value, or the whole error
+   * description (with its `data`). Defaults to none.
+   */
+  presentOutcome?: (outcome: StoredOutcomeValue, stored: unknown) => StoredOutcomeValue;
 }
 
 /** Where a status query looks: the scopes (S1) of the operation's records, each with its operation name. */
@@ -106,11 +112,16 @@ export async function lookUpKeyStatus(
   target: KeyStatusTarget,
   options: KeyStatusOptions = {},
 ): Promise<KeyStatusDocument | null> {
-  const { serializer = JSON, clockToleranceMs = DEFAULT_CLOCK_TOLERANCE_MS, now = Date.now } = options;
+  const {
+    serializer = JSON,
+    clockToleranceMs = DEFAULT_CLOCK_TOLERANCE_MS,
+    now = Date.now,
+    presentOutcome = (outcome) => outcome,
+  } = options;
   const read = await Promise.all(
     target.scopes.map(async ({ scope, operation }) =>
       (await consistentGenerations(store, scope, target.key)).map(({ entry, live }) =>
-        describeGeneration(entry, live, operation, { serializer, now: now(), clockToleranceMs }),
+        describeGeneration(entry, live, operation, { serializer, now: now(), clockToleranceMs, presentOutcome }),
       ),
     ),
   );
@@ -146,7 +157,12 @@ function describeGeneration(
   entry: TimelineEntry,
   live: IdempotencyRecord | null,
   operation: string,
-  { serializer, now, clockToleranceMs }: { serializer: OutcomeSerializer; now: number; clockToleranceMs: number },
+  {
+    serializer,
+    now,
+    clockToleranceMs,
+    presentOutcome,
+  }: Required<Pick<KeyStatusOptions, 'serializer' | 'clockToleranceMs' | 'presentOutcome'>> & { now: number },
 ): KeyGenerationStatus {
   const state: KeyGenerationState =
     entry.state === 'completed' && entry.expiresAt.getTime() <= now ? 'expired' : entry.state;
@@ -157,7 +173,7 @@ function describeGeneration(
     live?.outcome &&
     typeof body === 'string' &&
     live.expiresAt.getTime() > now + clockToleranceMs
-      ? storedOutcomeValue(live.outcome.kind, body, serializer)
+      ? storedOutcomeValue(live.outcome.kind, body, serializer, presentOutcome)
       : undefined;
   const generation: KeyGenerationStatus = {
     generation: entry.generation,
@@ -180,11 +196,16 @@ function storedOutcomeValue(
   kind: 'success' | 'error',
   body: string,
   serializer: OutcomeSerializer,
+  presentOutcome: NonNullable<KeyStatusOptions['presentOutcome']>,
 ): StoredOutcomeValue | undefined {
   try {
-    if (kind === 'success') return { kind, value: deserializeValue(serializer, body) };
-    const { name, code, message, status } = JSON.parse(body) as StoredErrorDescription;
-    return { kind, error: { name, code, message, status } };
+    if (kind === 'success') {
+      const value = deserializeValue(serializer, body);
+      return presentOutcome({ kind, value }, value);
+    }
+    const description = JSON.parse(body) as StoredErrorDescription;
+    const { name, code, message, status } = description;
+    return presentOutcome({ kind, error: { name, code, message, status } }, description);
   } catch {
     // A body this serializer cannot read is not replayable through this lookup: its status still is.
     return undefined;

@@ -7,7 +7,7 @@
  */
 import { observable, type Unsubscribable } from '@trpc/server/observable';
 import type { AnyRouter } from '@trpc/server';
-import type { Operation, OperationResultEnvelope, TRPCClientError, TRPCLink } from '@trpc/client';
+import type { Operation, OperationLink, OperationResultEnvelope, TRPCClientError, TRPCLink } from '@trpc/client';
 import {
   createRetentionResolver,
   DEFAULT_KEY_FIELD,
@@ -17,10 +17,13 @@ import {
   newIdempotencyKey,
   parseRetryAfter,
   retryWithinRetention,
+  toReconciliation,
   UnresolvedOperations,
   validateKey,
   type AttemptResult,
   type KeyOptions,
+  type KeyStatusDocument,
+  type Reconciliation,
   type ClientRetryOptions,
   type RetentionSourceOptions,
   type RetryReason,
@@ -43,7 +46,19 @@ export interface IdempotencyLinkOptions extends ClientRetryOptions, RetentionSou
   key?: KeyOptions;
   /** The `fetch` that reads `policyUrl`. Defaults to `globalThis.fetch`. */
   fetch?: (input: string, init?: RequestInit) => Promise<Response>;
+  /**
+   * When the retention stops the retries, look the key up instead of only throwing: the link
+   * queries the server's `idempotencyStatusProcedure` (mounted at `path`, default
+   * `'idempotency.status'`) through the links after it, with the mutation's own context, and the
+   * `RetentionWindowExceededError` it throws carries the answer as `reconciliation` (executed,
+   * not found or processing). The link never sends the mutation again by itself: the app
+   * decides. `true` is `{ path: 'idempotency.status' }`. Defaults to `false`.
+   */
+  reconcile?: boolean | { path?: string };
 }
+
+/** Where {@link idempotencyStatusProcedure}'s examples mount it, and where `reconcile: true` looks. */
+export const DEFAULT_STATUS_PATH = 'idempotency.status';
 
 /**
  * What a caller may put in a mutation's `context` (`mutate(input, { context })`) to resume a
@@ -110,6 +125,7 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
     retention,
     policyUrl,
     fetch,
+    reconcile = false,
     ...retryOptions
   } = options;
   if (!header && (typeof field !== 'string' || field === ''))
@@ -119,6 +135,8 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
   const where: Where = header ? { header: true } : { header: false, field: field as string };
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch }, 'idempotencyLink');
   const now = retryOptions.now ?? Date.now;
+  const statusPath =
+    reconcile === false ? undefined : ((reconcile === true ? undefined : reconcile.path) ?? DEFAULT_STATUS_PATH);
   // A retry layer above this link sends a mutation again: tRPC's retryLink passes the same
   // operation, so its key is kept with it; a caller's loop sends an identical new one, found
   // among the operations left unresolved.
@@ -179,6 +197,7 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
               retentionMs,
               firstAttemptAt: kept.firstAttemptAt,
               signal: controller.signal,
+              ...(statusPath === undefined ? {} : { lookUp: () => lookUpThrough(next, op, statusPath, key) }),
             });
           } catch (error) {
             // The outcome is unknown (or nothing was sent): the next identical mutation keeps this key and deadline.
@@ -208,6 +227,41 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
         };
       });
     };
+}
+
+/**
+ * The key's status, queried from the procedure at `path` through the links after this one, with
+ * the mutation's context (its auth) but not its key: a query carries none.
+ */
+function lookUpThrough(
+  next: Parameters<OperationLink<AnyRouter>>[0]['next'],
+  op: Operation,
+  path: string,
+  key: string,
+): Promise<Reconciliation> {
+  const { idempotencyKey: _key, idempotencyFirstAttemptAt: _first, ...context } = op.context;
+  const query: Operation = { ...op, type: 'query', path, input: { key, operation: op.path }, context };
+  return new Promise((resolve, reject) => {
+    let answered = false;
+    let subscription: Unsubscribable | undefined;
+    subscription = next(query).subscribe({
+      next(envelope) {
+        answered = true;
+        try {
+          const data = (envelope.result as { data?: unknown }).data;
+          resolve(toReconciliation(key, op.path, data as KeyStatusDocument | null));
+        } catch (error) {
+          reject(error);
+        }
+        subscription?.unsubscribe();
+      },
+      error: reject,
+      complete() {
+        if (!answered) reject(new Error(`[idem] the key status query ${path} completed without a result`));
+      },
+    });
+    if (answered) subscription.unsubscribe();
+  });
 }
 
 /** Where the link puts keys: the header, or an input field. */
@@ -339,7 +393,55 @@ function classifyTRPCError(
   return undefined;
 }
 
+/** Options of {@link reconcile}. */
+export interface ReconcileOptions {
+  /** The procedure path the key was used on, e.g. `'payments.create'`. Required. */
+  operation: string;
+  /** Where the server mounted `idempotencyStatusProcedure`. Defaults to `'idempotency.status'`. */
+  path?: string;
+}
+
+/**
+ * Looks up what became of `key` on the server (its `idempotencyStatusProcedure`), through your
+ * tRPC client and so with its usual links and headers, instead of sending the mutation again:
+ * executed (when, with which status, and the value while it is replayable), not found, or still
+ * processing. Use it once a `RetentionWindowExceededError` (or an app restart) left a key
+ * unresolved:
+ *
+ * ```ts
+ * const answer = await reconcile(trpc, error.key, { operation: 'payments.create' });
+ * if (answer.kind === 'executed') show(`already paid at ${answer.at.toLocaleTimeString()} (${answer.status})`);
+ * ```
+ *
+ * @throws TypeError `[idem] …` when `client` has no query procedure at `path`; whatever the query rejects with.
+ */
+export async function reconcile<TValue = unknown>(
+  client: object,
+  key: string,
+  { operation, path = DEFAULT_STATUS_PATH }: ReconcileOptions,
+): Promise<Reconciliation<TValue>> {
+  validateKey(key);
+  let node: unknown = client;
+  for (const part of path.split('.')) node = (node as Record<string, unknown>)[part];
+  const query = (node as { query?: unknown } | undefined)?.query;
+  if (typeof query !== 'function')
+    throw new TypeError(
+      `[idem] reconcile: the tRPC client has no query procedure at ${path}; mount idempotencyStatusProcedure there, or pass its \`path\``,
+    );
+  const document = (await (query as (input: unknown) => Promise<unknown>)({
+    key,
+    operation,
+  })) as KeyStatusDocument | null;
+  return toReconciliation<TValue>(key, operation, document);
+}
+
 // `@idem/trpc/client` is this module: what a browser client needs, without the server middleware.
+export {
+  toReconciliation,
+  type KeyGenerationStatus,
+  type KeyStatusDocument,
+  type Reconciliation,
+} from '@idem/core/client';
 export {
   RetentionWindowExceededError,
   RetriesExhaustedError,
