@@ -428,10 +428,17 @@ export async function reconcile<TValue = unknown>(
     throw new TypeError(
       `[idem] reconcile: the tRPC client has no query procedure at ${path}; mount idempotencyStatusProcedure there, or pass its \`path\``,
     );
-  const document = (await (query as (input: unknown) => Promise<unknown>)({
-    key,
-    operation,
-  })) as KeyStatusDocument | null;
+  let document: KeyStatusDocument | null;
+  try {
+    document = (await (query as (input: unknown) => Promise<unknown>)({ key, operation })) as KeyStatusDocument | null;
+  } catch (error) {
+    if ((error as ClientErrorLike | null)?.data?.code === 'NOT_FOUND')
+      throw new Error(
+        `[idem] reconcile: the server has no procedure at ${path}; mount idempotencyStatusProcedure there, or pass its \`path\``,
+        { cause: error },
+      );
+    throw error;
+  }
   return toReconciliation<TValue>(key, operation, document);
 }
 
