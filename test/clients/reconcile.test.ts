@@ -40,11 +40,6 @@ describe('reconcile instead of retry, against the payments example', () => {
   });
   afterAll(() => payments?.close());
 
-  const mutations = (from: number) =>
-    payments.proxy.requests
-      .slice(from)
-      .filter((request) => request.path.startsWith('/trpc/payments.create') || request.idempotencyKey !== undefined);
-
   describe('tRPC: idempotencyLink and reconcile(client, key)', () => {
     const client = (options: { reconcile?: boolean } = {}) =>
       createTRPCClient<PaymentsRouter>({

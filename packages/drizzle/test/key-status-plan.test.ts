@@ -140,7 +140,7 @@ describe('the key-status lookup reads through the primary keys (EXPLAIN)', () =>
         after.map(async (statement) => blocks((await explain(statement, 'ANALYZE, BUFFERS, FORMAT JSON'))[0]!.Plan)),
       );
       // A B-tree one level deeper at most: a page or two more per statement, where a scan would read every page.
-      pagesAfter.forEach((pages, index) => expect(pages).toBeLessThanOrEqual(pagesBefore[index]! + 2));
+      for (const [index, pages] of pagesAfter.entries()) expect(pages).toBeLessThanOrEqual(pagesBefore[index]! + 2);
       const tablePages = (
         await target.pool!.query(
           `SELECT sum(relpages)::int AS pages FROM pg_class WHERE relname IN ('idem_keys', 'idem_key_history')`,
