@@ -1,6 +1,7 @@
 /**
  * The client half of @idem/trpc: a `@trpc/client` link that gives each mutation call one key,
- * keeps it across retries, and stops retrying before the server's retention ends (R2, R4).
+ * keeps it across retries (its own and those of a retry layer above it), stops retrying before
+ * the server's retention ends, and reconciles instead (R2, R4).
  *
  * Only types come from `@trpc/client`, so importing `@idem/trpc` on a server without the client
  * installed still works; the runtime import is `@trpc/server/observable`, a peer dependency.
@@ -99,13 +100,16 @@ export function idempotencyHeaders(op: { context: Record<string, unknown> }): Re
  * A `@trpc/client` link that makes mutation calls safe to retry (queries and subscriptions pass
  * through untouched):
  *
- * - each call gets a key (a UUID v4, or the caller's `context.idempotencyKey`), kept across its retries;
+ * - each call gets a key (a UUID v4, or the caller's `context.idempotencyKey`), kept across its
+ *   retries and across a retry layer above the link: tRPC's `retryLink` sending the operation
+ *   again, or the caller sending the same mutation again after it was left unresolved;
  * - network failures, 409 (still processing, E3) and 503 (store unavailable, E5) are retried with
  *   jittered exponential back-off, waiting at least the server's `Retry-After`;
  * - every other error (400, 422, a replayed stored outcome, 500 included) is passed on as it is;
  * - no retry starts within the safety margin of the endpoint's retention (from `retention` or the
  *   published policy at `policyUrl`): the call fails with a `RetentionWindowExceededError`
- *   (`error.cause` of the `TRPCClientError`), telling the caller to reconcile instead.
+ *   (`error.cause` of the `TRPCClientError`), telling the caller to reconcile instead — with
+ *   `reconcile: true`, carrying the server's answer about the key (`reconciliation`).
  *
  * Put it before the terminating link:
  *
