@@ -29,7 +29,7 @@ export const MAX_OPERATION_LENGTH = 512;
 
 /**
  * A status query that is not one: its `operation` is missing, not a string, too long, or holds
- * characters outside visible ASCII. Answered 400, like a malformed key (K3).
+ * characters outside printable ASCII (or spaces at its ends). Answered 400, like a malformed key (K3).
  */
 export class KeyStatusQueryError extends Error {
   readonly code = 'idempotency_status_query_invalid' as const;
@@ -48,7 +48,8 @@ export interface KeyStatusQuery {
 
 /**
  * Reads a status query from what a caller sent (`{ key, operation }`): the key is validated as a
- * key in an input field is (K3, no quoting); the operation must be 1–512 visible ASCII characters.
+ * key in an input field is (K3, no quoting); the operation must be 1–512 visible ASCII characters,
+ * with spaces inside allowed (a plain HTTP route's operation is its method and path, `POST /v1/payments`).
  * @throws MissingKeyError (400) without a key, InvalidKeyError (400) for a malformed one,
  *   KeyStatusQueryError (400) for a missing or malformed operation.
  */
@@ -59,9 +60,9 @@ export function parseKeyStatusQuery(input: unknown): KeyStatusQuery {
   const { operation } = fields;
   if (typeof operation !== 'string' || operation === '')
     throw new KeyStatusQueryError('Name the operation the key was used on: `operation`, e.g. payments.create.');
-  if (operation.length > MAX_OPERATION_LENGTH || !/^[\x21-\x7e]+$/.test(operation))
+  if (operation.length > MAX_OPERATION_LENGTH || !/^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/.test(operation))
     throw new KeyStatusQueryError(
-      `The operation must be at most ${MAX_OPERATION_LENGTH} visible ASCII characters (0x21-0x7E).`,
+      `The operation must be at most ${MAX_OPERATION_LENGTH} visible ASCII characters (0x21-0x7E), with spaces only between them.`,
     );
   return { key, operation };
 }

@@ -152,8 +152,9 @@ describe('parseKeyStatusQuery', () => {
     expect(() => parseKeyStatusQuery(null)).toThrow(MissingKeyError);
   });
 
-  it('refuses a missing, empty, too long or non-ASCII operation with a typed 400', () => {
-    for (const operation of [undefined, '', 'a b', 'x'.repeat(513), 'op\u0000', 7]) {
+  it('takes an operation with spaces inside (a route: POST /v1/payments); refuses a missing, empty, too long, space-padded or non-ASCII one with a typed 400', () => {
+    expect(parseKeyStatusQuery({ key: 'k', operation: 'POST /v1/payments' }).operation).toBe('POST /v1/payments');
+    for (const operation of [undefined, '', ' a', 'a ', 'a\tb', 'x'.repeat(513), 'op\u0000', 'é', 7]) {
       const refusal = (() => {
         try {
           parseKeyStatusQuery({ key: 'k', operation });
