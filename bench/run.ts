@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --only floor,http,scale,memory,commits] [-- --quick]`: runs the parts in sequence,
+ * `npm run bench [-- --only floor,http,scale,memory,commits,status] [-- --quick]`: runs the parts in sequence,
  * prints their tables and writes everything to bench/results/<date>.json.
  * Needs PostgreSQL at DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test) and, for
  * the HTTP part, Redis at REDIS_URL (default redis://127.0.0.1:6379). The floor part runs on
@@ -23,11 +23,12 @@ import {
 import { renderCommits, runCommits } from './commits.ts';
 import { runFloor } from './floor.ts';
 import { runHttp } from './http.ts';
+import { renderKeyStatus, runKeyStatus } from './key-status.ts';
 import { runMemory } from './memory.ts';
 import { renderFloor, renderHttp, renderMachine, renderMemory, renderScale, type MachineNotes } from './report.ts';
 import { runScale } from './scale.ts';
 
-const PARTS = ['floor', 'http', 'scale', 'memory', 'commits'] as const;
+const PARTS = ['floor', 'http', 'scale', 'memory', 'commits', 'status'] as const;
 type Part = (typeof PARTS)[number];
 const STORES = ['sqlite', 'postgres'] as const;
 /** The floor also runs on the other drivers: libsql (a SQLite file) and postgres-js (and mysql2 when MySQL answers). */
@@ -95,6 +96,12 @@ for (const part of parts) {
       const result = await runCommits({ quick });
       results.commits = result;
       section = renderCommits(result);
+      break;
+    }
+    case 'status': {
+      const result = await runKeyStatus({ quick, stores: STORES });
+      results.status = result;
+      section = renderKeyStatus(result);
       break;
     }
   }

@@ -18,6 +18,7 @@ import { createPaymentsRouter, createContext, type PaymentsStore } from './trpc.
 import { createPaymentsYoga } from './graphql.ts';
 import { paymentsPolicy } from './policy.ts';
 import { createPaymentsRest, REST_PAYMENTS_PATH } from './rest.ts';
+import { createKeyStatusRoute, KEY_STATUS_PATH } from './key-status.ts';
 
 export interface PaymentsAppOptions {
   db: DrizzleDatabase;
@@ -93,6 +94,8 @@ export function createPaymentsApp({
       documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)),
     });
 
+  const keyStatus = createKeyStatusRoute({ store, documentationPath: DOCUMENTATION_PATH });
+
   const route = (req: IncomingMessage, res: ServerResponse): void | Promise<void> => {
     let url: URL;
     try {
@@ -129,6 +132,7 @@ export function createPaymentsApp({
     if (path === '/graphql') return yoga(req, res);
     if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD'))
       return sendPolicy(req, res, policyFor(req));
+    if (path.startsWith(KEY_STATUS_PATH)) return keyStatus(req, res, url);
     if (path === '/healthz' && req.method === 'GET') return health(store, res);
     if (adminToken !== undefined && path === ADMIN_TIMELINE_PATH && req.method === 'GET')
       return serveTimeline(req, res, { store, token: adminToken, url });

@@ -3,8 +3,9 @@
  * calls. A client times out while the payment channel is slow and retries with back-off and
  * the same key: retries inside the retention are answered 409 or replayed; the last one, after
  * the retention, runs as a new request and the channel charges twice. Then what idem adds:
- * the `expiredKeyReused` event and `idem explain` showing both generations (R2, A1), and a
- * client (`idempotencyLink`) that refuses the retry the server would run as new.
+ * the `expiredKeyReused` event and `idem explain` showing both generations (R2, A1), a
+ * client (`idempotencyLink`) that refuses the retry the server would run as new, and the app
+ * that then reconciles: it looks the key up, finds the first charge, and pays nothing again.
  *
  * Exits 0 when every answer is the one narrated, 1 with a one-line reason otherwise.
  */
@@ -16,7 +17,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { createTRPCClient, httpLink } from '@trpc/client';
-import { idempotencyHeaders, idempotencyLink, RetentionWindowExceededError } from '@idem/trpc/client';
+import { idempotencyHeaders, idempotencyLink, reconcile, RetentionWindowExceededError } from '@idem/trpc/client';
 import type { PaymentsRouter } from './trpc.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
@@ -333,7 +334,9 @@ async function demo(server: ExampleServer, databaseFile: string): Promise<void> 
   expect(/executed again as generation 2/.test(explain.stdout), 'idem explain did not explain the second execution');
   for (const line of explain.stdout.trimEnd().split('\n')) say(line === '' ? '' : `   ${line}`);
   say();
-  await clientThatKnowsTheShelfLife(url);
+  const refusal = await clientThatKnowsTheShelfLife(url);
+  say();
+  await reconcileInsteadOfRetrying(url, refusal);
   say();
   say(`The lesson of the incident: keep retries with one key inside the published retention`);
   say(`(${url}/idempotency), and reconcile instead of retrying once it has passed.`);
@@ -344,7 +347,9 @@ async function demo(server: ExampleServer, databaseFile: string): Promise<void> 
  * published policy, keeps one key across its retries, and refuses the retry the server would
  * execute as new, telling the caller to reconcile instead.
  */
-async function clientThatKnowsTheShelfLife(url: string): Promise<void> {
+async function clientThatKnowsTheShelfLife(
+  url: string,
+): Promise<{ error: RetentionWindowExceededError; ledgerBefore: number }> {
   say('6. The same flaky network, with a client that knows the shelf life: idempotencyLink() from @idem/trpc/client.');
   say(`   It reads the retention from ${url}/idempotency, keeps one key across its retries,`);
   say(
@@ -401,6 +406,50 @@ async function clientThatKnowsTheShelfLife(url: string): Promise<void> {
   detail(
     `ledger: ${entries.length - before} new charge for this payment — charged once; the caller reconciles instead of charging again.`,
   );
+  return { error: refusal, ledgerBefore: before };
+}
+
+/**
+ * Step 7, the end of the incident: the retry that would come after the retention is replaced by
+ * a lookup. The app asks the server what became of the key (`reconcile()` through its tRPC
+ * client, or `GET /idempotency/keys/{key}`), learns that the first charge happened, and shows it
+ * instead of paying again: the ledger still holds one entry.
+ */
+async function reconcileInsteadOfRetrying(
+  url: string,
+  { error, ledgerBefore }: { error: RetentionWindowExceededError; ledgerBefore: number },
+): Promise<void> {
+  say('7. Reconcile instead of retrying: the app looks the key up, with reconcile() from @idem/trpc/client.');
+  const client = createTRPCClient<PaymentsRouter>({
+    links: [httpLink({ url: `${url}/trpc`, headers: () => CONNECTION })],
+  });
+  const answer = await reconcile<{ id: string; amount: number; currency: string }>(client, error.key, {
+    operation: 'payments.create',
+  });
+  expect(answer.kind === 'executed', `the lookup of the key answered ${answer.kind}, expected executed`);
+  expect(answer.status === 200 && answer.executions === 1, `the lookup found ${answer.executions} executions`);
+  const entries = await ledger(url);
+  expect(entries.length === ledgerBefore + 1, `the ledger grew by ${entries.length - ledgerBefore}, expected 1`);
+  const charged = entries.at(-1)!;
+  expect(
+    !answer.replayable || answer.value?.id === charged.id,
+    'the lookup returned another payment than the one in the ledger',
+  );
+  detail(
+    `executed: already paid at ${answer.at.toISOString()} (${answer.status})${answer.replayable ? `, payment ${answer.value!.id}` : ' (its stored result is no longer replayed: past the retention)'}.`,
+  );
+  const path = `/idempotency/keys/${encodeURIComponent(error.key)}?operation=payments.create`;
+  const response = await fetch(`${url}${path}`, { headers: CONNECTION });
+  expect(response.status === 200, `GET ${path} answered ${response.status}`);
+  const status = (await response.json()) as {
+    generations: Array<{ generation: number; state: string; status: number }>;
+  };
+  expect(status.generations.length === 1, `GET ${path} lists ${status.generations.length} generations, expected 1`);
+  say('   The same over plain HTTP, as the same account (the public one here: no Authorization header):');
+  say(`   $ curl ${url}${path}`);
+  for (const generation of status.generations)
+    detail(`generation ${generation.generation}: ${generation.state}, status ${generation.status}`);
+  detail(`ledger: still ${entries.length - ledgerBefore} charge for this payment. The incident ends with one charge.`);
 }
 
 async function main(): Promise<number> {

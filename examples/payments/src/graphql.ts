@@ -3,13 +3,19 @@ import { createSchema, createYoga, type CORSOptions } from 'graphql-yoga';
 import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth';
 import { maxTokensPlugin } from '@escape.tech/graphql-armor-max-tokens';
 import { HandlerNotStartedError } from '@idem/core';
-import { useYogaIdempotency, idempotentDirectiveTypeDefs } from '@idem/envelop';
+import {
+  useYogaIdempotency,
+  idempotentDirectiveTypeDefs,
+  idempotencyKeyStatusResolver,
+  idempotencyKeyStatusTypeDefs,
+} from '@idem/envelop';
 import { accountOf } from './account.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { paymentInput, type PaymentsRouterOptions } from './trpc.ts';
 
 const typeDefs = /* GraphQL */ `
   ${idempotentDirectiveTypeDefs}
+  ${idempotencyKeyStatusTypeDefs}
 
   input PaymentInput {
     "A positive integer, in minor units."
@@ -74,7 +80,7 @@ export function createPaymentsYoga({
   maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
   cors = false,
 }: PaymentsGraphQLOptions) {
-  const idempotency = useYogaIdempotency({
+  const options = {
     store,
     principal: (context: GraphQLContext) => accountOf(context.request.headers.get('authorization')),
     required: ['createPayment'],
@@ -82,7 +88,8 @@ export function createPaymentsYoga({
     lease: leaseMs,
     atomic,
     ...(onEvent ? { onEvent } : {}),
-  });
+  };
+  const idempotency = useYogaIdempotency(options);
   const yoga = createYoga<GraphQLContext>({
     graphqlEndpoint: '/graphql',
     maxRequestBodySize: maxBodyBytes,
@@ -92,7 +99,11 @@ export function createPaymentsYoga({
     schema: createSchema<GraphQLContext>({
       typeDefs,
       resolvers: {
-        Query: { ledger: () => channel.ledger() },
+        Query: {
+          ledger: () => channel.ledger(),
+          // What became of one of the caller's keys (reconcile, R2): the same store and principal as the plugin.
+          idempotencyKeyStatus: idempotencyKeyStatusResolver(options),
+        },
         Mutation: {
           createPayment: async (_, args: { input: { amount: number; currency: string } }, context) => {
             const parsed = paymentInput.safeParse(args.input);

@@ -1,7 +1,13 @@
 import { initTRPC } from '@trpc/server';
 import type { CreateHTTPContextOptions } from '@trpc/server/adapters/standalone';
 import { z } from 'zod';
-import { idempotency, idempotencyClaim, idempotencyContext, idempotencyErrorFormatter } from '@idem/trpc';
+import {
+  idempotency,
+  idempotencyClaim,
+  idempotencyContext,
+  idempotencyErrorFormatter,
+  idempotencyStatusProcedure,
+} from '@idem/trpc';
 import type { IdempotencyStore, IdempotencyEventHandler } from '@idem/core';
 import type { DrizzleDatabase, DrizzleTransaction } from '@idem/drizzle';
 import { accountOf } from './account.ts';
@@ -31,7 +37,10 @@ export interface PaymentsRouterOptions {
   atomic?: boolean;
 }
 
-/** tRPC, plain JSON: `payments.create` (idempotent mutation) and `payments.ledger` (query). */
+/**
+ * tRPC, plain JSON: `payments.create` (idempotent mutation), `payments.ledger` (query), and
+ * `idempotency.status` (query: what became of a key).
+ */
 export function createPaymentsRouter({
   store,
   channel,
@@ -42,14 +51,15 @@ export function createPaymentsRouter({
 }: PaymentsRouterOptions) {
   // isDev: false keeps stack traces out of error responses.
   const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
-  const idempotent = idempotency({
+  const options = {
     store,
     principal: (ctx: Context) => ctx.account,
     retention: retentionMs,
     lease: leaseMs,
     atomic,
     ...(onEvent ? { onEvent } : {}),
-  });
+  };
+  const idempotent = idempotency(options);
   const router = t.router({
     payments: t.router({
       create: t.procedure
@@ -71,6 +81,8 @@ export function createPaymentsRouter({
         }),
       ledger: t.procedure.query(() => channel.ledger()),
     }),
+    // What became of one of the caller's keys: `{ key, operation: 'payments.create' }` (reconcile, R2).
+    idempotency: t.router({ status: idempotencyStatusProcedure(t.procedure, options) }),
   });
   return { router, engine: idempotent.engine };
 }

@@ -1,9 +1,10 @@
 /**
  * A real browser: headless Chromium (Debian's `chromium`, driven by playwright-core) opens the
  * checkout page, served from another origin than the API, and pays while a TCP proxy in front of
- * the API drops the first answer. Then, past the published retention, the page's retry is
- * refused by the client; the same key sent anyway (the incident) charges again, and the admin
- * timeline draws both generations. Screenshots go to test-artifacts/browser/ (gitignored).
+ * the API drops the first answer. Then, past the published retention, the page's retry sends no
+ * payment: the client looks the key up and the page shows "Already paid at HH:MM (200)"; the same
+ * key sent anyway (the incident) charges again, and the admin timeline draws both generations.
+ * Screenshots go to test-artifacts/browser/ (gitignored).
  *
  * Skipped when chromium is not installed, unless IDEM_REQUIRE_BROWSER=1 (CI), which fails instead.
  */
@@ -138,23 +139,28 @@ describe.skipIf(!executablePath && !required)(
       await page.screenshot({ path: join(ARTIFACTS, 'checkout-replayed.png'), fullPage: true });
     });
 
-    it('R2: past the published retention, "Send the last payment again" is refused by the client before sending, and the page shows why', async () => {
+    it('R2: past the published retention, "Send the last payment again" sends no payment: the page looks the key up and shows "Already paid at HH:MM (200)"', async () => {
       expect(paid, 'the payment of the previous test').toBeDefined();
       // Past the server's retention of the stored answer (counted from completion, R1).
       await sleep(Math.max(0, paid.at + RETENTION_MS + 300 - Date.now()));
       const attemptsBefore = (await logLines('attempt')).length;
+      const lookupsBefore = (await logLines('lookup')).length;
 
       await page.locator('#retry').click();
-      await page.locator('#result[data-state="refused"]').waitFor({ timeout: 10_000 });
+      await page.locator('#result[data-state="already-paid"]').waitFor({ timeout: 10_000 });
 
-      expect(await result().getAttribute('data-code')).toBe('idempotency_retention_exceeded');
+      expect(await result().getAttribute('data-code')).toBe('reconciled_executed');
+      expect(await result().getAttribute('data-key')).toBe(paid.key);
       const message = (await result().textContent())!;
-      expect(message).toContain(`Stopped retrying Idempotency-Key "${paid.key}"`);
-      expect(message).toContain('Reconcile instead');
-      // Nothing left the browser: no attempt, still one charge.
+      expect(message).toMatch(
+        /^Already paid at \d\d:\d\d \(200\): this payment went through, and was not sent again\.$/,
+      );
+      // No payment left the browser: one lookup of the key (GET idempotency.status), still one charge.
       expect(await logLines('attempt')).toHaveLength(attemptsBefore);
+      const lookups = (await logLines('lookup')).slice(lookupsBefore);
+      expect(lookups).toEqual([expect.stringMatching(/GET \/trpc\/idempotency\.status$/)]);
       expect(await ledger(api.url)).toHaveLength(1);
-      await page.screenshot({ path: join(ARTIFACTS, 'checkout-refused.png'), fullPage: true });
+      await page.screenshot({ path: join(ARTIFACTS, 'checkout-already-paid.png'), fullPage: true });
     });
 
     it('A1: the same key sent anyway past the retention charges again (the incident); the admin timeline draws both generations', async () => {

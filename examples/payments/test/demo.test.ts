@@ -10,7 +10,7 @@ const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
 
 describe('npm run demo', () => {
-  it('R2/A1: replays the incident to completion: a 409, a replay with one ledger entry, a retry past the retention with two, the expiredKeyReused event and two generations in idem explain', async () => {
+  it('R2/A1: replays the incident to completion: a 409, a replay with one ledger entry, a retry past the retention with two, the expiredKeyReused event, two generations in idem explain, and a lookup that ends it with one charge', async () => {
     const { code, stdout, stderr } = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
       execFile(
         npm,
@@ -61,6 +61,13 @@ describe('npm run demo', () => {
       /RetentionWindowExceededError \(idempotency_retention_exceeded\): \[idem\] Stopped retrying .*Reconcile instead/,
     );
     expect(stdout).toContain('ledger: 1 new charge for this payment — charged once');
+    // Step 7: the retry after the retention is replaced by a lookup; it finds the first charge, one ledger entry.
+    expect(stdout).toMatch(/7\. Reconcile instead of retrying/);
+    expect(stdout).toMatch(/executed: already paid at \d{4}-\d\d-\d\dT[\d:.]+Z \(200\)/);
+    expect(stdout).toMatch(
+      /curl http:\/\/127\.0\.0\.1:\d+\/idempotency\/keys\/[0-9a-f-]{36}\?operation=payments\.create\n +generation 1: (completed|expired|archived), status 200\n/,
+    );
+    expect(stdout).toContain('ledger: still 1 charge for this payment. The incident ends with one charge.');
     expect(stdout).toContain('Demo complete.');
   }, 180_000);
 });

@@ -10,6 +10,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { describeKeyStatusConformance } from './conformance-status.js';
 import { createEngine } from './engine.js';
 import { FingerprintMismatchError, RequestInProgressError } from './errors.js';
 import type { ClaimRequest, ClaimResult, IdempotencyStore } from './store.js';
@@ -340,6 +341,8 @@ export function runStoreConformance({
     it('answers ping when reachable', async () => {
       await expect(store.ping()).resolves.toBeUndefined();
     });
+
+    describeKeyStatusConformance({ store: () => store, shortMs, storePassed });
 
     describe('through the engine', () => {
       const engine = () => createEngine({ store });

@@ -24,6 +24,23 @@ export type { IdempotencyStore } from './store.js';
 export { MemoryStore, type MemoryStoreOptions } from './memory-store.js';
 export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventType, ExpiredGeneration } from './events.js';
 
+// The key-status lookup: a caller reconciles its key instead of retrying it (R2, A1, S1).
+export {
+  createKeyStatusLookup,
+  lookUpKeyStatus,
+  parseKeyStatusQuery,
+  KeyStatusQueryError,
+  MAX_OPERATION_LENGTH,
+  type KeyStatusDocument,
+  type KeyGenerationStatus,
+  type KeyGenerationState,
+  type KeyStatusLookupOptions,
+  type KeyStatusOptions,
+  type KeyStatusQuery,
+  type KeyStatusTarget,
+  type StoredOutcomeValue,
+} from './key-status.js';
+
 // Errors (X1) and how outcomes are stored (E2, E4).
 export {
   IdempotencyError,

@@ -20,10 +20,19 @@ import {
   validateKey,
   type AttemptResult,
   type ClientRetryOptions,
+  type Reconciliation,
   type RetentionSourceOptions,
   type RetryReason,
 } from '@idem/core/client';
+import { parse } from '@0no-co/graphql.web';
 import { describeDocument, keyedMutation } from './client-operation.js';
+import {
+  DEFAULT_STATUS_FIELD,
+  keyStatusQuery,
+  reconciliationOf,
+  statusOperationOf,
+  type GraphQLReconcileOptions,
+} from './client-reconcile.js';
 import { answerError, classifyAnswer, errorCode } from './client-sender.js';
 
 export {
@@ -34,7 +43,12 @@ export {
   loadRetentionPolicy,
   type ClientRetryOptions,
   type RetryNotice,
+  toReconciliation,
+  type KeyGenerationStatus,
+  type KeyStatusDocument,
+  type Reconciliation,
 } from '@idem/core/client';
+export type { GraphQLReconcileOptions } from './client-reconcile.js';
 
 /**
  * Options of {@link idempotencyLink}: where the retention comes from (`retention` or
@@ -51,6 +65,14 @@ export interface IdempotencyLinkOptions extends ClientRetryOptions, RetentionSou
    * argument. Defaults to `{ field: 'idempotencyKey' }`.
    */
   key?: Pick<KeyOptions, 'field'>;
+  /**
+   * When the retention stops the retries, look the key up instead of only throwing: the link
+   * sends the server's `idempotencyKeyStatus` query (`field`) through the client
+   * (`operation.client`), with the mutation's headers, and the `RetentionWindowExceededError`
+   * carries the answer as `reconciliation` (executed, not found or processing). Nothing is sent
+   * again: the app decides. `true` is `{ field: 'idempotencyKeyStatus' }`. Defaults to `false`.
+   */
+  reconcile?: boolean | GraphQLReconcileOptions;
 }
 
 /**
@@ -98,9 +120,20 @@ type Event = { kind: 'next'; result: Result } | { kind: 'error'; error: unknown 
  * @throws TypeError `[idem] …` at once when neither or both of `retention` and `policyUrl` are given.
  */
 export function idempotencyLink(options: IdempotencyLinkOptions): ApolloLink {
-  const { retention, policyUrl, fetch, key: { field: argument = DEFAULT_KEY_FIELD } = {}, ...retryOptions } = options;
+  const {
+    retention,
+    policyUrl,
+    fetch,
+    key: { field: argument = DEFAULT_KEY_FIELD } = {},
+    reconcile: lookUpOption = false,
+    ...retryOptions
+  } = options;
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch }, 'idempotencyLink');
   const now = retryOptions.now ?? Date.now;
+  const statusField =
+    lookUpOption === false
+      ? undefined
+      : ((lookUpOption === true ? undefined : lookUpOption.field) ?? DEFAULT_STATUS_FIELD);
 
   return new ApolloLink((operation, forward) => {
     if (operation.operationType !== 'mutation') return forward(operation);
@@ -166,12 +199,31 @@ export function idempotencyLink(options: IdempotencyLinkOptions): ApolloLink {
           'graphql',
           mutation.rootFields.map((field) => `Mutation.${field}`),
         );
+        const statusOperation = statusOperationOf(mutation.rootFields);
+        const lookUp = () => {
+          if (statusOperation === undefined)
+            return Promise.reject(
+              new Error(
+                '[idem] the mutation reaches its root fields through fragments: call reconcile(client, key, { operation }) instead',
+              ),
+            );
+          const { [IDEMPOTENCY_KEY_HEADER]: _key, ...headers } = operation.getContext()['headers'] as Record<
+            string,
+            string
+          >;
+          return reconcile(operation.client, key, {
+            operation: statusOperation,
+            field: statusField,
+            context: { headers },
+          });
+        };
         return retryWithinRetention(attempt, {
           ...retryOptions,
           key,
           retentionMs,
           firstAttemptAt,
           signal: controller.signal,
+          ...(statusField === undefined ? {} : { lookUp }),
         });
       };
 
@@ -276,4 +328,35 @@ function classifyError(error: unknown, now: () => number): { reason: RetryReason
     return classifyAnswer(error.statusCode, error.response.headers, errorCode(error.bodyText), now);
   if (ServerParseError.is(error) || CombinedGraphQLErrors.is(error)) return undefined;
   return { reason: 'network' };
+}
+
+/** Options of {@link reconcile}. */
+export interface ReconcileOptions extends GraphQLReconcileOptions {
+  /** The unit the key was used on: `Mutation.<field>`. Required. */
+  operation: string;
+  /** The query's context (`headers` with the caller's `Authorization`, …). Defaults to none. */
+  context?: Record<string, unknown>;
+}
+
+/**
+ * Looks up what became of `key` on the server (its `idempotencyKeyStatus` field) through your
+ * Apollo Client (its links, not its cache), instead of sending the mutation again: executed
+ * (when, with which status, and the stored result while it is replayable), not found, or still
+ * processing.
+ *
+ * @throws Error `[idem] …` when the server refuses the query (a malformed key: 400) or has no such field.
+ */
+export async function reconcile<T = unknown>(
+  client: ApolloLink.Operation['client'],
+  key: string,
+  { operation, context, field }: ReconcileOptions,
+): Promise<Reconciliation<T>> {
+  validateKey(key);
+  const { data } = await client.query({
+    query: parse(keyStatusQuery(field)) as Parameters<typeof client.query>[0]['query'],
+    variables: { key, operation },
+    fetchPolicy: 'no-cache',
+    ...(context ? { context } : {}),
+  });
+  return reconciliationOf<T>(key, operation, { data });
 }

@@ -18,8 +18,15 @@ import {
   type ClientRetryOptions,
   type RetentionSourceOptions,
   type RetryReason,
+  UnresolvedOperations,
 } from '@idem/core/client';
 import { readMutation } from './client-operation.js';
+import {
+  DEFAULT_STATUS_FIELD,
+  lookUpOverFetch,
+  statusOperationOf,
+  type GraphQLReconcileOptions,
+} from './client-reconcile.js';
 
 export type Fetch = (input: RequestInfo | URL, init?: RequestInit) => Promise<Response>;
 
@@ -38,6 +45,14 @@ export interface IdempotentFetchOptions extends ClientRetryOptions, RetentionSou
    * argument. Defaults to `{ field: 'idempotencyKey' }`.
    */
   key?: Pick<KeyOptions, 'field'>;
+  /**
+   * When the retention stops the retries, look the key up instead of only throwing: the client
+   * sends the server's `idempotencyKeyStatus` query (`field`) to the same URL with the same
+   * headers, and the `RetentionWindowExceededError` carries the answer as `reconciliation`
+   * (executed, not found or processing). Nothing is sent again: the app decides. `true` is
+   * `{ field: 'idempotencyKeyStatus' }`. Defaults to `false`.
+   */
+  reconcile?: boolean | GraphQLReconcileOptions;
 }
 
 /**
@@ -60,31 +75,6 @@ export interface SendOptions {
 }
 
 /**
- * How many unresolved requests a sender remembers (oldest forgotten first): enough for the
- * retries of the operations a client has in flight, bounded so that a long-lived process does
- * not accumulate them.
- */
-const UNRESOLVED_REQUESTS_KEPT = 100;
-
-/** The keys of requests whose outcome is unknown (every attempt failed without an answer). */
-class UnresolvedRequests {
-  readonly #entries = new Map<string, { key: string; firstAttemptAt: number }>();
-
-  /** Removes and returns the entry: while its request is in flight again, nobody else takes it. */
-  take(identity: string) {
-    const entry = this.#entries.get(identity);
-    this.#entries.delete(identity);
-    return entry;
-  }
-
-  keep(identity: string, entry: { key: string; firstAttemptAt: number }) {
-    this.#entries.delete(identity);
-    this.#entries.set(identity, entry);
-    if (this.#entries.size > UNRESOLVED_REQUESTS_KEPT) this.#entries.delete(this.#entries.keys().next().value!);
-  }
-}
-
-/**
  * A function sending `fetch` requests the way {@link createIdempotentFetch} describes. The key
  * of a mutation is, in order: the operation's (`operationKey`), the one of an earlier identical
  * request left unresolved (the same caller key, or without one the same URL and body), the
@@ -98,11 +88,14 @@ export function createMutationSender(options: IdempotentFetchOptions, client: st
     retention,
     policyUrl,
     key: { field: argument = DEFAULT_KEY_FIELD } = {},
+    reconcile = false,
     ...retryOptions
   } = options;
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch: defaultFetch }, client);
   const now = retryOptions.now ?? Date.now;
-  const unresolved = new UnresolvedRequests();
+  const unresolved = new UnresolvedOperations();
+  const statusField =
+    reconcile === false ? undefined : ((reconcile === true ? undefined : reconcile.field) ?? DEFAULT_STATUS_FIELD);
 
   return async function send(
     input: RequestInfo | URL,
@@ -157,7 +150,26 @@ export function createMutationSender(options: IdempotentFetchOptions, client: st
         }
         return classifyResponse(response, now);
       };
-      return await retryWithinRetention(attempt, { ...retryOptions, key, retentionMs, firstAttemptAt, signal });
+      const operation = statusOperationOf(mutation.rootFields);
+      const lookUp =
+        statusField === undefined
+          ? undefined
+          : () =>
+              operation === undefined
+                ? Promise.reject(
+                    new Error(
+                      '[idem] the mutation reaches its root fields through fragments: call reconcile(url, key, { operation }) instead',
+                    ),
+                  )
+                : lookUpOverFetch({ fetch, url: input, headers, key, operation, field: statusField });
+      return await retryWithinRetention(attempt, {
+        ...retryOptions,
+        key,
+        retentionMs,
+        firstAttemptAt,
+        signal,
+        ...(lookUp ? { lookUp } : {}),
+      });
     } catch (error) {
       // The outcome is unknown (or nothing was sent): the next identical request keeps this key and deadline.
       if (identity !== undefined) unresolved.keep(identity, { key, firstAttemptAt: firstAttemptAt ?? now() });

@@ -9,6 +9,8 @@
  * ships, reads the request's document, and decides whether its root fields carry their own keys
  * as the server does (fragments followed, `@skip`/`@include` applied, variable defaults read).
  */
+import type { Reconciliation } from '@idem/core/client';
+import { lookUpOverFetch, type GraphQLReconcileOptions } from './client-reconcile.js';
 import { createMutationSender, type Fetch, type IdempotentFetchOptions } from './client-sender.js';
 
 export {
@@ -22,6 +24,13 @@ export {
 } from '@idem/core/client';
 export { describeOperation, type OperationDescription, type RootField } from './client-operation.js';
 export type { IdempotentFetchOptions } from './client-sender.js';
+export type { GraphQLReconcileOptions } from './client-reconcile.js';
+export {
+  toReconciliation,
+  type KeyGenerationStatus,
+  type KeyStatusDocument,
+  type Reconciliation,
+} from '@idem/core/client';
 
 /**
  * A `fetch` that makes GraphQL mutations safe to retry. For a `POST` whose JSON body runs a
@@ -52,4 +61,33 @@ export type { IdempotentFetchOptions } from './client-sender.js';
 export function createIdempotentFetch(options: IdempotentFetchOptions): Fetch {
   const send = createMutationSender(options, 'createIdempotentFetch');
   return (input, init) => send(input, init);
+}
+
+/** Options of {@link reconcile}. */
+export interface ReconcileOptions extends GraphQLReconcileOptions {
+  /** The unit the key was used on: `Mutation.<field>` (a header key over that one field, or a key argument). Required. */
+  operation: string;
+  /** The caller's usual headers (its `Authorization`); an `Idempotency-Key` among them is left out. Defaults to none. */
+  headers?: HeadersInit;
+  /** The `fetch` that sends the query. Defaults to `globalThis.fetch`. */
+  fetch?: Fetch;
+}
+
+/**
+ * Looks up what became of `key` on the GraphQL endpoint at `url` (its `idempotencyKeyStatus`
+ * field) instead of sending the mutation again: executed (when, with which status, and the
+ * stored result while it is replayable), not found, or still processing.
+ *
+ * ```ts
+ * const answer = await reconcile('https://api.example.com/graphql', error.key, { operation: 'Mutation.createPayment', headers: { authorization } });
+ * ```
+ *
+ * @throws Error `[idem] …` when the server refuses the query (a malformed key: 400) or has no such field.
+ */
+export function reconcile<T = unknown>(
+  url: string | URL,
+  key: string,
+  { operation, headers, fetch = (input, init) => globalThis.fetch(input, init), field }: ReconcileOptions,
+): Promise<Reconciliation<T>> {
+  return lookUpOverFetch<T>({ fetch, url, headers, key, operation, field });
 }

@@ -7,6 +7,14 @@ export type { IdempotencyResultExtension } from './field-unit.js';
 export { useYogaIdempotency, type YogaIdempotencyHooks } from './yoga.js';
 export type { IdempotencyOptions, GraphQLKeyOptions, FingerprintInput, RequestHeaders } from './options.js';
 export { idempotentDirective, idempotentDirectiveTypeDefs, IdempotentDirectivePlacementRule } from './directive.js';
+export {
+  idempotencyKeyStatusTypeDefs,
+  idempotencyKeyStatusResolver,
+  createGraphQLKeyStatusLookup,
+  keyStatusUnits,
+  IDEMPOTENCY_KEY_STATUS_FIELD,
+  type KeyStatusResolverOptions,
+} from './key-status.js';
 export type { IdempotencyErrorExtensions, IdempotencyGraphQLErrorCode } from './error-mapping.js';
 export type { StoredExecutionResult, StoredGraphQLError } from './stored-result.js';
 // What GraphQL users need from the core without a second import.

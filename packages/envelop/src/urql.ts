@@ -5,8 +5,16 @@
  *
  * `@urql/core` (6) is a peer dependency of this entry only.
  */
-import { makeOperation, mapExchange, type Exchange, type Operation } from '@urql/core';
-import { validateKey } from '@idem/core/client';
+import {
+  makeOperation,
+  mapExchange,
+  type Client,
+  type Exchange,
+  type Operation,
+  type OperationContext,
+} from '@urql/core';
+import { validateKey, type Reconciliation } from '@idem/core/client';
+import { keyStatusQuery, reconciliationOf, type GraphQLReconcileOptions } from './client-reconcile.js';
 import { createMutationSender, type IdempotentFetchOptions, type OperationKey } from './client-sender.js';
 
 export {
@@ -17,7 +25,12 @@ export {
   loadRetentionPolicy,
   type ClientRetryOptions,
   type RetryNotice,
+  toReconciliation,
+  type KeyGenerationStatus,
+  type KeyStatusDocument,
+  type Reconciliation,
 } from '@idem/core/client';
+export type { GraphQLReconcileOptions } from './client-reconcile.js';
 
 /**
  * Options of {@link idempotencyExchange}: where the retention comes from (`retention` or
@@ -109,4 +122,32 @@ function readFirstAttemptAt(value: unknown): number | undefined {
   if (typeof value !== 'number' || !Number.isFinite(value))
     throw new TypeError('[idem] context.idempotencyFirstAttemptAt must be a time in milliseconds since the epoch');
   return value;
+}
+
+/** Options of {@link reconcile}. */
+export interface ReconcileOptions extends GraphQLReconcileOptions {
+  /** The unit the key was used on: `Mutation.<field>`. Required. */
+  operation: string;
+  /** The query's context (`fetchOptions` with the caller's headers, …). Defaults to the client's. */
+  context?: Partial<OperationContext>;
+}
+
+/**
+ * Looks up what became of `key` on the server (its `idempotencyKeyStatus` field) through your
+ * urql client, instead of sending the mutation again: executed (when, with which status, and the
+ * stored result while it is replayable), not found, or still processing.
+ *
+ * @throws Error `[idem] …` when the server refuses the query (a malformed key: 400) or has no such field.
+ */
+export async function reconcile<T = unknown>(
+  client: Client,
+  key: string,
+  { operation, context, field }: ReconcileOptions,
+): Promise<Reconciliation<T>> {
+  validateKey(key);
+  const result = await client
+    .query(keyStatusQuery(field), { key, operation }, { requestPolicy: 'network-only', ...context })
+    .toPromise();
+  if (result.error?.networkError) throw result.error.networkError;
+  return reconciliationOf<T>(key, operation, { data: result.data, errors: result.error?.graphQLErrors });
 }

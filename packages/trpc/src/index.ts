@@ -4,6 +4,7 @@
  */
 export { idempotency, type IdempotencyMiddleware } from './middleware.js';
 export type { IdempotencyOptions } from './options.js';
+export { idempotencyStatusProcedure, type IdempotencyStatusOptions } from './status.js';
 export {
   idempotencyContext,
   type IdempotencyContext,
@@ -26,5 +27,7 @@ export {
   type Duration,
   type FingerprintOption,
   type IdempotencyErrorCode,
+  type KeyStatusDocument,
+  type KeyGenerationStatus,
 } from '@idem/core';
 export type { KeyOptions, RequiredOption } from '@idem/core/adapter';

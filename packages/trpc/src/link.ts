@@ -1,13 +1,14 @@
 /**
  * The client half of @idem/trpc: a `@trpc/client` link that gives each mutation call one key,
- * keeps it across retries, and stops retrying before the server's retention ends (R2, R4).
+ * keeps it across retries (its own and those of a retry layer above it), stops retrying before
+ * the server's retention ends, and reconciles instead (R2, R4).
  *
  * Only types come from `@trpc/client`, so importing `@idem/trpc` on a server without the client
  * installed still works; the runtime import is `@trpc/server/observable`, a peer dependency.
  */
 import { observable, type Unsubscribable } from '@trpc/server/observable';
 import type { AnyRouter } from '@trpc/server';
-import type { Operation, OperationResultEnvelope, TRPCClientError, TRPCLink } from '@trpc/client';
+import type { Operation, OperationLink, OperationResultEnvelope, TRPCClientError, TRPCLink } from '@trpc/client';
 import {
   createRetentionResolver,
   DEFAULT_KEY_FIELD,
@@ -17,9 +18,13 @@ import {
   newIdempotencyKey,
   parseRetryAfter,
   retryWithinRetention,
+  toReconciliation,
+  UnresolvedOperations,
   validateKey,
   type AttemptResult,
   type KeyOptions,
+  type KeyStatusDocument,
+  type Reconciliation,
   type ClientRetryOptions,
   type RetentionSourceOptions,
   type RetryReason,
@@ -42,7 +47,19 @@ export interface IdempotencyLinkOptions extends ClientRetryOptions, RetentionSou
   key?: KeyOptions;
   /** The `fetch` that reads `policyUrl`. Defaults to `globalThis.fetch`. */
   fetch?: (input: string, init?: RequestInit) => Promise<Response>;
+  /**
+   * When the retention stops the retries, look the key up instead of only throwing: the link
+   * queries the server's `idempotencyStatusProcedure` (mounted at `path`, default
+   * `'idempotency.status'`) through the links after it, with the mutation's own context, and the
+   * `RetentionWindowExceededError` it throws carries the answer as `reconciliation` (executed,
+   * not found or processing). The link never sends the mutation again by itself: the app
+   * decides. `true` is `{ path: 'idempotency.status' }`. Defaults to `false`.
+   */
+  reconcile?: boolean | { path?: string };
 }
+
+/** Where {@link idempotencyStatusProcedure}'s examples mount it, and where `reconcile: true` looks. */
+export const DEFAULT_STATUS_PATH = 'idempotency.status';
 
 /**
  * What a caller may put in a mutation's `context` (`mutate(input, { context })`) to resume a
@@ -83,13 +100,16 @@ export function idempotencyHeaders(op: { context: Record<string, unknown> }): Re
  * A `@trpc/client` link that makes mutation calls safe to retry (queries and subscriptions pass
  * through untouched):
  *
- * - each call gets a key (a UUID v4, or the caller's `context.idempotencyKey`), kept across its retries;
+ * - each call gets a key (a UUID v4, or the caller's `context.idempotencyKey`), kept across its
+ *   retries and across a retry layer above the link: tRPC's `retryLink` sending the operation
+ *   again, or the caller sending the same mutation again after it was left unresolved;
  * - network failures, 409 (still processing, E3) and 503 (store unavailable, E5) are retried with
  *   jittered exponential back-off, waiting at least the server's `Retry-After`;
  * - every other error (400, 422, a replayed stored outcome, 500 included) is passed on as it is;
  * - no retry starts within the safety margin of the endpoint's retention (from `retention` or the
  *   published policy at `policyUrl`): the call fails with a `RetentionWindowExceededError`
- *   (`error.cause` of the `TRPCClientError`), telling the caller to reconcile instead.
+ *   (`error.cause` of the `TRPCClientError`), telling the caller to reconcile instead — with
+ *   `reconcile: true`, carrying the server's answer about the key (`reconciliation`).
  *
  * Put it before the terminating link:
  *
@@ -109,6 +129,7 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
     retention,
     policyUrl,
     fetch,
+    reconcile = false,
     ...retryOptions
   } = options;
   if (!header && (typeof field !== 'string' || field === ''))
@@ -118,6 +139,13 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
   const where: Where = header ? { header: true } : { header: false, field: field as string };
   const resolveRetention = createRetentionResolver({ retention, policyUrl, fetch }, 'idempotencyLink');
   const now = retryOptions.now ?? Date.now;
+  const statusPath =
+    reconcile === false ? undefined : ((reconcile === true ? undefined : reconcile.path) ?? DEFAULT_STATUS_PATH);
+  // A retry layer above this link sends a mutation again: tRPC's retryLink passes the same
+  // operation, so its key is kept with it; a caller's loop sends an identical new one, found
+  // among the operations left unresolved.
+  const keyedOperations = new WeakMap<Operation, KeyedOperation>();
+  const unresolved = new UnresolvedOperations();
 
   return () =>
     ({ op, next }) => {
@@ -151,16 +179,36 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
           });
 
         const run = async () => {
-          const { keyed, key } = withKey(op, where);
-          const retentionMs = await resolveRetention('trpc', [op.path]);
-          const firstAttemptAt = op.context['idempotencyFirstAttemptAt'];
-          return retryWithinRetention(() => attempt(keyed), {
-            ...retryOptions,
-            key,
-            retentionMs,
-            ...(typeof firstAttemptAt === 'number' ? { firstAttemptAt } : {}),
-            signal: controller.signal,
-          });
+          let kept = keyedOperations.get(op);
+          if (!kept) {
+            const identity = identityOf(op, where);
+            const earlier = identity === undefined ? undefined : unresolved.take(identity);
+            const firstAttemptAt = op.context['idempotencyFirstAttemptAt'];
+            kept = {
+              ...withKey(op, where, earlier?.key),
+              identity,
+              firstAttemptAt: typeof firstAttemptAt === 'number' ? firstAttemptAt : earlier?.firstAttemptAt,
+            };
+            keyedOperations.set(op, kept);
+          }
+          const { keyed, key, identity } = kept;
+          try {
+            const retentionMs = await resolveRetention('trpc', [op.path]);
+            kept.firstAttemptAt ??= now();
+            return await retryWithinRetention(() => attempt(keyed), {
+              ...retryOptions,
+              key,
+              retentionMs,
+              firstAttemptAt: kept.firstAttemptAt,
+              signal: controller.signal,
+              ...(statusPath === undefined ? {} : { lookUp: () => lookUpThrough(next, op, statusPath, key) }),
+            });
+          } catch (error) {
+            // The outcome is unknown (or nothing was sent): the next identical mutation keeps this key and deadline.
+            if (identity !== undefined && !isAnswer(error))
+              unresolved.keep(identity, { key, firstAttemptAt: kept.firstAttemptAt ?? now() });
+            throw error;
+          }
         };
 
         run().then(
@@ -185,14 +233,84 @@ export function idempotencyLink<TRouter extends AnyRouter = AnyRouter>(
     };
 }
 
+/**
+ * The key's status, queried from the procedure at `path` through the links after this one, with
+ * the mutation's context (its auth) but not its key: a query carries none.
+ */
+function lookUpThrough(
+  next: Parameters<OperationLink<AnyRouter>>[0]['next'],
+  op: Operation,
+  path: string,
+  key: string,
+): Promise<Reconciliation> {
+  const { idempotencyKey: _key, idempotencyFirstAttemptAt: _first, ...context } = op.context;
+  const query: Operation = { ...op, type: 'query', path, input: { key, operation: op.path }, context };
+  return new Promise((resolve, reject) => {
+    let answered = false;
+    let subscription: Unsubscribable | undefined;
+    subscription = next(query).subscribe({
+      next(envelope) {
+        answered = true;
+        try {
+          const data = (envelope.result as { data?: unknown }).data;
+          resolve(toReconciliation(key, op.path, data as KeyStatusDocument | null));
+        } catch (error) {
+          reject(error);
+        }
+        subscription?.unsubscribe();
+      },
+      error: reject,
+      complete() {
+        if (!answered) reject(new Error(`[idem] the key status query ${path} completed without a result`));
+      },
+    });
+    if (answered) subscription.unsubscribe();
+  });
+}
+
 /** Where the link puts keys: the header, or an input field. */
 type Where = { header: true } | { header: false; field: string };
 
+/** A mutation the link has keyed: what every attempt sends, through every retry layer above the link. */
+interface KeyedOperation {
+  keyed: Operation;
+  key: string;
+  /** Set once the retention is known, right before the first attempt. */
+  firstAttemptAt: number | undefined;
+  /** How an identical mutation sent again is recognized; `undefined` when it cannot be. */
+  identity: string | undefined;
+}
+
+/**
+ * What makes a new operation the same mutation sent again: the caller's key when it gave one,
+ * otherwise the procedure and its input. `undefined` for an input JSON cannot write.
+ */
+function identityOf(op: Operation, where: Where): string | undefined {
+  const given = op.context['idempotencyKey'] ?? (where.header ? undefined : fieldOf(op.input, where.field));
+  if (typeof given === 'string' && given !== '') return `key ${given}`;
+  try {
+    return `${op.path}\n${JSON.stringify(op.input) ?? ''}`;
+  } catch {
+    return undefined;
+  }
+}
+
+function fieldOf(input: unknown, field: string): unknown {
+  return isPlainObject(input) ? input[field] : undefined;
+}
+
+/** An error that is the server's answer (a tRPC error body), so the outcome is known. */
+function isAnswer(error: unknown): boolean {
+  if (!(error instanceof Error) || error.name !== 'TRPCClientError') return false;
+  const { shape, data } = error as Error & ClientErrorLike;
+  return Boolean(shape || data);
+}
+
 /** The operation every attempt sends (the same key each time), and its key. */
-function withKey(op: Operation, where: Where): { keyed: Operation; key: string } {
+function withKey(op: Operation, where: Where, earlierKey?: string): { keyed: Operation; key: string } {
   const contextKey = readKey(op.context['idempotencyKey'], 'context.idempotencyKey');
   if (where.header) {
-    const key = contextKey ?? newIdempotencyKey();
+    const key = contextKey ?? earlierKey ?? newIdempotencyKey();
     return { keyed: { ...op, context: { ...op.context, idempotencyKey: key } }, key };
   }
   const { field } = where;
@@ -208,7 +326,7 @@ function withKey(op: Operation, where: Where): { keyed: Operation; key: string }
       `[idem] ${op.path} was given two different keys (input.${field} and context.idempotencyKey); pass one.`,
     );
   }
-  const key = inputKey ?? contextKey ?? newIdempotencyKey();
+  const key = inputKey ?? contextKey ?? earlierKey ?? newIdempotencyKey();
   return { keyed: { ...op, input: { ...input, [field]: key } }, key };
 }
 
@@ -279,7 +397,62 @@ function classifyTRPCError(
   return undefined;
 }
 
+/** Options of {@link reconcile}. */
+export interface ReconcileOptions {
+  /** The procedure path the key was used on, e.g. `'payments.create'`. Required. */
+  operation: string;
+  /** Where the server mounted `idempotencyStatusProcedure`. Defaults to `'idempotency.status'`. */
+  path?: string;
+}
+
+/**
+ * Looks up what became of `key` on the server (its `idempotencyStatusProcedure`), through your
+ * tRPC client and so with its usual links and headers, instead of sending the mutation again:
+ * executed (when, with which status, and the value while it is replayable), not found, or still
+ * processing. Use it once a `RetentionWindowExceededError` (or an app restart) left a key
+ * unresolved:
+ *
+ * ```ts
+ * const answer = await reconcile(trpc, error.key, { operation: 'payments.create' });
+ * if (answer.kind === 'executed') show(`already paid at ${answer.at.toLocaleTimeString()} (${answer.status})`);
+ * ```
+ *
+ * @throws TypeError `[idem] …` when `client` has no query procedure at `path`; whatever the query rejects with.
+ */
+export async function reconcile<TValue = unknown>(
+  client: object,
+  key: string,
+  { operation, path = DEFAULT_STATUS_PATH }: ReconcileOptions,
+): Promise<Reconciliation<TValue>> {
+  validateKey(key);
+  let node: unknown = client;
+  for (const part of path.split('.')) node = (node as Record<string, unknown>)[part];
+  const query = (node as { query?: unknown } | undefined)?.query;
+  if (typeof query !== 'function')
+    throw new TypeError(
+      `[idem] reconcile: the tRPC client has no query procedure at ${path}; mount idempotencyStatusProcedure there, or pass its \`path\``,
+    );
+  let document: KeyStatusDocument | null;
+  try {
+    document = (await (query as (input: unknown) => Promise<unknown>)({ key, operation })) as KeyStatusDocument | null;
+  } catch (error) {
+    if ((error as ClientErrorLike | null)?.data?.code === 'NOT_FOUND')
+      throw new Error(
+        `[idem] reconcile: the server has no procedure at ${path}; mount idempotencyStatusProcedure there, or pass its \`path\``,
+        { cause: error },
+      );
+    throw error;
+  }
+  return toReconciliation<TValue>(key, operation, document);
+}
+
 // `@idem/trpc/client` is this module: what a browser client needs, without the server middleware.
+export {
+  toReconciliation,
+  type KeyGenerationStatus,
+  type KeyStatusDocument,
+  type Reconciliation,
+} from '@idem/core/client';
 export {
   RetentionWindowExceededError,
   RetriesExhaustedError,

@@ -9,7 +9,16 @@ import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { initTRPC, TRPCError } from '@trpc/server';
 import { createHTTPHandler, type CreateHTTPContextOptions } from '@trpc/server/adapters/standalone';
-import { createTRPCClient, httpBatchLink, httpLink, TRPCClientError, type TRPCLink } from '@trpc/client';
+import {
+  createTRPCClient,
+  httpBatchLink,
+  httpBatchStreamLink,
+  httpLink,
+  retryLink,
+  TRPCClientError,
+  type TRPCLink,
+} from '@trpc/client';
+import fc from 'fast-check';
 import { z } from 'zod';
 import { createPolicyDocument, formatScope, MemoryStore, type EndpointPolicyDescription } from '@idem/core';
 import { idempotency, idempotencyContext, idempotencyErrorFormatter, sharedPrincipal } from '../src/index.ts';
@@ -18,6 +27,7 @@ import {
   idempotencyLink,
   RetentionWindowExceededError,
   RetriesExhaustedError,
+  UnresolvedOperationError,
   type IdempotencyLinkOptions,
   type RetryNotice,
 } from '../src/link.ts';
@@ -534,4 +544,71 @@ describe('idempotencyLink over a real tRPC server', () => {
       expect(sent).toHaveLength(0);
     });
   });
+});
+
+describe('retry layers around idempotencyLink (generated)', () => {
+  /** One arrangement: tRPC retryLinks above and below idem's link, a caller's loop, a terminating link, lost answers. */
+  const arrangement = fc.record({
+    outside: fc.integer({ min: 0, max: 2 }),
+    inside: fc.boolean(),
+    callerRetries: fc.integer({ min: 0, max: 2 }),
+    terminating: fc.constantFrom('httpLink', 'httpBatchLink', 'httpBatchStreamLink'),
+    maxAttempts: fc.integer({ min: 1, max: 3 }),
+    losses: fc.integer({ min: 0, max: 6 }),
+  });
+
+  it('E2, K1: whatever retries the mutation, every request carries one key and the resolver runs at most once; an answer is the first charge', async () => {
+    const shop = await start();
+    let amount = 0;
+    await fc.assert(
+      fc.asyncProperty(arrangement, async ({ outside, inside, callerRetries, terminating, maxAttempts, losses }) => {
+        amount += 1;
+        const network = wire();
+        for (let i = 0; i < losses; i++) network.faults.push(loseResponse);
+        const header = terminating === 'httpLink';
+        const url = `${shop.url}/trpc`;
+        const end: TRPCLink<ShopRouter> =
+          terminating === 'httpLink'
+            ? httpLink({ url, fetch: network.fetch, headers: ({ op }) => idempotencyHeaders(op) })
+            : terminating === 'httpBatchLink'
+              ? httpBatchLink({ url, fetch: network.fetch })
+              : httpBatchStreamLink({ url, fetch: network.fetch });
+        const retrying = () =>
+          retryLink<ShopRouter>({ retry: ({ error, attempts }) => !error.data && attempts < 3, retryDelayMs: () => 0 });
+        const link = idempotencyLink<ShopRouter>({
+          retention: '24h',
+          maxAttempts,
+          initialDelayMs: 1,
+          ...(header ? {} : { key: { header: false } }),
+        });
+        const trpc = createTRPCClient<ShopRouter>({
+          links: [...Array.from({ length: outside }, retrying), link, ...(inside ? [retrying()] : []), end],
+        });
+        const before = header ? shop.calls.charge : shop.calls.chargeByInput;
+        let answer: { charge: string } | undefined;
+        for (let call = 0; call <= callerRetries && !answer; call++) {
+          try {
+            answer = header ? await trpc.charge.mutate({ amount }) : await trpc.chargeByInput.mutate({ amount });
+          } catch (error) {
+            // Only an unresolved outcome may end the loop here: the server never answered.
+            expect((error as TRPCClientError<ShopRouter>).cause).toBeInstanceOf(UnresolvedOperationError);
+          }
+        }
+
+        const keys = new Set(
+          network.sent.map((request) =>
+            header
+              ? unquote(request.key)
+              : (request.body as Record<string, { idempotencyKey?: string }>)['0']?.idempotencyKey,
+          ),
+        );
+        expect(keys.size).toBe(1);
+        const runs = (header ? shop.calls.charge : shop.calls.chargeByInput) - before;
+        expect(runs).toBe(network.sent.length > 0 ? 1 : 0);
+        // The resolver numbers its charges: an answer is the one charge it made.
+        if (answer) expect(answer).toEqual({ charge: `ch_${header ? '' : 'input_'}${before + 1}`, amount });
+      }),
+      { seed: 20_261_201, numRuns: 40, interruptAfterTimeLimit: 60_000, markInterruptAsFailure: true },
+    );
+  }, 120_000);
 });

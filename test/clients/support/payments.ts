@@ -12,6 +12,10 @@ import { startLossyProxy, type LossyProxy, type ProxiedRequest } from './lossy-p
 export interface PaymentsUnderTest {
   /** `/graphql` through the proxy: where the clients send their mutations. */
   graphqlUrl: string;
+  /** `/trpc` through the proxy. */
+  trpcUrl: string;
+  /** The server itself, not through the proxy (its status lookups, its ledger). */
+  serverUrl: string;
   /** The published policy, read from the server directly (R4). */
   policyUrl: string;
   proxy: LossyProxy;
@@ -34,6 +38,8 @@ export async function startPayments(env: Record<string, string> = { IDEM_TTL: '3
   const proxy = await startLossyProxy(example.url);
   return {
     graphqlUrl: `${proxy.url}/graphql`,
+    trpcUrl: `${proxy.url}/trpc`,
+    serverUrl: example.url,
     policyUrl: `${example.url}/idempotency`,
     proxy,
     events: example.events,

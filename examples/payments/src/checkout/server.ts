@@ -66,11 +66,11 @@ button { font: inherit; padding: 7px 16px; border-radius: 6px; border: 1px solid
 button#retry { background: #fff; color: #1d4ed8; }
 button:disabled { opacity: .5; cursor: default; }
 #result { margin: 18px 0; padding: 12px 14px; border-radius: 6px; background: #f3f4f6; min-height: 1.4em; overflow-wrap: anywhere; }
-#result[data-state="paid"] { background: #dcfce7; }
+#result[data-state="paid"], #result[data-state="already-paid"] { background: #dcfce7; }
 #result[data-state="refused"] { background: #fef3c7; }
 #result[data-state="failed"] { background: #fee2e2; }
 #log { font: 12px/1.6 ui-monospace, monospace; color: #374151; padding-left: 1.4em; overflow-wrap: anywhere; }
-#log [data-kind="lost"] { color: #b91c1c; } #log [data-kind="replayed"] { color: #15803d; } #log [data-kind="retry"] { color: #b45309; }
+#log [data-kind="lost"] { color: #b91c1c; } #log [data-kind="replayed"] { color: #15803d; } #log [data-kind="retry"] { color: #b45309; } #log [data-kind="lookup"] { color: #1d4ed8; }
 .api { color: #6b7280; font-size: 13px; }
 </style></head>
 <body>
