@@ -11,7 +11,7 @@ import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { explainTimeline, renderTimelineTable } from '../src/cli-explain.ts';
 import { humanizeSpan, renderTable } from '../src/cli-format.ts';
-import { parseInvocation } from '../src/cli.ts';
+import { commandHelp, parseInvocation, usage } from '../src/cli.ts';
 import { DatabaseUrlError, openDatabase, parseDatabaseUrl, redactDatabaseUrl } from '../src/connect.ts';
 import { migrate } from '../src/index.ts';
 
@@ -117,21 +117,24 @@ describe('openDatabase', () => {
 
 describe('idem arguments', () => {
   it('parses each command with its options and defaults', () => {
-    expect(parseInvocation(['sweep'])).toEqual({ command: 'sweep', database: undefined, batchSize: 1000 });
+    expect(parseInvocation(['sweep'])).toEqual({ command: 'sweep', database: undefined, tables: {}, batchSize: 1000 });
     expect(parseInvocation(['sweep', '--batch-size=250', '--database', 'x.db'])).toEqual({
       command: 'sweep',
       database: 'x.db',
+      tables: {},
       batchSize: 250,
     });
     expect(parseInvocation(['purge', '--older-than', '90d'])).toEqual({
       command: 'purge',
       database: undefined,
+      tables: {},
       olderThanMs: 90 * 86_400_000,
       olderThan: '90d',
     });
     expect(parseInvocation(['explain', 'k', '--scope', 's', '--json'])).toEqual({
       command: 'explain',
       database: undefined,
+      tables: {},
       key: 'k',
       scope: 's',
       json: true,
@@ -140,10 +143,39 @@ describe('idem arguments', () => {
     expect(parseInvocation(['policy', '--url', 'https://api.example/idempotency'])).toEqual({
       command: 'policy',
       database: undefined,
+      tables: {},
       url: 'https://api.example/idempotency',
       json: false,
     });
-    expect(parseInvocation(['migrate', '--help'])).toEqual({ command: 'help' });
+    expect(parseInvocation(['migrate', '--help'])).toEqual({ command: 'help', topic: 'migrate' });
+    expect(parseInvocation(['help', 'sweep'])).toEqual({ command: 'help', topic: 'sweep' });
+    expect(parseInvocation(['--help'])).toEqual({ command: 'help' });
+    expect(parseInvocation(['--version'])).toEqual({ command: 'version' });
+    expect(parseInvocation(['sweep', '--prefix', 'app_', '--config=conf/drizzle.config.ts'])).toMatchObject({
+      command: 'sweep',
+      tables: { prefix: 'app_', config: 'conf/drizzle.config.ts' },
+    });
+    expect(parseInvocation(['explain', 'k', '--prefix='])).toMatchObject({ tables: { prefix: '' } });
+  });
+
+  it('help <command> of every command shows its synopsis, its options and at least one example, each a line that parses', () => {
+    for (const name of ['migrate', 'sweep', 'purge', 'explain', 'policy'] as const) {
+      const text = commandHelp(name);
+      expect(text).toMatch(new RegExp(`^Usage: idem ${name}`));
+      const examples = text
+        .slice(text.search(/^Examples?:$/m))
+        .split('\n')
+        .slice(1)
+        .filter(Boolean);
+      expect(examples.length).toBeGreaterThan(0);
+      for (const example of examples) {
+        const argv = [...example.matchAll(/'([^']*)'|(\S+)/g)].map((m) => m[1] ?? m[2]!);
+        const at = argv.indexOf('idem');
+        expect(at, example).toBeGreaterThan(-1);
+        expect(parseInvocation(argv.slice(at + 1))).toMatchObject({ command: name });
+      }
+    }
+    expect(usage()).toContain('help [<command>]');
   });
 
   it.each([
@@ -158,6 +190,12 @@ describe('idem arguments', () => {
     [['migrate', 'now'], /^migrate takes no arguments, got "now"$/],
     [['purge', '--older-than', '1d', '--json'], /^--json does not apply to purge/],
     [['policy', '--url', 'ftp://x'], /^--url must be an http/],
+    [['sweep', '--json'], /^--json does not apply to sweep \(idem help sweep shows how\)$/],
+    [['explain', 'k', '--json=yes'], /^--json takes no value$/],
+    [['explain', 'k', '--scope', '--json'], /^--scope needs a value \(write --scope=<value>/],
+    [['explain', 'k', '-q'], /^unknown option -q/],
+    [['sweep', '--prefix'], /^--prefix needs a value$/],
+    [['help', 'refund'], /^unknown command "refund"/],
   ])('%j is bad usage', (argv, message) => {
     expect(() => parseInvocation(argv)).toThrow(message);
     try {
