@@ -10,7 +10,8 @@ import type { TimelineEntry } from '@idem/core/store';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { explainTimeline, renderTimelineTable } from '../src/cli-explain.ts';
-import { humanizeSpan, renderTable } from '../src/cli-format.ts';
+import { formatDuration } from '@idem/core';
+import { renderTable } from '../src/cli-format.ts';
 import { commandHelp, parseInvocation, usage } from '../src/cli.ts';
 import { DatabaseUrlError, openDatabase, parseDatabaseUrl, redactDatabaseUrl } from '../src/connect.ts';
 import { migrate } from '../src/index.ts';
@@ -245,7 +246,7 @@ describe('idem explain text (A1)', () => {
     expect(explainTimeline(generations, now)).toBe(
       'Generation 1, first seen at 2026-03-01T10:00:00.000Z, completed with 200 at 2026-03-01T10:00:01.250Z; its claim was taken over once after a lease lapsed (E6); ' +
         'its retention ended at 2026-03-02T10:00:00.000Z; the sweeper archived it at 2026-03-02T10:05:00.000Z; ' +
-        'the key was reused at 2026-03-03T12:30:00.000Z, 1d 2h after its retention ended, and executed again as generation 2. ' +
+        'the key was reused at 2026-03-03T12:30:00.000Z, 26h 30m after its retention ended, and executed again as generation 2. ' +
         'Generation 2, first seen at 2026-03-03T12:30:00.000Z, has no outcome yet (still processing); its retention ends at 2026-03-06T00:00:00.000Z.',
     );
     expect(explainTimeline(generations.slice(0, 1), now)).toBe('');
@@ -257,12 +258,12 @@ describe('idem explain text (A1)', () => {
   });
 
   it('spans read as a person says them, tables align on the widest cell', () => {
-    expect([250, 1500, 61_000, 3_600_000, 93_784_000, 3 * 86_400_000].map(humanizeSpan)).toEqual([
+    expect([250, 1500, 61_000, 3_600_000, 93_784_000, 3 * 86_400_000].map(formatDuration)).toEqual([
       '250ms',
       '1.5s',
       '1m 1s',
       '1h',
-      '1d 2h',
+      '26h 3m',
       '3d',
     ]);
     expect(
