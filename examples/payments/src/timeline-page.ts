@@ -76,7 +76,10 @@ function verdict(generations: readonly TimelineEntry[], now: Date): string {
     let sentence = `Generation ${entry.generation}, first seen at ${time(entry.firstSeenAt)}, ${outcome}; retries were replayed until its retention ${ended} at ${time(entry.expiresAt)}.`;
     if (entry.reusedAt && next) {
       const late = entry.reusedAt.getTime() - entry.expiresAt.getTime();
-      const when = late >= 0 ? `${formatDuration(late)} after the retention ended` : `${formatDuration(-late)} before the retention ended`;
+      const when =
+        late >= 0
+          ? `${formatDuration(late)} after the retention ended`
+          : `${formatDuration(-late)} before the retention ended`;
       sentence += ` The key came back at ${time(entry.reusedAt)}, ${when}: the server no longer replayed the first outcome, so it ran again as generation ${next.generation} (R2).`;
     }
     parts.push(escapeHtml(sentence));
@@ -239,4 +242,3 @@ form label { display: block; margin: 6px 0; }
 const iso = (at: Date) => at.toISOString();
 /** HH:MM:SS.mmm, UTC (the table below the picture has the full ISO 8601 instants). */
 const time = (at: Date) => at.toISOString().slice(11, 23);
-
