@@ -9,7 +9,11 @@
 //   (b) imports every entry point with require() and with import;
 //   (c) runs `npx idem migrate` and `npx idem explain` from the installed tarball;
 //   (d) builds a Next.js App Router app serving tRPC through fetchRequestHandler on the Drizzle
-//       store, with Turbopack and with webpack, and shows each build answering a replay.
+//       store, with Turbopack and with webpack, and shows each build answering a replay;
+//   (e) installs a GraphQL client app with @idem/core and @idem/envelop only (consumer/client-only.mjs);
+//   (f) generates a create-t3-app 7.40 app, applies the README's create-t3-app blocks, and runs
+//       drizzle-kit, next build, a replay, `npx idem explain` and the policy route (consumer/t3-app.mjs);
+//   (g) clones this repository, runs `npm ci` and `npx idem --help` in the clone (consumer/fresh-clone.mjs).
 // The plain app runs on drizzle-orm 0.44 and the Next.js app on 0.45: the two ends of the
 // peer range @idem/drizzle declares.
 //
@@ -21,6 +25,9 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { clientOnlySteps } from './consumer/client-only.mjs';
+import { freshCloneSteps } from './consumer/fresh-clone.mjs';
+import { t3AppSteps } from './consumer/t3-app.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const PACKAGES = ['core', 'drizzle', 'trpc', 'envelop'];
@@ -220,13 +227,19 @@ async function pack() {
     const { stdout: listing } = await run('tar', ['-tzf', join(tarballs, file)]);
     const shipped = listing.trim().split('\n');
     const stray = shipped.filter(
-      (path) => !/^package\/(dist\/.*\.(js|d\.ts)|package\.json|README\.md|LICENSE)$/.test(path),
+      (path) =>
+        !/^package\/(dist\/.*\.(js|d\.ts)(\.map)?|src\/.*\.ts|bin\/idem\.js|package\.json|README\.md|LICENSE)$/.test(
+          path,
+        ),
     );
-    assert(stray.length === 0, `@idem/${name} ships files outside dist/, README and LICENSE: ${stray.join(', ')}`);
     assert(
-      !shipped.some((path) => /\.ts$/.test(path) && !/\.d\.ts$/.test(path)),
-      `@idem/${name} ships TypeScript sources`,
+      stray.length === 0,
+      `@idem/${name} ships files outside dist/, src/ (the maps' sources), bin/, README and LICENSE: ${stray.join(', ')}`,
     );
+    // The sources ship for the source and declaration maps only: every one of them is a map's source.
+    const sources = shipped.filter((path) => path.startsWith('package/src/'));
+    const mapped = shipped.filter((path) => path.endsWith('.map')).length;
+    assert(mapped > 0 && sources.length > 0, `@idem/${name} should ship source maps and the sources they name`);
     log(`  packed @idem/${name}: ${file}, ${shipped.length} files`);
   }
   return files;
@@ -622,6 +635,18 @@ async function main() {
       });
     }
   }
+
+  const helpers = { step, run, startServer, freePort, assert, log };
+  await clientOnlySteps({ work, tarballs, helpers });
+  await t3AppSteps({
+    root: ROOT,
+    work,
+    tarballs,
+    readme,
+    databaseUrl: process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test',
+    helpers,
+  });
+  await freshCloneSteps({ root: ROOT, work, helpers });
 }
 
 try {
