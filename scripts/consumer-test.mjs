@@ -10,6 +10,8 @@
 //   (c) runs `npx idem migrate` and `npx idem explain` from the installed tarball;
 //   (d) builds a Next.js App Router app serving tRPC through fetchRequestHandler on the Drizzle
 //       store, with Turbopack and with webpack, and shows each build answering a replay;
+//   (a') puts the README's policy recipes (node:http, Yoga) into the quick starts, compiles and
+//       runs them, and follows a 400's problem type to the served policy (consumer/policy-recipes.mjs);
 //   (e) installs a GraphQL client app with @idem/core and @idem/envelop only (consumer/client-only.mjs);
 //   (f) generates a create-t3-app 7.40 app, applies the README's create-t3-app blocks, and runs
 //       drizzle-kit, next build, a replay, `npx idem explain` and the policy route (consumer/t3-app.mjs);
@@ -27,6 +29,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { clientOnlySteps } from './consumer/client-only.mjs';
 import { freshCloneSteps } from './consumer/fresh-clone.mjs';
+import { policyRecipeSteps } from './consumer/policy-recipes.mjs';
 import { t3AppSteps } from './consumer/t3-app.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -540,6 +543,13 @@ async function main() {
       } finally {
         await server.stop();
       }
+    });
+
+    await policyRecipeSteps({
+      app: nodeApp,
+      readme,
+      quickStart: (heading) => readmeBlock(readme, heading),
+      helpers: { step, run, startServer, freePort, assert, patch, log },
     });
 
     await step('(b) every entry point loads with require() and with import', async () => {
