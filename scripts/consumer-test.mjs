@@ -438,7 +438,7 @@ export { handler as GET, handler as POST };
 async function main() {
   log(`working in ${work} (Node ${process.version})`);
   let tarballs;
-  await step('npm pack: every package ships dist/, README and LICENSE only', async () => {
+  await step('npm pack: every package ships dist/ with its maps, the src/ they name, README and LICENSE', async () => {
     tarballs = await pack();
   });
   if (!tarballs) return;
