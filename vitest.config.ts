@@ -17,6 +17,23 @@ const onDrizzle = (name: string, alias: string, version: string) => ({
   test: { name, include: DRIZZLE_VERSION_SUITES, env: { IDEM_DRIZZLE_ORM: version } },
 });
 
+/**
+ * The libsql suites again on the oldest supported @libsql/client (create-t3-app's ^0.14), resolved
+ * from its npm alias in place of `@libsql/client`; only the tests that name libsql.
+ */
+const onLibsqlClient = (name: string, alias: string) => ({
+  extends: true as const,
+  resolve: { alias: [{ find: /^@libsql\/client$/, replacement: alias }] },
+  test: {
+    name,
+    include: ['sqlite.conformance', 'sqlite.store', 'drizzle-seams'].map(
+      (suite) => `packages/drizzle/test/${suite}.test.ts`,
+    ),
+    testNamePattern: /libsql/,
+    env: { IDEM_LIBSQL_CLIENT: alias },
+  },
+});
+
 export default defineConfig({
   resolve: {
     // graphql 16 has no `exports` map: Vite would take its ESM `index.mjs` while Node (and so
@@ -33,8 +50,10 @@ export default defineConfig({
           include: ['packages/*/test/**/*.test.ts', 'examples/*/test/**/*.test.ts', 'test/**/*.test.ts'],
         },
       },
+      onDrizzle('drizzle-orm@0.41', 'drizzle-orm-041', '0.41.'),
       onDrizzle('drizzle-orm@0.44', 'drizzle-orm-044', '0.44.'),
       onDrizzle('drizzle-orm@1.0', 'drizzle-orm-1', '1.0.0-rc.'),
+      onLibsqlClient('@libsql/client@0.14', 'libsql-client-014'),
     ],
     testTimeout: 30_000,
     hookTimeout: 60_000,

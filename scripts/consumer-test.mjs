@@ -10,8 +10,14 @@
 //   (c) runs `npx idem migrate` and `npx idem explain` from the installed tarball;
 //   (d) builds a Next.js App Router app serving tRPC through fetchRequestHandler on the Drizzle
 //       store, with Turbopack and with webpack, and shows each build answering a replay;
-//   (e) plain HTTP routes (@idem/fetch, scripts/consumer/plain-http.mjs): the README's Hono quick
+//   (h) plain HTTP routes (@idem/fetch, scripts/consumer/plain-http.mjs): the README's Hono quick
 //       start on Node, the README's Next.js route handler and the ported peer cases in (d)'s app.
+//   (a') puts the README's policy recipes (node:http, Yoga) into the quick starts, compiles and
+//       runs them, and follows a 400's problem type to the served policy (consumer/policy-recipes.mjs);
+//   (e) installs a GraphQL client app with @idem/core and @idem/envelop only (consumer/client-only.mjs);
+//   (f) generates a create-t3-app 7.40 app, applies the README's create-t3-app blocks, and runs
+//       drizzle-kit, next build, a replay, `npx idem explain` and the policy route (consumer/t3-app.mjs);
+//   (g) clones this repository, runs `npm ci` and `npx idem --help` in the clone (consumer/fresh-clone.mjs).
 // The plain app runs on drizzle-orm 0.44 and the Next.js app on 0.45: the two ends of the
 // peer range @idem/drizzle declares.
 //
@@ -30,6 +36,10 @@ import {
   honoQuickStart,
   nextRouteFiles,
 } from './consumer/plain-http.mjs';
+import { clientOnlySteps } from './consumer/client-only.mjs';
+import { freshCloneSteps } from './consumer/fresh-clone.mjs';
+import { policyRecipeSteps } from './consumer/policy-recipes.mjs';
+import { t3AppSteps } from './consumer/t3-app.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const PACKAGES = ['core', 'drizzle', 'trpc', 'envelop', 'fetch'];
@@ -229,13 +239,19 @@ async function pack() {
     const { stdout: listing } = await run('tar', ['-tzf', join(tarballs, file)]);
     const shipped = listing.trim().split('\n');
     const stray = shipped.filter(
-      (path) => !/^package\/(dist\/.*\.(js|d\.ts)|package\.json|README\.md|LICENSE)$/.test(path),
+      (path) =>
+        !/^package\/(dist\/.*\.(js|d\.ts)(\.map)?|src\/.*\.ts|bin\/idem\.js|package\.json|README\.md|LICENSE)$/.test(
+          path,
+        ),
     );
-    assert(stray.length === 0, `@idem/${name} ships files outside dist/, README and LICENSE: ${stray.join(', ')}`);
     assert(
-      !shipped.some((path) => /\.ts$/.test(path) && !/\.d\.ts$/.test(path)),
-      `@idem/${name} ships TypeScript sources`,
+      stray.length === 0,
+      `@idem/${name} ships files outside dist/, src/ (the maps' sources), bin/, README and LICENSE: ${stray.join(', ')}`,
     );
+    // The sources ship for the source and declaration maps only: every one of them is a map's source.
+    const sources = shipped.filter((path) => path.startsWith('package/src/'));
+    const mapped = shipped.filter((path) => path.endsWith('.map')).length;
+    assert(mapped > 0 && sources.length > 0, `@idem/${name} should ship source maps and the sources they name`);
     log(`  packed @idem/${name}: ${file}, ${shipped.length} files`);
   }
   return files;
@@ -433,7 +449,7 @@ export { handler as GET, handler as POST };
 async function main() {
   log(`working in ${work} (Node ${process.version})`);
   let tarballs;
-  await step('npm pack: every package ships dist/, README and LICENSE only', async () => {
+  await step('npm pack: every package ships dist/ with its maps, the src/ they name, README and LICENSE', async () => {
     tarballs = await pack();
   });
   if (!tarballs) return;
@@ -542,7 +558,7 @@ async function main() {
     });
 
     await step(
-      '(e) the compiled Hono quick start runs on plain Node: 201, byte-identical replay, 422, 400',
+      '(h) the compiled Hono quick start runs on plain Node: 201, byte-identical replay, 422, 400',
       async () => {
         const honoPort = await freePort();
         const server = await startServer(process.execPath, ['dist/hono.js'], {
@@ -557,6 +573,12 @@ async function main() {
         }
       },
     );
+    await policyRecipeSteps({
+      app: nodeApp,
+      readme,
+      quickStart: (heading) => readmeBlock(readme, heading),
+      helpers: { step, run, startServer, freePort, assert, patch, log },
+    });
 
     await step('(b) every entry point loads with require() and with import', async () => {
       const entries = PACKAGES.flatMap((name) => {
@@ -659,6 +681,18 @@ async function main() {
       );
     }
   }
+
+  const helpers = { step, run, startServer, freePort, assert, log };
+  await clientOnlySteps({ work, tarballs, helpers });
+  await t3AppSteps({
+    root: ROOT,
+    work,
+    tarballs,
+    readme,
+    databaseUrl: process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test',
+    helpers,
+  });
+  await freshCloneSteps({ root: ROOT, work, helpers });
 }
 
 try {

@@ -23,8 +23,8 @@ export function honoQuickStart({ readme, readmeBlock, patch }) {
 export function nextRouteFiles({ readme, readmeBlock, patch }) {
   const readmeRoute = patch(
     readmeBlock(readme, '## Quick start: Next.js route handler'),
-    "new Database('idem.db')",
-    "new Database(process.env.IDEM_DB ?? 'idem.db')",
+    "new Database('idem.db', { timeout: 0 })",
+    "new Database(process.env.IDEM_DB ?? 'idem.db', { timeout: 0 })",
     'Next.js route handler quick start',
   );
   return {

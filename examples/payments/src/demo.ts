@@ -22,7 +22,7 @@ import type { PaymentsRouter } from './trpc.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const MAIN = fileURLToPath(new URL('./main.ts', import.meta.url));
-const IDEM_BIN = join(ROOT, 'packages/drizzle/dist/bin.js');
+const IDEM_BIN = join(ROOT, 'packages/drizzle/bin/idem.js');
 
 /** The server's retention (IDEM_TTL) and the channel's slowness (CHANNEL_DELAY_MS). */
 const RETENTION_MS = 2000;

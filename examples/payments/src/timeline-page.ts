@@ -4,6 +4,7 @@
  * HTML from the store's `timeline(scope, key)`, with the answer to "why was this charged twice?"
  * above it. Timelines carry no bodies, so nothing stored is shown (K5).
  */
+import { escapeHtml, formatDuration } from '@idem/core';
 import type { TimelineEntry } from '@idem/core/store';
 
 const WIDTH = 1100;
@@ -75,7 +76,10 @@ function verdict(generations: readonly TimelineEntry[], now: Date): string {
     let sentence = `Generation ${entry.generation}, first seen at ${time(entry.firstSeenAt)}, ${outcome}; retries were replayed until its retention ${ended} at ${time(entry.expiresAt)}.`;
     if (entry.reusedAt && next) {
       const late = entry.reusedAt.getTime() - entry.expiresAt.getTime();
-      const when = late >= 0 ? `${span(late)} after the retention ended` : `${span(-late)} before the retention ended`;
+      const when =
+        late >= 0
+          ? `${formatDuration(late)} after the retention ended`
+          : `${formatDuration(-late)} before the retention ended`;
       sentence += ` The key came back at ${time(entry.reusedAt)}, ${when}: the server no longer replayed the first outcome, so it ran again as generation ${next.generation} (R2).`;
     }
     parts.push(escapeHtml(sentence));
@@ -238,15 +242,3 @@ form label { display: block; margin: 6px 0; }
 const iso = (at: Date) => at.toISOString();
 /** HH:MM:SS.mmm, UTC (the table below the picture has the full ISO 8601 instants). */
 const time = (at: Date) => at.toISOString().slice(11, 23);
-
-function span(ms: number): string {
-  if (ms < 1000) return `${Math.round(ms)} ms`;
-  if (ms < 120_000) return `${(ms / 1000).toFixed(1)} s`;
-  if (ms < 7_200_000) return `${Math.round(ms / 60_000)} min`;
-  if (ms < 172_800_000) return `${(ms / 3_600_000).toFixed(1)} h`;
-  return `${(ms / 86_400_000).toFixed(1)} days`;
-}
-
-function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
-}

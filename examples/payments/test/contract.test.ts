@@ -29,7 +29,7 @@ import {
 import { pollUntil, untilExpired } from '../../../test/support/waiting.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
-const IDEM_BIN = 'packages/drizzle/dist/bin.js';
+const IDEM_BIN = 'packages/drizzle/bin/idem.js';
 /** The configuration of the main server, as `npm start` would read it. */
 const ENV = { IDEM_TTL: '30m', IDEM_LEASE: '45s' };
 const PAYMENT = { amount: 4200, currency: 'EUR' };

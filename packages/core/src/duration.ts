@@ -22,16 +22,34 @@ export function toMilliseconds(duration: Duration | string): number {
   return Math.round(ms);
 }
 
-/** Formats milliseconds the way a human reads a policy: `7d`, `24h`, `30s`, `1500ms`. */
+const SPANS = [
+  ['d', 86_400_000],
+  ['h', 3_600_000],
+  ['m', 60_000],
+  ['s', 1000],
+] as const;
+
+/**
+ * A duration as a person reads it, the one format of every duration idem prints (the published
+ * policy, error messages, the CLI, the example's pages): `250ms`; `1.5s` (seconds to one decimal
+ * below a minute); then the two largest units, rounded down, with a zero second unit left out —
+ * `1m 30s`, `2h 5m`, `24h`, `36h`, `3d 4h`. Days only from two days up: a retention of one day
+ * reads `24h`, as Stripe publishes it. Negative amounts read as `0ms`.
+ */
 export function formatDuration(ms: number): string {
-  // Days only from two days up: a retention of one day reads as 24h, as Stripe publishes it.
-  if (ms >= 2 * 86_400_000 && ms % 86_400_000 === 0) return `${ms / 86_400_000}d`;
-  for (const [unit, size] of [
-    ['h', 3_600_000],
-    ['m', 60_000],
-    ['s', 1000],
-  ] as const) {
-    if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
+  const rounded = Math.max(0, Math.round(ms));
+  if (rounded < 1000) return `${rounded}ms`;
+  if (rounded < 60_000) return `${Math.floor(rounded / 100) / 10}s`;
+  const parts: string[] = [];
+  let rest = rounded;
+  for (const [unit, size] of SPANS) {
+    if (unit === 'd' && rounded < 2 * size) continue;
+    const amount = Math.floor(rest / size);
+    if (parts.length === 0 && amount === 0) continue;
+    rest -= amount * size;
+    if (amount > 0) parts.push(`${amount}${unit}`);
+    else parts.push('');
+    if (parts.length === 2) break;
   }
-  return `${ms}ms`;
+  return parts.filter(Boolean).join(' ');
 }

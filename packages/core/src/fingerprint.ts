@@ -97,17 +97,44 @@ function sha256(text: string): string {
   return createHash('sha256').update(text).digest('hex');
 }
 
-/** The default fingerprint (F1): SHA-256 over {@link canonicalize} of the validated input. */
+/**
+ * The format of {@link defaultFingerprint}: the canonical serialization of {@link canonicalize}
+ * and SHA-256. Stored fingerprints carry it as a prefix (`f1:<hex>`), so a record says how its
+ * fingerprint was made. A stored fingerprint must never change between releases — a retry in
+ * flight during a deploy would get 422 — so a release that changes the serialization must give it
+ * a new version and keep computing this one for records that carry it. The golden vectors in
+ * `packages/core/test/fingerprint.test.ts` hold version 1 fixed.
+ */
+export const FINGERPRINT_FORMAT_VERSION = 1;
+
+const FINGERPRINT_PREFIX = `f${FINGERPRINT_FORMAT_VERSION}:`;
+
+/**
+ * The default fingerprint (F1): `f1:` and the SHA-256 (hex) of {@link canonicalize} of the
+ * validated input.
+ */
 export function defaultFingerprint(input: unknown): string {
-  return sha256(canonicalize(input));
+  return `${FINGERPRINT_PREFIX}${sha256(canonicalize(input))}`;
+}
+
+/**
+ * The format version a stored fingerprint was made with: 1 for {@link defaultFingerprint}'s
+ * `f1:<64 hex>` (the `'default'` and `{ fields }` options), undefined for one of your own (a
+ * fingerprint function's value is stored as it returns it).
+ */
+export function fingerprintFormatVersion(fingerprint: string): number | undefined {
+  const match = /^f([1-9][0-9]*):[0-9a-f]{64}$/.exec(fingerprint);
+  return match ? Number(match[1]) : undefined;
 }
 
 /**
  * How an endpoint fingerprints its input (F2):
- * - `'default'` (or omitted): {@link defaultFingerprint} of the whole validated input;
+ * - `'default'` (or omitted): {@link defaultFingerprint} of the whole validated input
+ *   (`f1:<SHA-256 hex>`, see {@link FINGERPRINT_FORMAT_VERSION});
  * - `{ fields: ['amount', 'customer.id'] }`: the default fingerprint over the selected
  *   (dotted) paths only;
- * - a function: your own fingerprint (return any string; `null` means none);
+ * - a function: your own fingerprint (return any string, stored as it is; `null` means none).
+ *   Keep what it returns stable across your releases, as idem keeps its own;
  * - `false`: no fingerprint. The server then cannot tell a retry from a reuse and never
  *   answers 422 (F2).
  */

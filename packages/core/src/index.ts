@@ -80,6 +80,8 @@ export {
   canonicalize,
   defaultFingerprint,
   computeFingerprint,
+  fingerprintFormatVersion,
+  FINGERPRINT_FORMAT_VERSION,
   MAX_FINGERPRINT_DEPTH,
   type FingerprintOption,
 } from './fingerprint.js';
@@ -88,11 +90,15 @@ export { toMilliseconds, formatDuration, type Duration } from './duration.js';
 // The published policy (R4).
 export {
   createPolicyDocument,
+  describeEndpoint,
   renderPolicyHtml,
   type EndpointPolicyDescription,
   type PolicyDocument,
+  type PublishedEndpoint,
 } from './policy.js';
+export { createPolicyHandler, prefersJson, type PolicyHandlerOptions } from './policy-handler.js';
 export { resolveDocumentationUrl, requestUrlOf } from './documentation-url.js';
+export { escapeHtml } from './html.js';
 
 // CORS for browser clients on another origin: the headers idem reads and sets.
 export {

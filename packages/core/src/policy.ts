@@ -1,4 +1,5 @@
 import { formatDuration } from './duration.js';
+import { escapeHtml } from './html.js';
 import { problemType, type IdempotencyErrorCode } from './errors.js';
 
 /** One idempotent endpoint, as published (R4). */
@@ -89,12 +90,45 @@ const STATUSES: Array<Omit<PolicyDocument['statuses'][number], 'type'>> = [
   },
 ];
 
+/**
+ * An endpoint to publish: its transport and operation, and whatever differs from the adapters'
+ * defaults. `endpoint` defaults to `tRPC mutation <operation>` or `GraphQL <operation>`,
+ * `keySources` to the `Idempotency-Key` header, `required` to true, `retentionMs` to 24 hours,
+ * `leaseMs` to 30 seconds, `expiredReuse` to `'execute'` (the engine's defaults), `stored` to what
+ * the adapter stores and `fingerprint` to the default fingerprint's description.
+ */
+export type PublishedEndpoint = Pick<EndpointPolicyDescription, 'transport' | 'operation'> &
+  Partial<EndpointPolicyDescription>;
+
+const DAY_MS = 86_400_000;
+const LEASE_MS = 30_000;
+
+/** `endpoint` with the defaults {@link PublishedEndpoint} names filled in. */
+export function describeEndpoint(endpoint: PublishedEndpoint): EndpointPolicyDescription {
+  const trpc = endpoint.transport === 'trpc';
+  return {
+    endpoint: trpc ? `tRPC mutation ${endpoint.operation}` : `GraphQL ${endpoint.operation}`,
+    keySources: ['Idempotency-Key header'],
+    required: true,
+    retentionMs: DAY_MS,
+    leaseMs: LEASE_MS,
+    expiredReuse: 'execute',
+    stored: trpc
+      ? 'the output, or the error once the procedure started (500s included)'
+      : 'the result, data and errors',
+    fingerprint: trpc
+      ? 'SHA-256 of the validated input, the key field left out'
+      : 'SHA-256 of the normalized operation document and its variables',
+    ...Object.fromEntries(Object.entries(endpoint).filter(([, value]) => value !== undefined)),
+  } as EndpointPolicyDescription;
+}
+
 export function createPolicyDocument(options: {
   title?: string;
   documentationUrl: string;
-  endpoints: EndpointPolicyDescription[];
+  endpoints: readonly PublishedEndpoint[];
 }): PolicyDocument {
-  const endpoints = options.endpoints.map((endpoint) => ({
+  const endpoints = options.endpoints.map(describeEndpoint).map((endpoint) => ({
     ...endpoint,
     retention: formatDuration(endpoint.retentionMs),
     lease: formatDuration(endpoint.leaseMs),
@@ -110,8 +144,6 @@ export function createPolicyDocument(options: {
       : 'No idempotent endpoints are configured.',
   };
 }
-
-const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
 /** Renders the policy as a small, readable HTML page. */
 export function renderPolicyHtml(policy: PolicyDocument): string {

@@ -35,7 +35,7 @@ describe('published policy (R4)', () => {
         endpoints: [{ ...endpoint, endpoint: '<script>x</script>' }],
       }),
     );
-    expect(html).toContain('&#60;script&#62;x&#60;/script&#62;');
+    expect(html).toContain('&lt;script&gt;x&lt;/script&gt;');
     expect(html).not.toContain('<script>');
     expect(html).toContain('<td>24h</td>');
   });

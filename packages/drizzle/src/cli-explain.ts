@@ -3,7 +3,8 @@
  * key was reused. Timelines carry no bodies, so nothing stored is ever printed (K5).
  */
 import type { TimelineEntry } from '@idem/core/store';
-import { humanizeSpan, iso, NONE, plural, renderTable } from './cli-format.js';
+import { formatDuration } from '@idem/core';
+import { iso, NONE, plural, renderTable } from './cli-format.js';
 
 /** The timelines of one key, one per scope that holds it. */
 export interface KeyTimelines {
@@ -75,7 +76,7 @@ export function explainTimeline(generations: readonly TimelineEntry[], now: Date
     }
     if (entry.reusedAt && next) {
       const late = entry.reusedAt.getTime() - entry.expiresAt.getTime();
-      const after = late >= 0 ? `, ${humanizeSpan(late)} after its retention ended,` : '';
+      const after = late >= 0 ? `, ${formatDuration(late)} after its retention ended,` : '';
       clauses.push(
         `the key was reused at ${iso(entry.reusedAt)}${after} and executed again as generation ${next.generation}`,
       );

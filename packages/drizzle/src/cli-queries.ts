@@ -7,10 +7,11 @@ import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
 import type { OpenedDatabase } from './connect.js';
 import { mysqlClock, postgresClock, sqliteClock, type DatabaseClock } from './database-clock.js';
 import { expiredAt } from './row-writes.js';
-import { idemKeyHistory as mysqlHistory, idemKeys as mysqlKeys } from './mysql-schema.js';
+import { defineMysqlTables } from './mysql-schema.js';
 import { executedRows } from './mysql-store.js';
-import { idemKeyHistory as pgHistory, idemKeys as pgKeys } from './pg-schema.js';
-import { idemKeyHistory as sqliteHistory, idemKeys as sqliteKeys } from './sqlite-schema.js';
+import { definePgTables } from './pg-schema.js';
+import { defineSqliteTables } from './sqlite-schema.js';
+import type { TableNames } from './table-names.js';
 
 type Row = Record<string, unknown>;
 
@@ -24,12 +25,10 @@ async function rows(opened: OpenedDatabase, query: SQL): Promise<Row[]> {
   return (Array.isArray(result) ? result : (result as { rows: Row[] }).rows) as Row[];
 }
 
-/** The default-named tables of the opened dialect (the ones `migrate` creates). */
-function tablesOf(opened: OpenedDatabase) {
-  if (opened.dialect === 'mysql') return { keys: mysqlKeys, history: mysqlHistory };
-  return opened.dialect === 'sqlite'
-    ? { keys: sqliteKeys, history: sqliteHistory }
-    : { keys: pgKeys, history: pgHistory };
+/** The tables of the opened dialect under `names`. */
+function tablesOf(opened: OpenedDatabase, names: TableNames) {
+  if (opened.dialect === 'mysql') return defineMysqlTables(names);
+  return opened.dialect === 'sqlite' ? defineSqliteTables(names) : definePgTables(names);
 }
 
 function clockOf(opened: OpenedDatabase): DatabaseClock {
@@ -54,6 +53,33 @@ export async function pingDatabase(opened: OpenedDatabase): Promise<void> {
   await rows(opened, sql`SELECT 1 AS one`);
 }
 
+/**
+ * Which of `names` are tables the connection sees, from the catalog (not from a failing query):
+ * SQLite's `sqlite_master`; PostgreSQL's `to_regclass`, which follows the `search_path` as the
+ * store's unqualified names do; MySQL's `information_schema` for the connection's database.
+ */
+export async function existingTables(opened: OpenedDatabase, names: readonly string[]): Promise<Set<string>> {
+  if (names.length === 0) return new Set();
+  const list = sql.join(
+    names.map((name) => sql`${name}`),
+    sql`, `,
+  );
+  let found: Row[];
+  if (opened.dialect === 'sqlite')
+    found = await rows(opened, sql`SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (${list})`);
+  else if (opened.dialect === 'mysql')
+    found = await rows(
+      opened,
+      sql`SELECT table_name AS name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name IN (${list})`,
+    );
+  else
+    found = await rows(
+      opened,
+      sql`SELECT name FROM unnest(ARRAY[${list}]::text[]) AS candidate(name) WHERE to_regclass(quote_ident(name)) IS NOT NULL`,
+    );
+  return new Set(found.map((row) => String(row.name)));
+}
+
 /** The database's current time (R1: expiry is judged by the store's clock, not this machine's). */
 export async function databaseNow(opened: OpenedDatabase): Promise<Date> {
   const now = clockOf(opened).now;
@@ -65,8 +91,8 @@ export async function databaseNow(opened: OpenedDatabase): Promise<Date> {
  * Every scope that holds `key`, live or in history, sorted. This reads by key alone, which the
  * primary key (scope, key) does not serve: on a large table prefer `--scope`.
  */
-export async function findScopes(opened: OpenedDatabase, key: string): Promise<string[]> {
-  const { keys, history } = tablesOf(opened);
+export async function findScopes(opened: OpenedDatabase, names: TableNames, key: string): Promise<string[]> {
+  const { keys, history } = tablesOf(opened, names);
   const found = await rows(
     opened,
     sql`SELECT ${keys.scope} AS scope FROM ${keys} WHERE ${keys.key} = ${key} UNION SELECT ${history.scope} AS scope FROM ${history} WHERE ${history.key} = ${key} ORDER BY 1`,
@@ -97,8 +123,8 @@ export interface ScopeFigures {
 }
 
 /** Per-scope retention, lease, counts and ages, sorted by scope. */
-export async function scopeFigures(opened: OpenedDatabase): Promise<ScopeFigures[]> {
-  const { keys, history } = tablesOf(opened);
+export async function scopeFigures(opened: OpenedDatabase, names: TableNames): Promise<ScopeFigures[]> {
+  const { keys, history } = tablesOf(opened, names);
   const ms = (column: SQLWrapper) => epochMs(opened, column);
   const count = (condition: SQL) => sql`sum(CASE WHEN ${condition} THEN 1 ELSE 0 END)`;
   const clock = clockOf(opened);

@@ -1,17 +1,29 @@
 /**
- * The `idem` command line (bin of `@idem/drizzle`): argument parsing, dispatch and the
- * one-line error contract. Exit status 0 when done, 1 when the work failed (database
- * unreachable, key not found, a query failed), 2 for bad usage. Errors are one line on
- * stderr, `idem: <reason>`, never a stack trace.
+ * The `idem` command line (bin of `@idem/drizzle`): one table of commands, each with its options,
+ * help text and an example; argument parsing; the one-line error contract. Exit status 0 when
+ * done, 1 when the work failed (database unreachable, no idem tables, key not found, a query
+ * failed), 2 for bad usage. Errors are one line on stderr, `idem: <reason>`, never a stack trace.
+ *
+ * A new command is one more entry of {@link COMMANDS}: its options (declared in
+ * {@link OPTIONS}), how it parses them, whether it reads the store's tables, and what it runs.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { isIdempotencyError, parseIdempotencyKey, toMilliseconds } from '@idem/core';
 import { explainJson, renderExplain, type KeyTimelines } from './cli-explain.js';
 import { plural } from './cli-format.js';
 import { asPublishedPolicy, databasePolicyJson, renderDatabasePolicy, renderPublishedPolicy } from './cli-policy.js';
-import { databaseNow, findScopes, pingDatabase, scopeFigures } from './cli-queries.js';
+import { databaseNow, existingTables, findScopes, pingDatabase, scopeFigures } from './cli-queries.js';
+import {
+  DRIZZLE_CONFIG_FILES,
+  planTables,
+  TABLE_PREFIX_ENV,
+  TableOptionError,
+  type TableChoice,
+  type TableFlags,
+  type TablePlan,
+} from './cli-tables.js';
 import {
   DatabaseUrlError,
   describeDatabase,
@@ -25,32 +37,7 @@ import {
 } from './connect.js';
 import { createDrizzleStore, sweepAll } from './drizzle-store.js';
 import { migrate } from './migrate.js';
-
-export const USAGE = `Usage: idem <command> [options]
-
-Maintains the idem store of @idem/drizzle in the database named by DATABASE_URL (or --database):
-file:<path>, <path>.db or <path>.sqlite for SQLite (better-sqlite3, else libsql); libsql://… for
-a remote libsql database; postgres://… or postgresql://… for PostgreSQL (pg, else postgres-js);
-mysql://… for MySQL (mysql2).
-
-Commands:
-  migrate                        create or update the store's tables (safe to run again)
-  sweep [--batch-size N]         archive records whose retention has passed, N per statement (default 1000) (R3)
-  purge --older-than <duration>  delete records archived longer ago than <duration>, e.g. 90d, 24h (R3)
-  explain <key> [--scope S]      print every generation of a key: first seen, completed, status, expiry,
-          [--json]               archiving, reuse; without --scope, in every scope that holds it (A1);
-                                 the key bare or as the header sends it ('"8e03978e-…"')
-  policy [--json]                retention, lease, record counts and ages per scope, as the database shows them
-  policy --url <url> [--json]    the retention policy an app publishes (R4), fetched from <url>
-  help                           this text
-
-Options:
-  --database <url>  the database, instead of DATABASE_URL
-  --driver <name>   node-postgres, postgres-js, better-sqlite3, libsql or mysql2, instead of the first installed
-  -h, --help        this text
-
-Exit status: 0 done; 1 failed (database unreachable, key not found, query failed); 2 bad usage.
-`;
+import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
 
 /** A failure with its exit status: 2 for bad usage, 1 for everything else. */
 class CliError extends Error {
@@ -65,53 +52,227 @@ class CliError extends Error {
 const usageError = (message: string) => new CliError(message, 2);
 const failure = (message: string) => new CliError(message, 1);
 
+interface OptionSpec {
+  type: 'string' | 'boolean';
+  short?: string;
+  /** How the value is shown in help, e.g. `<url>`. */
+  value?: string;
+  help: string;
+}
+
+/** Every option, with its help line. `COMMON` ones apply to every command. */
 const OPTIONS = {
-  database: { type: 'string' },
-  driver: { type: 'string' },
-  'batch-size': { type: 'string' },
-  'older-than': { type: 'string' },
-  scope: { type: 'string' },
-  json: { type: 'boolean' },
-  url: { type: 'string' },
-  help: { type: 'boolean', short: 'h' },
-} as const;
+  database: { type: 'string', value: '<url>', help: 'the database, instead of DATABASE_URL' },
+  driver: {
+    type: 'string',
+    value: '<name>',
+    help: 'node-postgres, postgres-js, better-sqlite3, libsql or mysql2, instead of the first one installed',
+  },
+  prefix: {
+    type: 'string',
+    value: '<prefix>',
+    help: `the prefix your schema gives idem's tables (definePgTables({ prefix })), instead of ${TABLE_PREFIX_ENV} or drizzle.config.ts`,
+  },
+  'keys-table': { type: 'string', value: '<name>', help: 'the live table, if you renamed it (default idem_keys)' },
+  'history-table': {
+    type: 'string',
+    value: '<name>',
+    help: 'the history table, if you renamed it (default idem_key_history)',
+  },
+  config: {
+    type: 'string',
+    value: '<path>',
+    help: 'the drizzle-kit config to read the tables from, instead of ./drizzle.config.ts',
+  },
+  help: { type: 'boolean', short: 'h', help: 'this text; after a command, that command' },
+  version: { type: 'boolean', help: "idem's version, and the drizzle-orm it loads" },
+  'batch-size': { type: 'string', value: '<n>', help: 'records archived per statement (default 1000)' },
+  'older-than': { type: 'string', value: '<duration>', help: 'the audit horizon, e.g. 90d, 24h, 30m' },
+  scope: { type: 'string', value: '<scope>', help: 'only this scope (faster on a large table)' },
+  json: { type: 'boolean', help: 'print JSON instead of text' },
+  url: { type: 'string', value: '<url>', help: 'the policy URL an app publishes (http:// or https://)' },
+} as const satisfies Record<string, OptionSpec>;
 
 type OptionName = keyof typeof OPTIONS;
-type CommandName = 'migrate' | 'sweep' | 'purge' | 'explain' | 'policy' | 'help';
+const COMMON: readonly OptionName[] = ['database', 'driver', 'prefix', 'keys-table', 'history-table', 'config', 'help'];
 
-/** The options each command accepts besides `--database` and `--help`, and its arguments. */
-const COMMANDS: Record<CommandName, { options: OptionName[]; argument?: string }> = {
-  migrate: { options: [] },
-  sweep: { options: ['batch-size'] },
-  purge: { options: ['older-than'] },
-  explain: { options: ['scope', 'json'], argument: 'key' },
-  policy: { options: ['json', 'url'] },
-  help: { options: [] },
-};
+/** The parsed options of one command line: strings and booleans, by option name. */
+type Values = Partial<Record<OptionName, string | boolean>>;
+
+/** Where the database is (`--database` or DATABASE_URL, `--driver`) and which tables to use. */
+interface Target {
+  database: string | undefined;
+  driver: DriverName | undefined;
+  tables: TableFlags;
+}
+
+/** What a command's `run` gets: the database, opened, and the tables found in it. */
+interface CommandContext {
+  opened: OpenedDatabase;
+  tables: TableNames;
+  io: CliIo;
+}
+
+interface CommandSpec<A extends object> {
+  /** As the usage shows it, after `idem `: `explain <key> [--scope S] [--json]`. */
+  synopsis: string;
+  /** One line for the command list. */
+  summary: string;
+  /** What `idem help <command>` says beyond the summary. */
+  description: string;
+  /** The options of this command besides the common ones. */
+  options: readonly OptionName[];
+  /** At least one: each a whole command line, as a user types it. */
+  examples: readonly string[];
+  /** `find`: the tables must exist; `create`: the command creates them; `none`: no database. */
+  tables: 'find' | 'create' | 'none';
+  /** Validates the positionals and values into the command's arguments; throws usage errors. */
+  parse(positionals: readonly string[], values: Values): A;
+  run(args: A, context: CommandContext): Promise<void>;
+}
+
+const command = <A extends object>(spec: CommandSpec<A>): CommandSpec<A> => spec;
+
+/** The commands, in the order the usage lists them. */
+const COMMANDS = {
+  migrate: command({
+    synopsis: 'migrate',
+    summary: "create or update the store's tables (safe to run again)",
+    description:
+      'Applies the committed migrations of idem_keys and idem_key_history (the default names), recorded in __idem_migrations. Tables under a prefix of yours (definePgTables({ prefix })) belong to your drizzle-kit migrations instead: idem migrate refuses a prefix, and refuses to run when your drizzle.config.ts schema defines the tables under other names.',
+    options: [],
+    examples: ['DATABASE_URL=postgres://app@db:5432/app npx idem migrate'],
+    tables: 'create',
+    parse: (positionals) => noArguments('migrate', positionals),
+    async run(_, { opened, io }) {
+      await migrate(opened.db);
+      io.stdout(`migrated ${opened.description}\n`);
+    },
+  }),
+  sweep: command({
+    synopsis: 'sweep [--batch-size N]',
+    summary: 'archive records past their retention, N per statement (default 1000) (R3)',
+    description:
+      'Archives every record past its retention, in batches: the body is dropped, status, fingerprint and timestamps are kept, so `idem explain` can still tell the story. Run it on a schedule (cron, a worker).',
+    options: ['batch-size'],
+    examples: ['npx idem sweep --batch-size 1000'],
+    tables: 'find',
+    parse: (positionals, values) => ({
+      ...noArguments('sweep', positionals),
+      batchSize: batchSizeOf(values['batch-size']),
+    }),
+    async run({ batchSize }, { opened, tables, io }) {
+      const { archived } = await sweepAll(createDrizzleStore(opened.db, { tables }), { batchSize });
+      io.stdout(`archived ${plural(archived, 'expired record')}\n`);
+    },
+  }),
+  purge: command({
+    synopsis: 'purge --older-than <duration>',
+    summary: 'delete records archived more than <duration> ago, e.g. 90d (R3)',
+    description:
+      'Deletes, for good, the records archived before the audit horizon: history rows first, then archived live rows, 5000 per statement. Choose a horizon longer than your reconciliation window.',
+    options: ['older-than'],
+    examples: ['npx idem purge --older-than 90d'],
+    tables: 'find',
+    parse(positionals, values) {
+      noArguments('purge', positionals);
+      const olderThan = stringOf(values['older-than']);
+      if (olderThan === undefined) throw usageError('purge needs --older-than <duration>, e.g. --older-than 90d');
+      return { olderThanMs: durationOf('--older-than', olderThan), olderThan: olderThan.trim() };
+    },
+    async run({ olderThanMs, olderThan }, { opened, tables, io }) {
+      const { deleted } = await createDrizzleStore(opened.db, { tables }).purge({ olderThanMs });
+      io.stdout(`deleted ${plural(deleted, 'archived record')} older than ${olderThan}\n`);
+    },
+  }),
+  explain: command({
+    synopsis: 'explain <key> [--scope S] [--json]',
+    summary: 'every generation of a key: first seen, completed, status, expiry, reuse (A1)',
+    description:
+      'Prints, per scope, one row per generation of the key and, when it ran more than once, how it came back. Without --scope it looks in every scope that holds the key (reading the tables by key alone). The key bare or as the header sends it (\'"8e03978e-…"\'). Stored bodies are never printed (K5).',
+    options: ['scope', 'json'],
+    examples: [
+      'npx idem explain order-42',
+      "npx idem explain '\"8e03978e-40d5-43e8-bc93-6894a57f9324\"' --scope 'payments.create|acct_1' --json",
+    ],
+    tables: 'find',
+    parse(positionals, values) {
+      const [key, ...extra] = positionals;
+      if (key === undefined || key === '')
+        throw usageError('explain needs a key: idem explain <key> [--scope S] [--json]');
+      if (extra.length > 0)
+        throw usageError(`explain takes one key, got ${positionals.length} arguments (quote a key that has spaces)`);
+      const scope = stringOf(values.scope);
+      if (scope === '') throw usageError('--scope needs a non-empty value');
+      return { key: keyOf(key), scope, json: values.json === true };
+    },
+    async run({ key, scope, json }, { opened, tables, io }) {
+      const store = createDrizzleStore(opened.db, { tables });
+      const scopes = scope === undefined ? await findScopes(opened, tables, key) : [scope];
+      const timelines: KeyTimelines = { key, scopes: [] };
+      for (const each of scopes) {
+        const generations = await store.timeline(each, key);
+        if (generations.length > 0) timelines.scopes.push({ scope: each, generations });
+      }
+      if (timelines.scopes.length === 0) {
+        if (scope === undefined) throw failure(`no record of key ${JSON.stringify(key)}`);
+        const elsewhere = await findScopes(opened, tables, key);
+        const hint =
+          elsewhere.length > 0
+            ? ` (it is recorded in scope ${elsewhere.map((s) => JSON.stringify(s)).join(', ')})`
+            : '';
+        throw failure(`no record of key ${JSON.stringify(key)} in scope ${JSON.stringify(scope)}${hint}`);
+      }
+      io.stdout(`${json ? explainJson(timelines) : renderExplain(timelines, await databaseNow(opened))}\n`);
+    },
+  }),
+  policy: command({
+    synopsis: 'policy [--url <url>] [--json]',
+    summary: 'retention, lease and counts per scope as stored; with --url, the policy an app publishes (R4)',
+    description:
+      "Without --url: per scope, the retention and lease of its newest record, counts by state, records past their retention not swept yet, and how far back `idem explain` reaches, as the database shows them (the CLI never sees the app's configuration). With --url: fetches the policy document the app publishes (Accept: application/json) and prints its endpoints.",
+    options: ['json', 'url'],
+    examples: ['npx idem policy', 'npx idem policy --url https://api.example.com/idempotency'],
+    tables: 'find',
+    parse(positionals, values) {
+      noArguments('policy', positionals);
+      const url = stringOf(values.url);
+      if (url !== undefined && !isHttpUrl(url))
+        throw usageError(`--url must be an http:// or https:// URL, got "${url}"`);
+      return { url, json: values.json === true };
+    },
+    async run({ json }, { opened, tables, io }) {
+      const now = await databaseNow(opened);
+      const scopes = await scopeFigures(opened, tables);
+      io.stdout(
+        `${json ? databasePolicyJson(opened.description, now, scopes) : renderDatabasePolicy(opened.description, now, scopes)}\n`,
+      );
+    },
+  }),
+} satisfies Record<string, CommandSpec<object>>;
+
+type CommandName = keyof typeof COMMANDS;
+const COMMAND_NAMES = Object.keys(COMMANDS) as CommandName[];
+
+type ArgsOf<C extends CommandName> = ReturnType<(typeof COMMANDS)[C]['parse']>;
+
+/** One command line, parsed: `help` (with a topic), `version`, or a command with its arguments. */
+export type Invocation =
+  | { command: 'help'; topic?: CommandName }
+  | { command: 'version' }
+  | { [C in CommandName]: { command: C } & ArgsOf<C> & Target }[CommandName];
 
 const DEFAULT_BATCH_SIZE = 1000;
 const MAX_BATCH_SIZE = 1_000_000;
 const FETCH_TIMEOUT_MS = 10_000;
 
-/** Where the database is: `--database` (or DATABASE_URL) and `--driver`. */
-interface Target {
-  database: string | undefined;
-  driver: DriverName | undefined;
-}
-
-type Invocation =
-  | { command: 'help' }
-  | ({ command: 'migrate' } & Target)
-  | ({ command: 'sweep'; batchSize: number } & Target)
-  | ({ command: 'purge'; olderThanMs: number; olderThan: string } & Target)
-  | ({ command: 'explain'; key: string; scope: string | undefined; json: boolean } & Target)
-  | ({ command: 'policy'; url: string | undefined; json: boolean } & Target);
-
-/** Where the CLI writes, and the environment it reads (`DATABASE_URL`). */
+/** Where the CLI writes, the environment it reads (`DATABASE_URL`, `IDEM_TABLE_PREFIX`) and the folder it runs in. */
 export interface CliIo {
   stdout(text: string): void;
   stderr(text: string): void;
   env: Record<string, string | undefined>;
+  /** Where `drizzle.config.ts` is looked for. Defaults to the process's working directory. */
+  cwd?: string;
 }
 
 const processIo: CliIo = {
@@ -124,11 +285,9 @@ const processIo: CliIo = {
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
   try {
     const invocation = parseInvocation(argv);
-    if (invocation.command === 'help') {
-      io.stdout(USAGE);
-      return 0;
-    }
-    await execute(invocation, io);
+    if (invocation.command === 'help') io.stdout(invocation.topic ? commandHelp(invocation.topic) : usage());
+    else if (invocation.command === 'version') io.stdout(await versionText());
+    else await execute(invocation, io);
     return 0;
   } catch (error) {
     const exitCode = error instanceof CliError ? error.exitCode : 1;
@@ -137,68 +296,88 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
   }
 }
 
+const isCommand = (name: string | undefined): name is CommandName =>
+  name !== undefined && Object.hasOwn(COMMANDS, name);
+
 /** Parses the arguments into one command with validated values; throws usage errors (exit 2). */
 export function parseInvocation(argv: readonly string[]): Invocation {
-  let parsed;
-  try {
-    parsed = parseArgs({ args: [...argv], options: OPTIONS, allowPositionals: true, strict: true, tokens: true });
-  } catch (error) {
-    throw usageError(parseArgsMessage(error));
-  }
-  const { values, positionals, tokens } = parsed;
-  if (values.help) return { command: 'help' };
+  const { values, positionals } = parseOptions(argv);
   const [name, ...rest] = positionals;
-  if (name === undefined)
-    throw usageError('missing command: migrate, sweep, purge, explain or policy (idem --help shows how)');
-  if (!Object.hasOwn(COMMANDS, name))
-    throw usageError(`unknown command "${name}": use migrate, sweep, purge, explain or policy (idem --help shows how)`);
-  const command = name as CommandName;
-  const spec = COMMANDS[command];
-  for (const token of tokens) {
-    if (token.kind !== 'option' || token.name === 'database' || token.name === 'driver' || token.name === 'help')
-      continue;
-    if (!spec.options.includes(token.name as OptionName))
-      throw usageError(`${token.rawName} does not apply to ${command} (idem --help shows how)`);
+  if (name === 'help') {
+    const [topic, ...extra] = rest;
+    if (extra.length > 0) throw usageError(`help takes one command, got ${rest.length}`);
+    if (topic === undefined) return { command: 'help' };
+    if (!isCommand(topic)) throw usageError(`unknown command "${topic}": use ${commandList()} (idem --help shows how)`);
+    return { command: 'help', topic };
   }
-  if (spec.argument === undefined && rest.length > 0)
-    throw usageError(`${command} takes no arguments, got "${rest[0]}"`);
-  const database = values.database;
-  const driver = driverOf(values.driver);
+  if (values.help === true) return isCommand(name) ? { command: 'help', topic: name } : { command: 'help' };
+  if (values.version === true) return { command: 'version' };
+  if (name === undefined) throw usageError(`missing command: ${commandList()} (idem --help shows how)`);
+  if (!isCommand(name)) throw usageError(`unknown command "${name}": use ${commandList()} (idem --help shows how)`);
+  const spec: CommandSpec<object> = COMMANDS[name];
+  for (const option of Object.keys(values) as OptionName[]) {
+    if (!COMMON.includes(option) && !spec.options.includes(option))
+      throw usageError(`--${option} does not apply to ${name} (idem help ${name} shows how)`);
+  }
+  const target: Target = {
+    database: stringOf(values.database),
+    driver: driverOf(stringOf(values.driver)),
+    tables: {
+      prefix: stringOf(values.prefix),
+      keys: stringOf(values['keys-table']),
+      history: stringOf(values['history-table']),
+      config: stringOf(values.config),
+    },
+  };
+  return { command: name, ...spec.parse(rest, values), ...target } as Invocation;
+}
 
-  switch (command) {
-    case 'help':
-      return { command };
-    case 'migrate':
-      return { command, database, driver };
-    case 'sweep':
-      return { command, database, driver, batchSize: batchSizeOf(values['batch-size']) };
-    case 'purge': {
-      const olderThan = values['older-than'];
-      if (olderThan === undefined) throw usageError('purge needs --older-than <duration>, e.g. --older-than 90d');
-      return {
-        command,
-        database,
-        driver,
-        olderThanMs: durationOf('--older-than', olderThan),
-        olderThan: olderThan.trim(),
-      };
+/**
+ * node:util's parser without its strict mode, whose errors carry only a message: each option
+ * token is checked here instead, by name and by what the token holds.
+ */
+function parseOptions(argv: readonly string[]): { values: Values; positionals: string[] } {
+  const { tokens } = parseArgs({
+    args: [...argv],
+    options: OPTIONS,
+    allowPositionals: true,
+    strict: false,
+    tokens: true,
+  });
+  const values: Values = {};
+  const positionals: string[] = [];
+  for (const token of tokens) {
+    if (token.kind === 'positional') positionals.push(token.value);
+    if (token.kind !== 'option') continue;
+    if (!Object.hasOwn(OPTIONS, token.name))
+      throw usageError(`unknown option ${token.rawName} (idem --help lists them)`);
+    const name = token.name as OptionName;
+    const spec: OptionSpec = OPTIONS[name];
+    if (spec.type === 'boolean') {
+      if (token.value !== undefined) throw usageError(`${token.rawName} takes no value`);
+      values[name] = true;
+      continue;
     }
-    case 'explain': {
-      const [key, ...extra] = rest;
-      if (key === undefined || key === '')
-        throw usageError('explain needs a key: idem explain <key> [--scope S] [--json]');
-      if (extra.length > 0)
-        throw usageError(`explain takes one key, got ${rest.length} arguments (quote a key that has spaces)`);
-      if (values.scope !== undefined && values.scope === '') throw usageError('--scope needs a non-empty value');
-      return { command, database, driver, key: keyOf(key), scope: values.scope, json: values.json === true };
-    }
-    case 'policy': {
-      const url = values.url;
-      if (url !== undefined && !isHttpUrl(url))
-        throw usageError(`--url must be an http:// or https:// URL, got "${url}"`);
-      return { command, database, driver, url, json: values.json === true };
-    }
+    if (token.value === undefined) throw usageError(`${token.rawName} needs a value`);
+    // `--scope -x`: the parser takes the next argument, whatever it is; only `--scope=-x` says it is meant.
+    if (!token.inlineValue && token.value.startsWith('-'))
+      throw usageError(
+        `${token.rawName} needs a value (write ${token.rawName}=<value> for a value that starts with -)`,
+      );
+    values[name] = token.value;
   }
+  return { values, positionals };
+}
+
+const stringOf = (value: string | boolean | undefined): string | undefined =>
+  typeof value === 'string' ? value : undefined;
+
+const commandList = () => `${COMMAND_NAMES.slice(0, -1).join(', ')} or ${COMMAND_NAMES.at(-1)}`;
+
+/** Refuses positionals; answers no arguments. */
+function noArguments(name: string, positionals: readonly string[]): Record<never, never> {
+  if (positionals.length > 0) throw usageError(`${name} takes no arguments, got "${positionals[0]}"`);
+  return {};
 }
 
 /** The key as stored: a bare key, or the header's form (a quoted sf-string, `"…"`) as pasted from a request (K1). */
@@ -221,8 +400,8 @@ function driverOf(value: string | undefined): DriverName | undefined {
   return value as DriverName;
 }
 
-function batchSizeOf(value: string | undefined): number {
-  if (value === undefined) return DEFAULT_BATCH_SIZE;
+function batchSizeOf(value: string | boolean | undefined): number {
+  if (typeof value !== 'string') return DEFAULT_BATCH_SIZE;
   const n = /^\s*\d+\s*$/.test(value) ? Number(value) : NaN;
   if (!Number.isSafeInteger(n) || n < 1 || n > MAX_BATCH_SIZE)
     throw usageError(`--batch-size must be a whole number from 1 to ${MAX_BATCH_SIZE}, got "${value}"`);
@@ -246,36 +425,171 @@ function isHttpUrl(value: string): boolean {
   }
 }
 
-/** node:util's parse errors, as one short line. */
-function parseArgsMessage(error: unknown): string {
-  const { code, message } = error as { code?: string; message?: string };
-  const option = /'(-[^' ]+)/.exec(message ?? '')?.[1];
-  if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' && option) return `unknown option ${option} (idem --help lists them)`;
-  if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' && option) {
-    if (/does not take/.test(message ?? '')) return `${option} takes no value`;
-    if (/ambiguous/.test(message ?? ''))
-      return `${option} needs a value (write ${option}=<value> for a value that starts with -)`;
-    return `${option} needs a value`;
-  }
-  return firstSentence(message ?? String(error));
+// ---------------------------------------------------------------------------------------------
+// Help and version
+
+/** `  left  right`, the right column wrapped under itself; a left cell too wide puts it on the next line. */
+function columns(left: string, right: string, width: number): string {
+  const indent = ' '.repeat(width + 3);
+  const wrapped = wrap(right, 100 - indent.length)
+    .split('\n')
+    .join(`\n${indent}`);
+  return left.length <= width ? `  ${left.padEnd(width)} ${wrapped}` : `  ${left}\n${indent}${wrapped}`;
 }
 
-async function execute(invocation: Exclude<Invocation, { command: 'help' }>, io: CliIo): Promise<void> {
+const optionLine = (name: OptionName) => {
+  const spec: OptionSpec = OPTIONS[name];
+  return columns(
+    `${spec.short ? `-${spec.short}, ` : ''}--${name}${spec.value ? ` ${spec.value}` : ''}`,
+    spec.help,
+    24,
+  );
+};
+
+/** `idem --help`: every command and the options they share. */
+export function usage(): string {
+  const commands = COMMAND_NAMES.map((name) => columns(COMMANDS[name].synopsis, COMMANDS[name].summary, 30));
+  return `Usage: idem <command> [options]
+
+Maintains the idem store of @idem/drizzle in the database named by DATABASE_URL (or --database):
+file:<path>, <path>.db or <path>.sqlite for SQLite (better-sqlite3, else libsql); libsql://… for
+a remote libsql database; postgres://… or postgresql://… for PostgreSQL (pg, else postgres-js);
+mysql://… for MySQL (mysql2).
+
+Commands:
+${commands.join('\n')}
+${columns('help [<command>]', "this text, or one command's, with examples", 30)}
+
+Options of every command:
+${[...COMMON, 'version' as const].map(optionLine).join('\n')}
+
+Tables: idem_keys and idem_key_history unless --prefix (or --keys-table, --history-table) or
+${TABLE_PREFIX_ENV} names others. Otherwise, when the folder has a drizzle-kit config
+(${DRIZZLE_CONFIG_FILES[0]}, …), idem reads it as text and uses the first pair that exists in the
+database: the tables its schema defines with definePgTables / defineSqliteTables /
+defineMysqlTables, then those under each tablesFilter prefix ("app_*" → app_idem_keys), then the
+default names.
+
+Exit status: 0 done; 1 failed (database unreachable, no idem tables, key not found, query failed);
+2 bad usage.
+`;
+}
+
+/** `idem help <command>`: its synopsis, what it does, its options and its examples. */
+export function commandHelp(name: CommandName): string {
+  const spec: CommandSpec<object> = COMMANDS[name];
+  const options = spec.options.map(optionLine);
+  return `Usage: idem ${spec.synopsis} [options]
+
+${spec.summary[0]!.toUpperCase()}${spec.summary.slice(1)}.
+
+${wrap(spec.description)}
+${options.length > 0 ? `\nOptions:\n${options.join('\n')}\n` : ''}
+Options of every command: --database, --driver, --prefix, --keys-table, --history-table, --config
+(idem --help).
+
+${spec.examples.length === 1 ? 'Example' : 'Examples'}:
+${spec.examples.map((example) => `  ${example}`).join('\n')}
+`;
+}
+
+function wrap(text: string, width = 96): string {
+  const lines: string[] = [];
+  let line = '';
+  for (const word of text.split(/\s+/)) {
+    if (line !== '' && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = word;
+    } else line = line === '' ? word : `${line} ${word}`;
+  }
+  if (line !== '') lines.push(line);
+  return lines.join('\n');
+}
+
+function packageVersion(url: URL): string | undefined {
+  try {
+    return (JSON.parse(readFileSync(url, 'utf8')) as { version?: string }).version;
+  } catch {
+    return undefined;
+  }
+}
+
+/** `idem --version`: this package's version; then, for bug reports, the drizzle-orm it loads and Node's. */
+async function versionText(): Promise<string> {
+  const own = packageVersion(new URL('../package.json', import.meta.url)) ?? 'unknown';
+  const drizzle = await import('drizzle-orm/version').then(
+    (module: { npmVersion?: unknown }) => String(module.npmVersion),
+    () => 'not found',
+  );
+  return `${own}\n@idem/drizzle ${own}, drizzle-orm ${drizzle}, Node.js ${process.versions.node}\n`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running a command
+
+type CommandInvocation = Exclude<Invocation, { command: 'help' } | { command: 'version' }>;
+
+async function execute(invocation: CommandInvocation, io: CliIo): Promise<void> {
+  const spec: CommandSpec<object> = COMMANDS[invocation.command];
   if (invocation.command === 'policy' && invocation.url !== undefined) {
     await publishedPolicy(invocation.url, invocation.json, io);
     return;
   }
-  const location = locate(invocation, io.env);
-  const opened = await connect(location, { create: invocation.command === 'migrate' });
+  let plan: TablePlan;
   try {
-    await run(invocation, opened, io);
+    plan = planTables(invocation.tables, io.env, io.cwd ?? process.cwd());
+  } catch (error) {
+    if (error instanceof TableOptionError) throw usageError(error.message);
+    throw error;
+  }
+  if (spec.tables === 'create') refuseOtherNames(plan);
+  const location = locate(invocation, io.env);
+  const opened = await connect(location, { create: spec.tables === 'create' });
+  try {
+    const tables = spec.tables === 'find' ? await findTables(opened, plan) : DEFAULT_TABLE_NAMES;
+    await spec.run(invocation, { opened, tables, io });
   } catch (error) {
     if (error instanceof CliError) throw error;
-    if (isMissingTable(error)) throw failure(`${opened.description} has no idem tables: run idem migrate first`);
     throw failure(oneLine(error));
   } finally {
     await opened.close().catch(() => {});
   }
+}
+
+const sameNames = (a: TableNames, b: TableNames) => a.keys === b.keys && a.history === b.history;
+const pair = ({ keys, history }: TableNames) => `${keys} and ${history}`;
+
+/**
+ * `migrate` creates the default-named tables only: tables under other names are the app's own
+ * drizzle-kit migrations, and migrating beside them would make a second, unused pair.
+ */
+function refuseOtherNames(plan: TablePlan): void {
+  const other = plan.explicit
+    ? plan.choices.find((choice) => !sameNames(choice.names, DEFAULT_TABLE_NAMES))
+    : plan.declared.find((choice) => !sameNames(choice.names, DEFAULT_TABLE_NAMES));
+  if (!other) return;
+  const how = plan.explicit ? `named by ${other.source}` : `that ${other.source} defines`;
+  throw usageError(
+    `idem migrate creates only ${pair(DEFAULT_TABLE_NAMES)}; ${pair(other.names)}, ${how}, are created by your drizzle-kit migrations (drizzle-kit generate, then drizzle-kit migrate)${plan.explicit ? '' : '; pass --prefix "" to create the default-named tables anyway'}`,
+  );
+}
+
+/** The first candidate pair of tables the database has; none is a failure that says what was looked for. */
+async function findTables(opened: OpenedDatabase, plan: TablePlan): Promise<TableNames> {
+  const existing = await existingTables(
+    opened,
+    plan.choices.flatMap(({ names }) => [names.keys, names.history]),
+  );
+  const found = plan.choices.find(({ names }) => existing.has(names.keys) && existing.has(names.history));
+  if (found) return found.names;
+  const looked = plan.choices.map((choice: TableChoice) => {
+    const half = [choice.names.keys, choice.names.history].find((name) => existing.has(name));
+    return `${pair(choice.names)} (${choice.source}${half ? `; only ${half} exists` : ''})`;
+  });
+  const hint = plan.explicit
+    ? 'check the names, or create the tables (idem migrate for the default names, drizzle-kit for your own)'
+    : `pass --prefix <prefix> (or set ${TABLE_PREFIX_ENV}) if your schema gives them another prefix, or run idem migrate to create the default ones`;
+  throw failure(`${opened.description} has no idem tables: looked for ${looked.join(', ')}; ${hint}`);
 }
 
 function locate({ database: flag, driver }: Target, env: CliIo['env']): DatabaseLocation {
@@ -317,59 +631,6 @@ async function connect(location: DatabaseLocation, { create }: { create: boolean
   return opened;
 }
 
-async function run(
-  invocation: Exclude<Invocation, { command: 'help' }>,
-  opened: OpenedDatabase,
-  io: CliIo,
-): Promise<void> {
-  switch (invocation.command) {
-    case 'migrate': {
-      await migrate(opened.db);
-      io.stdout(`migrated ${opened.description}\n`);
-      return;
-    }
-    case 'sweep': {
-      const { archived } = await sweepAll(createDrizzleStore(opened.db), { batchSize: invocation.batchSize });
-      io.stdout(`archived ${plural(archived, 'expired record')}\n`);
-      return;
-    }
-    case 'purge': {
-      const { deleted } = await createDrizzleStore(opened.db).purge({ olderThanMs: invocation.olderThanMs });
-      io.stdout(`deleted ${plural(deleted, 'archived record')} older than ${invocation.olderThan}\n`);
-      return;
-    }
-    case 'explain': {
-      const { key, scope, json } = invocation;
-      const store = createDrizzleStore(opened.db);
-      const scopes = scope === undefined ? await findScopes(opened, key) : [scope];
-      const timelines: KeyTimelines = { key, scopes: [] };
-      for (const each of scopes) {
-        const generations = await store.timeline(each, key);
-        if (generations.length > 0) timelines.scopes.push({ scope: each, generations });
-      }
-      if (timelines.scopes.length === 0) {
-        if (scope === undefined) throw failure(`no record of key ${JSON.stringify(key)}`);
-        const elsewhere = await findScopes(opened, key);
-        const hint =
-          elsewhere.length > 0
-            ? ` (it is recorded in scope ${elsewhere.map((s) => JSON.stringify(s)).join(', ')})`
-            : '';
-        throw failure(`no record of key ${JSON.stringify(key)} in scope ${JSON.stringify(scope)}${hint}`);
-      }
-      io.stdout(`${json ? explainJson(timelines) : renderExplain(timelines, await databaseNow(opened))}\n`);
-      return;
-    }
-    case 'policy': {
-      const now = await databaseNow(opened);
-      const scopes = await scopeFigures(opened);
-      io.stdout(
-        `${invocation.json ? databasePolicyJson(opened.description, now, scopes) : renderDatabasePolicy(opened.description, now, scopes)}\n`,
-      );
-      return;
-    }
-  }
-}
-
 /** `idem policy --url`: the document an app publishes (`createPolicyDocument`, R4). */
 async function publishedPolicy(url: string, json: boolean, io: CliIo): Promise<void> {
   let response: Response;
@@ -404,15 +665,6 @@ function causes(error: unknown): unknown[] {
     chain.push(current);
   }
   return chain;
-}
-
-function isMissingTable(error: unknown): boolean {
-  // PostgreSQL's undefined_table, MySQL's ER_NO_SUCH_TABLE, SQLite's message.
-  return causes(error).some(
-    (e) =>
-      ['42P01', 'ER_NO_SUCH_TABLE'].includes(String((e as { code?: unknown }).code)) ||
-      /no such table/i.test(String((e as Error).message)),
-  );
 }
 
 /**

@@ -12,8 +12,14 @@
  *    (`values()`, public) and maps it by the selection's column order, which is the order of the
  *    selection object's keys. drizzle's generic row mapping cost more than the statement itself
  *    there (bench/README.md, 1c).
+ * 3. **Which errors are drizzle's query errors**: `DrizzleQueryError` (drizzle-orm/errors, 0.44
+ *    and later) wraps a failed statement's driver error and prints its parameters. drizzle-orm
+ *    0.41–0.43 have no such class: they reject with the driver's own error, which does not list
+ *    the parameters. The class is looked up in the module namespace, so that the import still
+ *    links (in Node and in bundlers) where the export is missing.
  */
 import { entityKind } from 'drizzle-orm';
+import * as drizzleErrors from 'drizzle-orm/errors';
 import type { LiveRow } from './record-rows.js';
 
 /**
@@ -90,4 +96,18 @@ export function liveRowOfValues(v: ArrayLike<unknown>): LiveRow {
 /** The database clock of the hot read: its last column. */
 export function nowOfValues(v: ArrayLike<unknown>): Date {
   return new Date(Number(v[15]));
+}
+
+/**
+ * drizzle's `DrizzleQueryError`, or undefined on drizzle-orm 0.41–0.43, which have none. Read
+ * with `Reflect.get`: bundlers (webpack, Turbopack) fail a build on `namespace.Missing` the way
+ * Node fails a named import.
+ */
+const DrizzleQueryErrorClass = Reflect.get(drizzleErrors, 'DrizzleQueryError') as
+  | typeof drizzleErrors.DrizzleQueryError
+  | undefined;
+
+/** Whether `error` is drizzle's wrapper of a failed statement (whose message lists the parameters). */
+export function isDrizzleQueryError(error: unknown): error is drizzleErrors.DrizzleQueryError {
+  return DrizzleQueryErrorClass !== undefined && error instanceof DrizzleQueryErrorClass;
 }

@@ -1,4 +1,5 @@
-import { DrizzleQueryError } from 'drizzle-orm/errors';
+import type { DrizzleQueryError } from 'drizzle-orm/errors';
+import { isDrizzleQueryError } from './drizzle-seams.js';
 import { isThenable } from './eventually.js';
 
 /**
@@ -46,7 +47,7 @@ export function withoutQueryParameters<T extends object>(target: T): T {
 }
 
 function withoutParameters(error: unknown): unknown {
-  return error instanceof DrizzleQueryError ? new StoreQueryError(error) : error;
+  return isDrizzleQueryError(error) ? new StoreQueryError(error) : error;
 }
 
 function rethrowWithoutParameters(error: unknown): never {

@@ -12,9 +12,10 @@ export const DEFAULT_TABLE_NAMES: TableNames = { keys: 'idem_keys', history: 'id
 /** Which tables: other names, a prefix for the names, or both. */
 export interface TableOptions extends Partial<TableNames> {
   /**
-   * Put before each table name (and so before its index names): `'project_'` gives
-   * `project_idem_keys` and `project_idem_key_history`, which drizzle-kit's
-   * `tablesFilter: ['project_*']` (create-t3-app's default) includes. Defaults to none.
+   * Put before each table name (and so before its index names): `'t3app_'` gives
+   * `t3app_idem_keys` and `t3app_idem_key_history`, which drizzle-kit's
+   * `tablesFilter: ['t3app_*']` includes (create-t3-app names its filter after the app,
+   * `['<app>_*']`). Defaults to none.
    */
   prefix?: string;
 }

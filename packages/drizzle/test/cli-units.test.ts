@@ -10,8 +10,9 @@ import type { TimelineEntry } from '@idem/core/store';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { explainTimeline, renderTimelineTable } from '../src/cli-explain.ts';
-import { humanizeSpan, renderTable } from '../src/cli-format.ts';
-import { parseInvocation } from '../src/cli.ts';
+import { formatDuration } from '@idem/core';
+import { renderTable } from '../src/cli-format.ts';
+import { commandHelp, parseInvocation, usage } from '../src/cli.ts';
 import { DatabaseUrlError, openDatabase, parseDatabaseUrl, redactDatabaseUrl } from '../src/connect.ts';
 import { migrate } from '../src/index.ts';
 
@@ -117,21 +118,24 @@ describe('openDatabase', () => {
 
 describe('idem arguments', () => {
   it('parses each command with its options and defaults', () => {
-    expect(parseInvocation(['sweep'])).toEqual({ command: 'sweep', database: undefined, batchSize: 1000 });
+    expect(parseInvocation(['sweep'])).toEqual({ command: 'sweep', database: undefined, tables: {}, batchSize: 1000 });
     expect(parseInvocation(['sweep', '--batch-size=250', '--database', 'x.db'])).toEqual({
       command: 'sweep',
       database: 'x.db',
+      tables: {},
       batchSize: 250,
     });
     expect(parseInvocation(['purge', '--older-than', '90d'])).toEqual({
       command: 'purge',
       database: undefined,
+      tables: {},
       olderThanMs: 90 * 86_400_000,
       olderThan: '90d',
     });
     expect(parseInvocation(['explain', 'k', '--scope', 's', '--json'])).toEqual({
       command: 'explain',
       database: undefined,
+      tables: {},
       key: 'k',
       scope: 's',
       json: true,
@@ -140,10 +144,39 @@ describe('idem arguments', () => {
     expect(parseInvocation(['policy', '--url', 'https://api.example/idempotency'])).toEqual({
       command: 'policy',
       database: undefined,
+      tables: {},
       url: 'https://api.example/idempotency',
       json: false,
     });
-    expect(parseInvocation(['migrate', '--help'])).toEqual({ command: 'help' });
+    expect(parseInvocation(['migrate', '--help'])).toEqual({ command: 'help', topic: 'migrate' });
+    expect(parseInvocation(['help', 'sweep'])).toEqual({ command: 'help', topic: 'sweep' });
+    expect(parseInvocation(['--help'])).toEqual({ command: 'help' });
+    expect(parseInvocation(['--version'])).toEqual({ command: 'version' });
+    expect(parseInvocation(['sweep', '--prefix', 'app_', '--config=conf/drizzle.config.ts'])).toMatchObject({
+      command: 'sweep',
+      tables: { prefix: 'app_', config: 'conf/drizzle.config.ts' },
+    });
+    expect(parseInvocation(['explain', 'k', '--prefix='])).toMatchObject({ tables: { prefix: '' } });
+  });
+
+  it('help <command> of every command shows its synopsis, its options and at least one example, each a line that parses', () => {
+    for (const name of ['migrate', 'sweep', 'purge', 'explain', 'policy'] as const) {
+      const text = commandHelp(name);
+      expect(text).toMatch(new RegExp(`^Usage: idem ${name}`));
+      const examples = text
+        .slice(text.search(/^Examples?:$/m))
+        .split('\n')
+        .slice(1)
+        .filter(Boolean);
+      expect(examples.length).toBeGreaterThan(0);
+      for (const example of examples) {
+        const argv = [...example.matchAll(/'([^']*)'|(\S+)/g)].map((m) => m[1] ?? m[2]!);
+        const at = argv.indexOf('idem');
+        expect(at, example).toBeGreaterThan(-1);
+        expect(parseInvocation(argv.slice(at + 1))).toMatchObject({ command: name });
+      }
+    }
+    expect(usage()).toContain('help [<command>]');
   });
 
   it.each([
@@ -158,6 +191,12 @@ describe('idem arguments', () => {
     [['migrate', 'now'], /^migrate takes no arguments, got "now"$/],
     [['purge', '--older-than', '1d', '--json'], /^--json does not apply to purge/],
     [['policy', '--url', 'ftp://x'], /^--url must be an http/],
+    [['sweep', '--json'], /^--json does not apply to sweep \(idem help sweep shows how\)$/],
+    [['explain', 'k', '--json=yes'], /^--json takes no value$/],
+    [['explain', 'k', '--scope', '--json'], /^--scope needs a value \(write --scope=<value>/],
+    [['explain', 'k', '-q'], /^unknown option -q/],
+    [['sweep', '--prefix'], /^--prefix needs a value$/],
+    [['help', 'refund'], /^unknown command "refund"/],
   ])('%j is bad usage', (argv, message) => {
     expect(() => parseInvocation(argv)).toThrow(message);
     try {
@@ -207,7 +246,7 @@ describe('idem explain text (A1)', () => {
     expect(explainTimeline(generations, now)).toBe(
       'Generation 1, first seen at 2026-03-01T10:00:00.000Z, completed with 200 at 2026-03-01T10:00:01.250Z; its claim was taken over once after a lease lapsed (E6); ' +
         'its retention ended at 2026-03-02T10:00:00.000Z; the sweeper archived it at 2026-03-02T10:05:00.000Z; ' +
-        'the key was reused at 2026-03-03T12:30:00.000Z, 1d 2h after its retention ended, and executed again as generation 2. ' +
+        'the key was reused at 2026-03-03T12:30:00.000Z, 26h 30m after its retention ended, and executed again as generation 2. ' +
         'Generation 2, first seen at 2026-03-03T12:30:00.000Z, has no outcome yet (still processing); its retention ends at 2026-03-06T00:00:00.000Z.',
     );
     expect(explainTimeline(generations.slice(0, 1), now)).toBe('');
@@ -219,12 +258,12 @@ describe('idem explain text (A1)', () => {
   });
 
   it('spans read as a person says them, tables align on the widest cell', () => {
-    expect([250, 1500, 61_000, 3_600_000, 93_784_000, 3 * 86_400_000].map(humanizeSpan)).toEqual([
+    expect([250, 1500, 61_000, 3_600_000, 93_784_000, 3 * 86_400_000].map(formatDuration)).toEqual([
       '250ms',
       '1.5s',
       '1m 1s',
       '1h',
-      '1d 2h',
+      '26h 3m',
       '3d',
     ]);
     expect(

@@ -3,66 +3,31 @@
  * a fresh PostgreSQL schema and a fresh MySQL database: the same commands and assertions on both (A1, R3, R4), and the
  * one-line error contract (exit 2 for usage, 1 for failures, never a stack trace).
  */
-import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { createPolicyDocument } from '@idem/core';
 import type { TimelineEntry } from '@idem/core/store';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
+import { expectOneLineError, idemCli } from './cli-run.ts';
 import { isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
 import { openSqliteConnection } from './sqlite-target.ts';
 import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 
-const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
-const BIN = 'packages/drizzle/dist/bin.js';
 const UNREACHABLE = 'postgres://postgres@127.0.0.1:1/x';
 /** A body that must never reach the terminal (K5). */
 const SECRET = 'card-4242-4242';
 
-interface Run {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs `node packages/drizzle/dist/bin.js …` from the repository root. */
-function idem(args: string[], databaseUrl: string | undefined): Promise<Run> {
-  return idemCli(args, databaseUrl);
-}
-
-function idemCli(args: string[], databaseUrl: string | undefined): Promise<Run> {
-  const env = { ...process.env };
-  delete env.DATABASE_URL;
-  if (databaseUrl !== undefined) env.DATABASE_URL = databaseUrl;
-  return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { cwd: ROOT, env, timeout: 60_000 }, (error, stdout, stderr) => {
-      const code = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
-
-/** Exit status, and exactly one `idem: …` line on stderr with no stack frames. */
-function expectOneLineError(run: Run, code: 1 | 2, reason: RegExp): void {
-  expect(run.code, run.stderr).toBe(code);
-  expect(run.stdout).toBe('');
-  expect(run.stderr).not.toMatch(/^\s+at /m);
-  expect(run.stderr.endsWith('\n')).toBe(true);
-  const lines = run.stderr.slice(0, -1).split('\n');
-  expect(lines).toHaveLength(1);
-  expect(lines[0]).toMatch(/^idem: /);
-  expect(lines[0]).toMatch(reason);
-}
+/** Runs the bin from the repository root. */
+const idem = (args: string[], databaseUrl: string | undefined) => idemCli(args, databaseUrl);
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-// Every test starts the CLI (node + tsx), some several times: on a loaded machine one start takes
+// Every test starts the CLI, some several times: on a loaded machine one start takes
 // 10 s or more. The bounds are for a hung process, not speed checks.
 vi.setConfig({ testTimeout: 120_000 });
 
@@ -434,7 +399,9 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
         expectOneLineError(
           empty,
           1,
-          new RegExp(`^idem: mysql://root@[^/]+/${target.database} has no idem tables: run idem migrate first$`),
+          new RegExp(
+            `^idem: mysql://root@[^/]+/${target.database} has no idem tables: looked for idem_keys and idem_key_history \\(the default names\\); pass --prefix <prefix> \\(or set IDEM_TABLE_PREFIX\\) if your schema gives them another prefix, or run idem migrate to create the default ones$`,
+          ),
         );
       } finally {
         await target.close();
@@ -442,8 +409,14 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
     },
   );
 
-  it('--help and help print the usage on stdout and exit 0', async () => {
-    const [flag, command] = await Promise.all([idem(['--help'], undefined), idem(['help'], undefined)]);
+  it('--help and help print the usage on stdout and exit 0; help <command> and <command> --help print that command with an example', async () => {
+    const [flag, command, explain, explainFlag, unknown] = await Promise.all([
+      idem(['--help'], undefined),
+      idem(['help'], undefined),
+      idem(['help', 'explain'], undefined),
+      idem(['explain', '--help'], undefined),
+      idem(['help', 'refund'], undefined),
+    ]);
     expect(flag).toEqual(command);
     expect(flag.code).toBe(0);
     expect(flag.stdout).toMatch(/^Usage: idem <command> \[options\]/);
@@ -452,11 +425,30 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
       'sweep [--batch-size N]',
       'purge --older-than <duration>',
       'explain <key> [--scope S]',
-      'policy [--json]',
-      'policy --url <url>',
+      'policy [--url <url>] [--json]',
+      '--prefix <prefix>',
+      '--version',
     ]) {
       expect(flag.stdout).toContain(command);
     }
+    expect(explain).toEqual(explainFlag);
+    expect(explain.code).toBe(0);
+    expect(explain.stdout).toMatch(/^Usage: idem explain <key> \[--scope S\] \[--json\] \[options\]\n/);
+    expect(explain.stdout).toMatch(/^Examples:\n {2}npx idem explain order-42$/m);
+    expectOneLineError(unknown, 2, /^idem: unknown command "refund"/);
+  });
+
+  it('--version prints the version of @idem/drizzle, then the drizzle-orm it loads', async () => {
+    const run = await idem(['--version'], undefined);
+    const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+      version: string;
+    };
+    expect(run).toMatchObject({ code: 0, stderr: '' });
+    const [first, second] = run.stdout.split('\n');
+    expect(first).toBe(version);
+    expect(second).toMatch(
+      new RegExp(`^@idem/drizzle ${version.replaceAll('.', '\\.')}, drizzle-orm \\d+\\.\\d+\\.\\d+\\S*, Node\\.js `),
+    );
   });
 
   it('R4: policy --url fetches the policy an app publishes (Accept: application/json) and prints its endpoints; a page that is not one fails with exit 1', async () => {

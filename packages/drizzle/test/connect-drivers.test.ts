@@ -18,7 +18,7 @@ import { DRIVERS } from './drivers.ts';
 import { claimed } from './store-behaviour.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
-const BIN = 'packages/drizzle/dist/bin.js';
+const BIN = 'packages/drizzle/bin/idem.js';
 const HIDE = fileURLToPath(new URL('./fixtures/hide-packages.mjs', import.meta.url));
 const server = DRIVERS.find((spec) => spec.name === 'node-postgres')!;
 

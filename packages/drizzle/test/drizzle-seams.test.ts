@@ -1,14 +1,19 @@
 /**
  * Pins what src/drizzle-seams.ts relies on in drizzle beyond its documented API, for the drizzle
  * version this run resolves: `npm test` runs it on the installed drizzle-orm (0.45) and, as the
- * vitest projects `drizzle-orm@0.44` and `drizzle-orm@1.0`, on the npm aliases drizzle-orm-044
- * and drizzle-orm-1 (vitest.config.ts). `IDEM_DRIZZLE_ORM` names the version a project expects.
+ * vitest projects `drizzle-orm@0.41`, `drizzle-orm@0.44` and `drizzle-orm@1.0`, on the npm aliases
+ * drizzle-orm-041, drizzle-orm-044 and drizzle-orm-1 (vitest.config.ts). `IDEM_DRIZZLE_ORM` names the version a project expects.
  */
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import * as drizzleErrors from 'drizzle-orm/errors';
 import { npmVersion } from 'drizzle-orm/version';
 import { describe, expect, it } from 'vitest';
-import { createDrizzleStore, migrate } from '../src/index.ts';
-import { entityKinds } from '../src/drizzle-seams.ts';
+import { eq } from 'drizzle-orm';
+import { createDrizzleStore, migrate, pgIdemKeys, sqliteIdemKeys } from '../src/index.ts';
+import { entityKinds, isDrizzleQueryError } from '../src/drizzle-seams.ts';
 import { detectDialect } from '../src/dialect.ts';
 import { DRIVERS } from './drivers.ts';
 
@@ -25,6 +30,23 @@ describe(`drizzle seams on drizzle-orm ${npmVersion}`, () => {
   it('runs on the drizzle-orm version this project names', () => {
     expect(npmVersion.startsWith(process.env.IDEM_DRIZZLE_ORM ?? '0.45.')).toBe(true);
   });
+
+  it.skipIf(process.env.IDEM_DRIZZLE_ORM !== undefined)(
+    "libsql: createClient's timeout sets the busy timeout from @libsql/client 0.17.4 on; older clients (0.14, create-t3-app's) ignore it",
+    async () => {
+      const { createClient } = await import('@libsql/client');
+      const directory = mkdtempSync(join(tmpdir(), 'idem-libsql-'));
+      const client = createClient({ url: `file:${join(directory, 'busy.db')}`, timeout: 5000 });
+      try {
+        const { rows } = await client.execute('PRAGMA busy_timeout');
+        const expected = process.env.IDEM_LIBSQL_CLIENT === 'libsql-client-014' ? 0 : 5000;
+        expect(Number(Object.values(rows[0]!)[0])).toBe(expected);
+      } finally {
+        client.close();
+        rmSync(directory, { recursive: true, force: true });
+      }
+    },
+  );
 
   for (const spec of DRIVERS) {
     describe.skipIf(!spec.runs)(spec.name, () => {
@@ -81,6 +103,33 @@ describe(`drizzle seams on drizzle-orm ${npmVersion}`, () => {
           if (replay.outcome !== 'existing') throw new Error('expected a replay');
           expect(replay.now).toBeInstanceOf(Date);
           expect(Math.abs(replay.now.getTime() - Date.now())).toBeLessThan(60_000);
+        } finally {
+          await target.close();
+        }
+      });
+
+      it("K5: drizzle's query errors are told by isDrizzleQueryError: DrizzleQueryError on 0.44 and later, none before (the driver's error, without the parameters)", async () => {
+        const target = await spec.open();
+        try {
+          // No migrate(): the statement fails on the missing table.
+          const table = spec.dialect === 'postgres' ? pgIdemKeys : sqliteIdemKeys;
+          const key = `parameter-${randomUUID()}`;
+          const error = await (async () => {
+            const query = (target.db as any).select().from(table).where(eq(table.key, key));
+            return spec.dialect === 'postgres' ? await query : await query.all();
+          })().then(
+            () => undefined,
+            (rejection: unknown) => rejection,
+          );
+          expect(error).toBeInstanceOf(Error);
+          const wrapped = !/^0\.4[1-3]\./.test(npmVersion);
+          expect('DrizzleQueryError' in drizzleErrors).toBe(wrapped);
+          // better-sqlite3 prepares synchronously, and drizzle before 1.0 does not wrap what its prepare throws.
+          const direct = spec.name === 'better-sqlite3' && !npmVersion.startsWith('1.');
+          expect(isDrizzleQueryError(error)).toBe(wrapped && !direct);
+          expect(isDrizzleQueryError((error as Error).cause)).toBe(false);
+          if (!wrapped) expect((error as Error).message).not.toContain(key);
+          expect(isDrizzleQueryError(new Error('plain'))).toBe(false);
         } finally {
           await target.close();
         }

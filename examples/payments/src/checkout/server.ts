@@ -5,6 +5,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import { fileURLToPath } from 'node:url';
+import { escapeHtml } from '@idem/core';
 import { build } from 'esbuild';
 
 const CLIENT_ENTRY = fileURLToPath(new URL('./client.ts', import.meta.url));
@@ -52,7 +53,7 @@ function send(res: import('node:http').ServerResponse, type: string, body: strin
 }
 
 function checkoutPage(apiUrl: string): string {
-  const attribute = apiUrl.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;');
+  const attribute = escapeHtml(apiUrl);
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Checkout · payments example</title>
 <meta name="api-url" content="${attribute}">
