@@ -20,6 +20,7 @@ export {
 } from './engine.js';
 export { idempotencyClaim, deriveKey, type ClaimContext, type ClaimCarrier } from './claim.js';
 export { sharedPrincipal } from './adapter.js';
+export { MAX_SCOPE_BYTES } from './scope.js';
 export type { IdempotencyStore } from './store.js';
 export { MemoryStore, type MemoryStoreOptions } from './memory-store.js';
 export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventType, ExpiredGeneration } from './events.js';
@@ -31,6 +32,7 @@ export {
   InvalidKeyError,
   AmbiguousKeyError,
   InputTooDeepError,
+  ScopeTooLongError,
   RequestInProgressError,
   FingerprintMismatchError,
   KeyExpiredError,
