@@ -45,6 +45,7 @@ import { DRIVERS, driverSpec, type DriverTarget } from './drivers.ts';
 import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 import { databaseUrl, isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
 import { claimed, sleep } from './store-behaviour.ts';
+import { pollUntil } from '../../../test/support/waiting.ts';
 
 /** What the engine's handlers are given: the claim, with the transaction as `claim.tx`. */
 type Handler = (claim: { tx: unknown; generation: number }) => unknown;
@@ -544,10 +545,12 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
       const exited = new Promise<NodeJS.Signals | null>((resolve) =>
         child.once('exit', (_code, signal) => resolve(signal)),
       );
-      await new Promise<void>((resolve, reject) => {
-        createInterface({ input: child.stdout }).once('line', (line) =>
-          line === 'written' ? resolve() : reject(new Error(`unexpected: ${line}`)),
-        );
+      const backend = await new Promise<number>((resolve, reject) => {
+        createInterface({ input: child.stdout }).once('line', (line) => {
+          const written = /^written (\d+)$/.exec(line);
+          if (written) resolve(Number(written[1]));
+          else reject(new Error(`unexpected: ${line}`));
+        });
         void exited.then(() => reject(new Error(`child exited early: ${stderr}`)));
       });
 
@@ -556,6 +559,18 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
       expect(await countPgPayments(target.db)).toBe(0);
       child.kill('SIGKILL');
       expect(await exited).toBe('SIGKILL');
+      // PostgreSQL ends the dead client's backend when it notices the closed socket, which on a
+      // loaded machine is not at once; until then its transaction and advisory lock hold the key
+      // (a retry would get 409). Wait on what PostgreSQL reports: the backend gone, no lock of it left.
+      await pollUntil(
+        async () => {
+          const { rows } = await target.db.execute<{ alive: boolean }>(
+            sql`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ${backend}) OR EXISTS (SELECT 1 FROM pg_locks WHERE pid = ${backend}) AS alive`,
+          );
+          return rows[0]!.alive ? undefined : true;
+        },
+        { timeoutMs: 20_000, intervalMs: 25 },
+      );
 
       const { onEvent, types } = recorder();
       let runs = 0;
