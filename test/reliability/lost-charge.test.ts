@@ -62,9 +62,11 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('E4: the connection lost inside the 
 
   /** Ledger rows of `account`, over the test's own connection. */
   const charges = async (account: string) => {
-    const { rows } = await (database.db as unknown as {
-      execute(query: unknown): Promise<{ rows: Array<{ n: string }> }>;
-    }).execute(sql`SELECT count(*) AS n FROM payments_ledger WHERE account = ${account}`);
+    const { rows } = await (
+      database.db as unknown as {
+        execute(query: unknown): Promise<{ rows: Array<{ n: string }> }>;
+      }
+    ).execute(sql`SELECT count(*) AS n FROM payments_ledger WHERE account = ${account}`);
     return Number(rows[0]!.n);
   };
 

@@ -9,7 +9,7 @@ import { ChargeNotRecordedError, innermostMessage, PaymentChannelError, type Pay
 
 /** What a client is told of an error the server did not mean to show (item 10): its cause goes to the server's log. */
 export const UNEXPECTED_ERROR_MESSAGE =
-  'The payment failed unexpectedly on the server. The server has logged the cause; look the payment up before you try again with a new key.';
+  'The request failed unexpectedly on the server, which logged the cause. If it was a payment, look it up (the ledger) before paying again with a new key.';
 
 /**
  * The resolver's failure as the client may see it, before idem stores it (E4): tRPC errors and
@@ -103,7 +103,7 @@ export function createPaymentsRouter({
             throw error;
           }
         }),
-      ledger: t.procedure.query(() => channel.ledger()),
+      ledger: t.procedure.use(masked).query(() => channel.ledger()),
     }),
   });
   return { router, engine: idempotent.engine };

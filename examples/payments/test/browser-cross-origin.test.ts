@@ -98,7 +98,10 @@ window.results = results;
     const yoga = createYoga({
       cors: idempotencyCors({ origin: [pageUrl, 'http://localhost:1'], credentials: true }),
       logging: false,
-      schema: createSchema({ typeDefs: 'type Query { secret: String! }', resolvers: { Query: { secret: () => 's3cret' } } }),
+      schema: createSchema({
+        typeDefs: 'type Query { secret: String! }',
+        resolvers: { Query: { secret: () => 's3cret' } },
+      }),
     });
     bare = createServer(yoga);
     await new Promise<void>((resolve) => bare.listen(0, '127.0.0.1', resolve));

@@ -101,8 +101,12 @@ export type ExecuteResult<T> =
 
 /**
  * Throw this (wrapping the real error) from a handler whose real work has not started yet —
- * an authorization or rate-limit check, say — and the engine releases the claim instead of
- * storing the failure (E4), then rethrows `cause`, so the client can retry with the same key.
+ * an authorization or rate-limit check, say — or whose side effect you checked did not happen
+ * (a write whose connection was lost, and which a lookup by its downstream key does not find),
+ * and the engine releases the claim instead of storing the failure (E4), then rethrows `cause`,
+ * so the client can retry with the same key. Release only what a retry may run again: a failure
+ * released after a side effect did happen runs it twice, unless the effect is deduplicated by
+ * `claim.deriveKey(…)`, which a retry after a release gets again.
  */
 export class HandlerNotStartedError extends Error {
   constructor(override readonly cause: unknown) {

@@ -84,7 +84,9 @@ export {
   idempotencyCorsHeaders,
   IDEMPOTENCY_CORS_ALLOWED_HEADERS,
   IDEMPOTENCY_CORS_EXPOSED_HEADERS,
+  type CorsPackageOptions,
   type CorsRequestLike,
   type IdempotencyCorsConfiguration,
   type IdempotencyCorsOptions,
+  type YogaCorsDecision,
 } from './cors.js';

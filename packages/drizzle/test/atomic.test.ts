@@ -564,9 +564,9 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
       // (a retry would get 409). Wait on what PostgreSQL reports: the backend gone, no lock of it left.
       await pollUntil(
         async () => {
-          const { rows } = await target.db.execute<{ alive: boolean }>(
+          const { rows } = (await target.db.execute(
             sql`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ${backend}) OR EXISTS (SELECT 1 FROM pg_locks WHERE pid = ${backend}) AS alive`,
-          );
+          )) as unknown as { rows: Array<{ alive: boolean }> };
           return rows[0]!.alive ? undefined : true;
         },
         { timeoutMs: 20_000, intervalMs: 25 },
