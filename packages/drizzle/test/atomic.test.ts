@@ -180,9 +180,10 @@ describe.each([
     return counter;
   };
 
+  // PGlite (WebAssembly) takes more than a minute to open under `npm run test:loaded`.
   beforeAll(async () => {
     target = await open();
-  });
+  }, 180_000);
   afterAll(async () => {
     await target?.close();
   });
@@ -520,7 +521,8 @@ describe('atomic mode on SQLite refuses asynchronous handlers', () => {
 
 describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and commits', () => {
   it('a process killed mid-transaction (SIGKILL) leaves nothing; the retry executes cleanly as generation 1 without a takeover', {
-    timeout: 30_000,
+    // A child process under `npm run test:loaded` takes tens of seconds to start (tsx).
+    timeout: 120_000,
   }, async () => {
     const target = await openPostgresTarget({ schemaPrefix: 'idem_atomic_crash' });
     try {
@@ -569,7 +571,7 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
           )) as unknown as { rows: Array<{ alive: boolean }> };
           return rows[0]!.alive ? undefined : true;
         },
-        { timeoutMs: 20_000, intervalMs: 25 },
+        { timeoutMs: 60_000, intervalMs: 25 },
       );
 
       const { onEvent, types } = recorder();
