@@ -21,6 +21,12 @@ import { PaymentChannel } from '../../examples/payments/src/channel.ts';
 import { POSTGRES_SCHEMA, postgresAddress, type SharedDatabase } from './support/databases.ts';
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
 
+/** A payment answer of either transport. */
+interface Paid {
+  result?: { data?: { id?: string } };
+  data?: { createPayment?: { id?: string } };
+}
+
 /** What the example's ledger INSERT sends (its Parse message holds the statement's text). */
 const LEDGER_INSERT = 'INSERT INTO payments_ledger';
 
@@ -79,7 +85,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('E4: the connection lost inside the 
           headers: { 'content-type': 'application/json', authorization: `Bearer ${account}`, 'idempotency-key': key },
           body: JSON.stringify({ amount: 4200, currency: 'EUR' }),
         }),
-      id: (body: any) => body?.result?.data?.id as string | undefined,
+      id: (body: Paid) => body.result?.data?.id,
     },
     {
       name: 'GraphQL',
@@ -95,7 +101,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('E4: the connection lost inside the 
             query: `mutation { createPayment(input: {amount: 4200, currency: "EUR"}, idempotencyKey: "${key}") { id } }`,
           }),
         }),
-      id: (body: any) => body?.data?.createPayment?.id as string | undefined,
+      id: (body: Paid) => body.data?.createPayment?.id,
     },
   ];
 
@@ -117,12 +123,12 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('E4: the connection lost inside the 
       proxy.clearDropRules();
       const retry = await pay(account, key);
       expect(retry.status).toBe(200);
-      const paid = id(await retry.json());
+      const paid = id((await retry.json()) as Paid);
       expect(paid).toMatch(/^pay_/);
       expect(await charges(account)).toBe(1);
       const replay = await pay(account, key);
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
-      expect(id(await replay.json())).toBe(paid);
+      expect(id((await replay.json()) as Paid)).toBe(paid);
       expect(await charges(account)).toBe(1);
     });
 
@@ -134,14 +140,14 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('E4: the connection lost inside the 
       const first = await pay(account, key);
       expect(proxy.stats.cutAfter).toBeGreaterThan(cutBefore);
       expect(first.status).toBe(200);
-      const paid = id(await first.json());
+      const paid = id((await first.json()) as Paid);
       expect(paid).toMatch(/^pay_/);
       expect(await charges(account)).toBe(1);
 
       proxy.clearDropRules();
       const retry = await pay(account, key);
       expect(retry.headers.get('idempotent-replayed')).toBe('true');
-      expect(id(await retry.json())).toBe(paid);
+      expect(id((await retry.json()) as Paid)).toBe(paid);
       expect(await charges(account)).toBe(1);
     });
   });

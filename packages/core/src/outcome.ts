@@ -12,7 +12,7 @@ export interface OutcomeSerializer {
    * success for the engine (it is stored and replayed as it is) but a failure for an operator.
    * It sets `withErrors` on the `completed` and `replayed` events. Defaults to never.
    */
-  carriesErrors?(value: any): boolean;
+  carriesErrors?(value: unknown): boolean;
 }
 
 /** Whether an outcome is a failure for an operator: an error, or a success value that carries errors. */
