@@ -34,6 +34,7 @@ const TIMING_SENSITIVE = [
   'packages/drizzle/test/postgres.store.test.ts',
   'packages/drizzle/test/race.test.ts',
   'packages/drizzle/test/cli.test.ts',
+  'packages/drizzle/test/atomic.test.ts',
   'test/reliability/crash.test.ts',
   'test/reliability/faults.test.ts',
   'test/reliability/atomic.test.ts',

@@ -3,6 +3,7 @@ import { createHTTPHandler } from '@trpc/server/adapters/standalone';
 import cors from 'cors';
 import {
   idempotencyCors,
+  idempotencyCorsHeaders,
   renderPolicyHtml,
   requestUrlOf,
   resolveDocumentationUrl,
@@ -105,6 +106,19 @@ export function createPaymentsApp({
       return sendProblem(res, 400, 'Bad Request', 'The request target is not a valid URL.');
     }
     const path = url.pathname;
+    if (corsConfiguration && path === '/graphql') {
+      // Yoga answers its preflights and sets these on its answers; set here, they are also on
+      // the answers given before Yoga (401, 500), so a page on an allowed origin can read them.
+      // Vary: whether the answer allows the page depends on its Origin (Yoga adds none for one origin).
+      res.setHeader('Vary', 'Origin');
+      if (req.method !== 'OPTIONS') {
+        const headers = idempotencyCorsHeaders(
+          { method: req.method ?? 'GET', headers: nodeHeaders(req) },
+          corsConfiguration,
+        );
+        for (const [name, value] of Object.entries(headers)) res.setHeader(name, value);
+      }
+    }
     // A preflight is answered here (204); other requests go on with the CORS headers set.
     if (!applyCors || path === '/graphql' || path.startsWith('/admin/')) return routeRequest(req, res, url);
     return new Promise<void>((resolve, reject) => {
@@ -158,6 +172,16 @@ export function createPaymentsApp({
     store,
     channel,
     drain: () => Promise.all([trpcEngine.drain(), graphqlEngine.drain(), rest.engine.drain()]).then(() => undefined),
+  };
+}
+
+/** Node request headers as `idempotencyCorsHeaders` reads them. */
+function nodeHeaders(req: IncomingMessage): { get(name: string): string | null } {
+  return {
+    get: (name) => {
+      const value = req.headers[name.toLowerCase()];
+      return value === undefined ? null : Array.isArray(value) ? value.join(', ') : value;
+    },
   };
 }
 

@@ -18,6 +18,31 @@ export interface Charge extends LedgerEntry {
 export const FAILING_AMOUNT = 13;
 
 /**
+ * The channel's own failure after it charged (amount 13). Its message is meant for the client and
+ * is answered as it is; any other unexpected error is answered with a generic message.
+ */
+export class PaymentChannelError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'PaymentChannelError';
+  }
+}
+
+/**
+ * The ledger write failed (a lost database connection, say) and the ledger holds no charge under
+ * the request's downstream key: nothing was charged, so the resolvers give the key back
+ * (`HandlerNotStartedError`, E4) and a retry with it charges. Even when the lookup itself fails
+ * this is safe: the retry charges under the same downstream key, which the channel deduplicates.
+ * `cause` is the database error, for the server's log; the message names no SQL.
+ */
+export class ChargeNotRecordedError extends Error {
+  constructor(override readonly cause: unknown) {
+    super('The payment could not be recorded and was not charged. Retry with the same Idempotency-Key.', { cause });
+    this.name = 'ChargeNotRecordedError';
+  }
+}
+
+/**
  * A simulated payment channel. Every charge it sees is appended to its ledger, kept in the
  * example's database so that several server processes share one channel. Amount 13 charges
  * and then fails unexpectedly, as a channel whose answer is lost would: that is why idem
@@ -82,26 +107,57 @@ export class PaymentChannel {
       createdAt: new Date().toISOString(),
     };
     const key = downstreamKey ?? null;
-    const inserted = await this.#all(
-      sql`INSERT INTO payments_ledger (id, account, amount, currency, created_at, downstream_key) VALUES (${charge.id}, ${account}, ${amount}, ${currency}, ${charge.createdAt}, ${key}) ON CONFLICT (downstream_key) DO NOTHING RETURNING id`,
-      db,
-    );
-    if (inserted.length === 0 && key !== null) {
-      const [earlier] = (await this.#all(
-        sql`SELECT id, amount, currency, created_at FROM payments_ledger WHERE downstream_key = ${key}`,
+    let inserted: unknown[];
+    try {
+      inserted = await this.#all(
+        sql`INSERT INTO payments_ledger (id, account, amount, currency, created_at, downstream_key) VALUES (${charge.id}, ${account}, ${amount}, ${currency}, ${charge.createdAt}, ${key}) ON CONFLICT (downstream_key) DO NOTHING RETURNING id`,
         db,
-      )) as Array<{ id: string; amount: number | string; currency: string; created_at: string | Date }>;
-      if (earlier)
-        return {
+      );
+    } catch (error) {
+      // In atomic mode the transaction is lost with the write: idem answers 503, nothing commits.
+      if (key === null || db !== this.#db) throw error;
+      return this.#recoverLostWrite(key, error);
+    }
+    if (inserted.length === 0 && key !== null) {
+      const earlier = await this.#chargeUnder(key, db);
+      if (earlier) return earlier;
+    }
+    if (amount === FAILING_AMOUNT)
+      throw new PaymentChannelError(`payment channel failed unexpectedly after charging ${amount} ${currency}`);
+    return charge;
+  }
+
+  /**
+   * The INSERT failed, and its connection's answer with it: it may have committed or not. The
+   * ledger, read over another connection, says which: a charge under `downstreamKey` is the
+   * answer; none means nothing was charged ({@link ChargeNotRecordedError}).
+   */
+  async #recoverLostWrite(downstreamKey: string, error: unknown): Promise<Charge> {
+    let earlier: Charge | undefined;
+    try {
+      earlier = await this.#chargeUnder(downstreamKey, this.#db);
+    } catch {
+      earlier = undefined;
+    }
+    if (earlier) return earlier;
+    console.error(`[payments] ledger write failed, nothing charged: ${innermostMessage(error)}`);
+    throw new ChargeNotRecordedError(error);
+  }
+
+  /** The charge the ledger holds under `downstreamKey`, if any. */
+  async #chargeUnder(downstreamKey: string, db: DrizzleDatabase): Promise<Charge | undefined> {
+    const [earlier] = (await this.#all(
+      sql`SELECT id, amount, currency, created_at FROM payments_ledger WHERE downstream_key = ${downstreamKey}`,
+      db,
+    )) as Array<{ id: string; amount: number | string; currency: string; created_at: string | Date }>;
+    return earlier
+      ? {
           id: earlier.id,
           amount: Number(earlier.amount),
           currency: earlier.currency,
           createdAt: new Date(earlier.created_at).toISOString(),
-        };
-    }
-    if (amount === FAILING_AMOUNT)
-      throw new Error(`payment channel failed unexpectedly after charging ${amount} ${currency}`);
-    return charge;
+        }
+      : undefined;
   }
 
   /** Every charge the channel saw, oldest first. */
@@ -130,6 +186,14 @@ export class PaymentChannel {
       ? (await (db as PgLike).execute(query)).rows
       : retrySqliteBusy(() => (db as SqliteLike).all(query));
   }
+}
+
+/** The driver's own message (drizzle's "Failed query: …" wraps it with the statement and its parameters). */
+export function innermostMessage(error: unknown): string {
+  let current = error;
+  for (let depth = 0; depth < 8 && current instanceof Error && current.cause !== undefined; depth++)
+    current = current.cause;
+  return (current instanceof Error ? current.message : String(current)).split('\n')[0]!;
 }
 
 type PgLike = { execute(query: SQL): Promise<{ rows: unknown[] }> };

@@ -1,5 +1,5 @@
 import { GraphQLError } from 'graphql';
-import { createSchema, createYoga, type CORSOptions } from 'graphql-yoga';
+import { createSchema, createYoga, maskError, type Plugin, type YogaServerOptions } from 'graphql-yoga';
 import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth';
 import { maxTokensPlugin } from '@escape.tech/graphql-armor-max-tokens';
 import { HandlerNotStartedError } from '@idem/core';
@@ -10,8 +10,9 @@ import {
   idempotencyKeyStatusTypeDefs,
 } from '@idem/envelop';
 import { accountOf } from './account.ts';
+import { ChargeNotRecordedError, innermostMessage, PaymentChannelError } from './channel.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
-import { paymentInput, type PaymentsRouterOptions } from './trpc.ts';
+import { paymentInput, UNEXPECTED_ERROR_MESSAGE, type PaymentsRouterOptions } from './trpc.ts';
 
 const typeDefs = /* GraphQL */ `
   ${idempotentDirectiveTypeDefs}
@@ -62,7 +63,7 @@ export interface PaymentsGraphQLOptions extends PaymentsRouterOptions {
   /** The largest request body accepted, in bytes: Yoga answers 413 past it. Defaults to 64 KiB. */
   maxBodyBytes?: number;
   /** Yoga's `cors`: `idempotencyCors({ origin })` from @idem/core, or `false` for none. Defaults to `false` (Yoga's own default allows every origin). */
-  cors?: CORSOptions;
+  cors?: YogaServerOptions<object, object>['cors'];
 }
 
 interface GraphQLContext {
@@ -95,7 +96,21 @@ export function createPaymentsYoga({
     maxRequestBodySize: maxBodyBytes,
     cors,
     logging: false,
-    maskedErrors: false,
+    // An unexpected error (a database error carrying its SQL and parameters, a bug) reaches the
+    // client as a generic message, first answer and replays alike (@idem/envelop stores it marked
+    // unexpected); its cause goes to the server's log. GraphQLErrors, the channel's own failure
+    // among them, are answered as they are.
+    maskedErrors: {
+      errorMessage: UNEXPECTED_ERROR_MESSAGE,
+      maskError(error, message, isDev) {
+        const masked = maskError(error, message, isDev);
+        if (masked !== error) {
+          const cause = error instanceof GraphQLError ? (error.originalError ?? error) : error;
+          console.error(`[payments] GraphQL operation failed unexpectedly: ${innermostMessage(cause)}`);
+        }
+        return masked;
+      },
+    },
     schema: createSchema<GraphQLContext>({
       typeDefs,
       resolvers: {
@@ -118,20 +133,35 @@ export function createPaymentsYoga({
             const input = parsed.data;
             // The claim, with the store's transaction typed (atomic mode): `idempotencyClaim(context)` for the plugin's store.
             const claim = idempotency.claim(context);
-            return channel.charge(
-              {
-                account: accountOf(context.request.headers.get('authorization')),
-                amount: input.amount,
-                currency: input.currency,
-                downstreamKey: claim?.deriveKey('channel'),
-              },
-              claim?.tx,
-            );
+            try {
+              return await channel.charge(
+                {
+                  account: accountOf(context.request.headers.get('authorization')),
+                  amount: input.amount,
+                  currency: input.currency,
+                  downstreamKey: claim?.deriveKey('channel'),
+                },
+                claim?.tx,
+              );
+            } catch (error) {
+              // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
+              if (error instanceof ChargeNotRecordedError)
+                throw new HandlerNotStartedError(
+                  new GraphQLError(error.message, {
+                    extensions: { code: 'SERVICE_UNAVAILABLE', http: { status: 503, headers: { 'Retry-After': '1' } } },
+                  }),
+                );
+              // The channel's failure after it charged is meant for the client (stored and replayed, E4).
+              if (error instanceof PaymentChannelError)
+                throw new GraphQLError(error.message, { extensions: { code: 'PAYMENT_CHANNEL_FAILED' } });
+              throw error;
+            }
           },
         },
       },
     }),
     plugins: [
+      useBodyLimitStatus(maxBodyBytes),
       maxTokensPlugin({ n: GRAPHQL_LIMITS.maxTokens }),
       // Reported as a validation error (400); thrown from a validation rule, Yoga would answer 200.
       maxDepthPlugin({
@@ -143,4 +173,62 @@ export function createPaymentsYoga({
     ],
   });
   return { yoga, engine: idempotency.engine };
+}
+
+/**
+ * 413 for a multipart body over the limit that came without `Content-Length` (chunked): Yoga
+ * counts its bytes as they stream in and fails the stream with its 413 error, but its multipart
+ * parser reports any stream failure as "invalid multipart data", a 400. Here the body is read
+ * through a stream that notes why it failed (and counts, whichever wrapper reads first), and
+ * that failure is answered with Yoga's own 413.
+ */
+function useBodyLimitStatus(limit: number): Plugin {
+  return {
+    onRequestParse({ request, requestParser, setRequestParser }) {
+      if (!requestParser || !/^multipart\/form-data/i.test(request.headers.get('content-type') ?? '')) return;
+      setRequestParser(async (incoming) => {
+        if (!incoming.body) return requestParser(incoming);
+        const reader = incoming.body.getReader();
+        let bytes = 0;
+        let failure: unknown;
+        const body = new ReadableStream<Uint8Array>({
+          async pull(controller) {
+            try {
+              const { done, value } = await reader.read();
+              if (done) return controller.close();
+              bytes += value.byteLength;
+              controller.enqueue(value);
+            } catch (error) {
+              failure = error;
+              controller.error(error);
+            }
+          },
+          cancel: (reason) => reader.cancel(reason),
+        });
+        try {
+          return await requestParser(
+            new Request(incoming.url, {
+              method: incoming.method,
+              headers: incoming.headers,
+              body,
+              duplex: 'half',
+            } as RequestInit),
+          );
+        } catch (error) {
+          if (statusOf(failure) === 413) throw failure;
+          if (bytes > limit)
+            throw new GraphQLError('Request body too large', {
+              extensions: { code: 'REQUEST_ENTITY_TOO_LARGE', http: { status: 413 } },
+            });
+          throw error;
+        }
+      });
+    },
+  };
+}
+
+function statusOf(error: unknown): unknown {
+  return error instanceof GraphQLError
+    ? (error.extensions['http'] as { status?: unknown } | undefined)?.status
+    : undefined;
 }

@@ -10,8 +10,10 @@ import { Hono, type Context } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { validator } from 'hono/validator';
+import { notStarted } from '@idem/fetch';
 import { idempotency } from '@idem/fetch/hono';
 import { accountOf, BadCredentialsError } from './account.ts';
+import { ChargeNotRecordedError } from './channel.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { paymentInput, type PaymentsRouterOptions } from './trpc.ts';
 
@@ -74,15 +76,23 @@ export function createPaymentsRest({
       const claim = idempotent.claim(c);
       // The channel deduplicates by a key derived from ours (a re-execution after a lease takeover
       // charges once); in atomic mode its ledger row is written in idem's transaction.
-      const charge = await channel.charge(
-        {
-          account: c.get('account'),
-          amount: input.amount,
-          currency: input.currency,
-          downstreamKey: claim?.deriveKey('channel'),
-        },
-        claim?.tx,
-      );
+      let charge;
+      try {
+        charge = await channel.charge(
+          {
+            account: c.get('account'),
+            amount: input.amount,
+            currency: input.currency,
+            downstreamKey: claim?.deriveKey('channel'),
+          },
+          claim?.tx,
+        );
+      } catch (error) {
+        // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
+        if (error instanceof ChargeNotRecordedError)
+          return notStarted(problem(503, 'Service Unavailable', error.message, { 'retry-after': '1' }));
+        throw error;
+      }
       return c.json(charge, 201, { location: `${REST_PAYMENTS_PATH}/${charge.id}` });
     },
   );

@@ -1,4 +1,4 @@
-import { initTRPC } from '@trpc/server';
+import { initTRPC, TRPCError } from '@trpc/server';
 import type { CreateHTTPContextOptions } from '@trpc/server/adapters/standalone';
 import { z } from 'zod';
 import {
@@ -8,10 +8,28 @@ import {
   idempotencyErrorFormatter,
   idempotencyStatusProcedure,
 } from '@idem/trpc';
-import type { IdempotencyStore, IdempotencyEventHandler } from '@idem/core';
+import { HandlerNotStartedError, type IdempotencyStore, type IdempotencyEventHandler } from '@idem/core';
 import type { DrizzleDatabase, DrizzleTransaction } from '@idem/drizzle';
 import { accountOf } from './account.ts';
-import type { PaymentChannel } from './channel.ts';
+import { ChargeNotRecordedError, innermostMessage, PaymentChannelError, type PaymentChannel } from './channel.ts';
+
+/** What a client is told of an error the server did not mean to show (item 10): its cause goes to the server's log. */
+export const UNEXPECTED_ERROR_MESSAGE =
+  'The request failed unexpectedly on the server, which logged the cause. If it was a payment, look it up (the ledger) before paying again with a new key.';
+
+/**
+ * The resolver's failure as the client may see it, before idem stores it (E4): tRPC errors and
+ * the channel's own failure as they are; anything else (a database error carrying its SQL and
+ * parameters, a bug) becomes a generic INTERNAL_SERVER_ERROR, its cause logged here. A failure
+ * that gave the key back (`HandlerNotStartedError`) goes on to idem untouched.
+ */
+function clientError(error: TRPCError, path: string): TRPCError {
+  const { cause } = error;
+  if (error.code !== 'INTERNAL_SERVER_ERROR' || cause instanceof HandlerNotStartedError) return error;
+  if (cause instanceof PaymentChannelError) return error;
+  console.error(`[payments] ${path} failed unexpectedly: ${innermostMessage(cause ?? error)}`);
+  return new TRPCError({ code: 'INTERNAL_SERVER_ERROR', message: UNEXPECTED_ERROR_MESSAGE });
+}
 
 export function createContext(opts: CreateHTTPContextOptions) {
   return { account: accountOf(opts.req.headers.authorization), ...idempotencyContext(opts) };
@@ -60,26 +78,42 @@ export function createPaymentsRouter({
     ...(onEvent ? { onEvent } : {}),
   };
   const idempotent = idempotency(options);
+  // Between idem and the resolver: what idem stores and replays is what the client may see.
+  const masked = t.middleware(async ({ next, path }) => {
+    const result = await next();
+    if (result.ok) return result;
+    throw clientError(result.error, path);
+  });
   const router = t.router({
     payments: t.router({
       create: t.procedure
         .input(paymentInput)
         .use(idempotent)
-        .mutation(({ input, ctx }) => {
+        .use(masked)
+        .mutation(async ({ input, ctx }) => {
           const claim = idempotencyClaim(ctx);
           // The channel deduplicates by a key derived from ours (a re-execution after a lease
           // takeover charges once); in atomic mode its ledger row is written in idem's transaction.
-          return channel.charge(
-            {
-              account: ctx.account,
-              amount: input.amount,
-              currency: input.currency,
-              downstreamKey: claim?.deriveKey('channel'),
-            },
-            claim?.tx,
-          );
+          try {
+            return await channel.charge(
+              {
+                account: ctx.account,
+                amount: input.amount,
+                currency: input.currency,
+                downstreamKey: claim?.deriveKey('channel'),
+              },
+              claim?.tx,
+            );
+          } catch (error) {
+            // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
+            if (error instanceof ChargeNotRecordedError)
+              throw new HandlerNotStartedError(
+                new TRPCError({ code: 'SERVICE_UNAVAILABLE', message: error.message, cause: error }),
+              );
+            throw error;
+          }
         }),
-      ledger: t.procedure.query(() => channel.ledger()),
+      ledger: t.procedure.use(masked).query(() => channel.ledger()),
     }),
     // What became of one of the caller's keys: `{ key, operation: 'payments.create' }` (reconcile, R2).
     idempotency: t.router({ status: idempotencyStatusProcedure(t.procedure, options) }),

@@ -1,9 +1,9 @@
 /**
  * CORS for idempotent endpoints: a browser on another origin must be allowed to send
  * `Idempotency-Key` (a preflighted header) and can read `Idempotent-Replayed` and `Retry-After`
- * only when the server exposes them. {@link idempotencyCors} builds one configuration in the
- * shape GraphQL Yoga's `cors` option and the `cors` package (tRPC's standalone and Express
- * adapters) both take; {@link idempotencyCorsHeaders} answers a Fetch API request with it (the
+ * only when the server exposes them. {@link idempotencyCors} builds one configuration that GraphQL
+ * Yoga's `cors` option and the `cors` package (tRPC's standalone and Express adapters) both take
+ * as it is; {@link idempotencyCorsHeaders} answers a Fetch API request with it (the
  * tRPC fetch adapter: Next.js route handlers, Workers, Deno, Bun), which has no CORS of its own.
  */
 import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './key.js';
@@ -41,12 +41,8 @@ export interface IdempotencyCorsOptions {
   maxAge?: number;
 }
 
-/**
- * A CORS configuration with idem's headers in it. Its fields are the options of GraphQL Yoga's
- * `cors` and of the `cors` package (expressjs/cors), so it is passed to either as it is.
- */
-export interface IdempotencyCorsConfiguration {
-  /** `'*'`, or the allowed origins. */
+/** The `cors` package's options (expressjs/cors), as {@link IdempotencyCorsConfiguration} hands them over. */
+export interface CorsPackageOptions {
   origin: string | string[];
   methods: string[];
   allowedHeaders: string[];
@@ -55,15 +51,55 @@ export interface IdempotencyCorsConfiguration {
   maxAge: number;
 }
 
+/** What GraphQL Yoga's CORS gets for one request: the options to answer it with, or `false` for no CORS headers. */
+export type YogaCorsDecision =
+  | {
+      origin: string;
+      methods: string[];
+      allowedHeaders: string[];
+      exposedHeaders: string[];
+      credentials: boolean;
+      maxAge: number;
+    }
+  | false;
+
+/**
+ * A CORS configuration with idem's headers in it, passed as it is to GraphQL Yoga's `cors`, to the
+ * `cors` package (expressjs/cors) or to {@link idempotencyCorsHeaders}. It is a function, because
+ * neither host may be handed a list of origins as such: Yoga answers an origin missing from a list
+ * of two or more with `Access-Control-Allow-Origin: null`, which is exactly the origin of a
+ * sandboxed iframe or a `data:` page, so any site could then read the answers (and, with
+ * `credentials`, send cookies). Called by Yoga, `(request)`, it decides per request: the options
+ * for an allowed origin, which Yoga answers with that origin; `false` for any other (no CORS
+ * headers, the browser blocks). Called by the `cors` package as its options delegate,
+ * `(req, callback)`, it hands over the options with the list, which that package matches itself.
+ * Its fields are the configuration, for reading.
+ */
+export interface IdempotencyCorsConfiguration {
+  /** GraphQL Yoga's `cors` option: this request's CORS options, or `false` for none. */
+  (request: CorsRequestLike, serverContext?: unknown): YogaCorsDecision;
+  /** The `cors` package's options delegate: `callback(null, options)`. */
+  (request: unknown, callback: (error: Error | null, options: CorsPackageOptions) => void): void;
+  /** `'*'`, or the allowed origins. */
+  readonly origin: string | string[];
+  readonly methods: string[];
+  readonly allowedHeaders: string[];
+  readonly exposedHeaders: string[];
+  readonly credentials: boolean;
+  readonly maxAge: number;
+}
+
 /**
  * The CORS configuration of an idempotent API: `Idempotency-Key`, `Content-Type` and
  * `Authorization` allowed in preflight, `Idempotent-Replayed` and `Retry-After` exposed, plus
  * your own. Pass it to GraphQL Yoga (`createYoga({ cors: idempotencyCors({ origin }) })`), to
  * the `cors` package (`createHTTPServer({ middleware: cors(idempotencyCors({ origin })) })`), or
- * to {@link idempotencyCorsHeaders} in a Fetch API handler.
+ * to {@link idempotencyCorsHeaders} in a Fetch API handler. An origin that is not allowed gets no
+ * `Access-Control-Allow-Origin` from any of them (never the literal `null`, see
+ * {@link IdempotencyCorsConfiguration}).
  *
- * @throws TypeError `[idem] …` for an origin that is not one (a path, no scheme), no origin at
- * all, `'*'` beside other origins, or `'*'` with credentials (browsers refuse it).
+ * @throws TypeError `[idem] …` for an origin that is not one (a path, no scheme, `null`), no
+ * origin at all, `'*'` beside other origins, or `'*'` with credentials (browsers refuse it).
  */
 export function idempotencyCors({
   origin,
@@ -88,14 +124,36 @@ export function idempotencyCors({
   }
   if (!Number.isInteger(maxAge) || maxAge < 0)
     throw new TypeError(`[idem] idempotencyCors: maxAge must be a whole number of seconds, got ${String(maxAge)}`);
-  return {
-    origin: origins.includes('*') ? '*' : origins,
+  const any = origins.includes('*');
+  const fields = {
+    origin: any ? '*' : origins,
     methods: [...methods],
     allowedHeaders: unique([...IDEMPOTENCY_CORS_ALLOWED_HEADERS, ...allowedHeaders]),
     exposedHeaders: unique([...IDEMPOTENCY_CORS_EXPOSED_HEADERS, ...exposedHeaders]),
     credentials,
     maxAge,
   };
+  const options = () => ({
+    methods: [...fields.methods],
+    allowedHeaders: [...fields.allowedHeaders],
+    exposedHeaders: [...fields.exposedHeaders],
+    credentials,
+    maxAge,
+  });
+  function configuration(request: unknown, second?: unknown): YogaCorsDecision | undefined {
+    if (typeof second === 'function') {
+      (second as (error: null, options: CorsPackageOptions) => void)(null, {
+        origin: any ? '*' : [...origins],
+        ...options(),
+      });
+      return undefined;
+    }
+    const requestOrigin = (request as CorsRequestLike).headers.get('origin');
+    // One origin per answer, the request's own, and only when it is allowed.
+    if (requestOrigin === null || (!any && !origins.includes(requestOrigin))) return false;
+    return { origin: any ? '*' : requestOrigin, ...options() };
+  }
+  return Object.assign(configuration, fields) as unknown as IdempotencyCorsConfiguration;
 }
 
 /** A Fetch API request, or anything with its method and headers. */
@@ -125,6 +183,7 @@ export function idempotencyCorsHeaders(
   if (origin === null) return {};
   const any = configuration.origin === '*';
   const headers: Record<string, string> = any ? {} : { Vary: 'Origin' };
+  // A list miss gets no Access-Control-Allow-Origin at all: `null` would match sandboxed pages.
   if (!any && !configuration.origin.includes(origin)) return headers;
   headers['Access-Control-Allow-Origin'] = any ? '*' : origin;
   if (configuration.credentials) headers['Access-Control-Allow-Credentials'] = 'true';

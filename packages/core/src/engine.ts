@@ -14,6 +14,7 @@ import {
   OutcomeTooLargeError,
   defaultErrorCodec,
   deserializeValue,
+  outcomeWithErrors,
   serializeValue,
   type ErrorCodec,
   type OutcomeSerializer,
@@ -28,6 +29,7 @@ import type {
   StoredOutcome,
 } from './store.js';
 import { formatDuration, toMilliseconds, type Duration } from './duration.js';
+import { assertScopeFits } from './scope.js';
 
 /** Retention and lease rules of one endpoint; every field falls back to the engine's. */
 export interface EndpointPolicy {
@@ -76,7 +78,10 @@ export interface EngineOptions<TTx = unknown> extends EndpointPolicy {
 }
 
 export interface ExecuteRequest extends EndpointPolicy {
-  /** The record's scope; build it with `formatScope(operation, principal)` (S1). */
+  /**
+   * The record's scope; build it with `formatScope(operation, principal)` (S1). At most
+   * `MAX_SCOPE_BYTES` (1,024) bytes in UTF-8: a longer one is refused with 400 `ScopeTooLongError`.
+   */
   scope: string;
   key: string;
   /** The request's fingerprint (see `computeFingerprint`); null for none (F2). */
@@ -103,8 +108,12 @@ export type ExecuteResult<T> =
 
 /**
  * Throw this (wrapping the real error) from a handler whose real work has not started yet —
- * an authorization or rate-limit check, say — and the engine releases the claim instead of
- * storing the failure (E4), then rethrows `cause`, so the client can retry with the same key.
+ * an authorization or rate-limit check, say — or whose side effect you checked did not happen
+ * (a write whose connection was lost, and which a lookup by its downstream key does not find),
+ * and the engine releases the claim instead of storing the failure (E4), then rethrows `cause`,
+ * so the client can retry with the same key. Release only what a retry may run again: a failure
+ * released after a side effect did happen runs it twice, unless the effect is deduplicated by
+ * `claim.deriveKey(…)`, which a retry after a release gets again.
  */
 export class HandlerNotStartedError extends Error {
   constructor(override readonly cause: unknown) {
@@ -116,8 +125,8 @@ export class HandlerNotStartedError extends Error {
 export interface IdempotencyEngine<TTx = unknown> {
   /**
    * Runs `handler` at most once per (scope, key) within the retention: claim → run → store
-   * the outcome (E1, E4), or replay a stored one (E2). Throws an `IdempotencyError` for 409,
-   * 422 and 503; handler failures are returned (`ok: false`), not thrown.
+   * the outcome (E1, E4), or replay a stored one (E2). Throws an `IdempotencyError` for 400 (a
+   * scope too long to store), 409, 422 and 503; handler failures are returned (`ok: false`), not thrown.
    */
   execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext<TTx>) => Promise<T> | T): Promise<ExecuteResult<T>>;
   /**
@@ -241,7 +250,8 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       }
       result = { ok: false, error };
     }
-    await this.#storeOutcome(endpoint, record, this.#outcomeOf(endpoint, result));
+    const outcome = this.#outcomeOf(endpoint, result);
+    await this.#storeOutcome(endpoint, record, outcome, this.#withErrors(endpoint, outcome, result));
     return { ...result, replayed: false, generation: record.generation };
   }
 
@@ -298,8 +308,10 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     throw this.#conflict(endpoint, this.#conflictRetryAfter);
   }
 
+  /** @throws ScopeTooLongError (400) before anything is claimed, for a scope no store can key (S1). */
   #endpoint(request: ExecuteRequest): Endpoint {
-    const { scope, key, fingerprint, lease, retention } = request;
+    const { key, fingerprint, lease, retention } = request;
+    const scope = assertScopeFits(request.scope);
     const leaseMs = lease === undefined ? this.policy.leaseMs : toMilliseconds(lease);
     const retentionMs = retention === undefined ? this.policy.retentionMs : toMilliseconds(retention);
     if (lease !== undefined || retention !== undefined) warnIfRetentionBelowLease(retentionMs, leaseMs);
@@ -354,9 +366,13 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   #replay<T>({ scope, key, serializer, errors }: Endpoint, record: Replayable): ExecuteResult<T> {
     const { kind, status, body } = record.outcome;
     const { generation } = record;
-    this.#emit({ type: 'replayed', scope, key, generation, status });
-    if (kind === 'success')
-      return { ok: true, value: deserializeValue(serializer, body) as T, replayed: true, generation };
+    if (kind === 'success') {
+      const value = deserializeValue(serializer, body) as T;
+      const withErrors = outcomeWithErrors(serializer, kind, value);
+      this.#emit({ type: 'replayed', scope, key, generation, status, withErrors });
+      return { ok: true, value, replayed: true, generation };
+    }
+    this.#emit({ type: 'replayed', scope, key, generation, status, withErrors: true });
     return { ok: false, error: errors.revive(JSON.parse(body) as StoredErrorDescription), replayed: true, generation };
   }
 
@@ -377,6 +393,11 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     this.#emit({ type: 'claimed', scope, key, generation });
   }
 
+  /** Whether a stored outcome is a failure for an operator (the `withErrors` of `completed`). */
+  #withErrors({ serializer }: Endpoint, outcome: StoredOutcome, result: AtomicResult<unknown>): boolean {
+    return outcomeWithErrors(serializer, outcome.kind, result.ok ? result.value : undefined);
+  }
+
   /** What is stored of a handler's result: serialized, error described, size bounded. */
   #outcomeOf({ serializer, errors, statusOf }: Endpoint, result: AtomicResult<unknown>): StoredOutcome {
     const max = this.#maxStoredBytes;
@@ -389,12 +410,25 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   }
 
   /** E4, E7: stores the outcome; when the write fails, retries it in the background until the lease ends. */
-  async #storeOutcome({ scope, key }: Endpoint, record: IdempotencyRecord, outcome: StoredOutcome): Promise<void> {
+  async #storeOutcome(
+    { scope, key }: Endpoint,
+    record: IdempotencyRecord,
+    outcome: StoredOutcome,
+    withErrors: boolean,
+  ): Promise<void> {
     const { token, generation } = record;
     const attempt = async () => {
       const owned = await this.store.complete({ scope, key, token, outcome });
       if (owned)
-        this.#emit({ type: 'completed', scope, key, generation, status: outcome.status, outcomeKind: outcome.kind });
+        this.#emit({
+          type: 'completed',
+          scope,
+          key,
+          generation,
+          status: outcome.status,
+          outcomeKind: outcome.kind,
+          withErrors,
+        });
       else this.#emit({ type: 'fenced', scope, key, generation });
     };
     try {
@@ -424,11 +458,12 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
 
   /** An atomic execution committed: the `completed` event, and the handler's result for the client. */
   #committed<T>(
-    { scope, key }: Endpoint,
+    endpoint: Endpoint,
     record: IdempotencyRecord,
     result: AtomicResult<T>,
     stored: StoredOutcome | undefined,
   ): ExecuteResult<T> {
+    const { scope, key } = endpoint;
     if (stored)
       this.#emit({
         type: 'completed',
@@ -437,6 +472,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
         generation: record.generation,
         status: stored.status,
         outcomeKind: stored.kind,
+        withErrors: this.#withErrors(endpoint, stored, result),
       });
     return { ...result, replayed: false, generation: record.generation };
   }

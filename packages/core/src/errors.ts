@@ -9,6 +9,7 @@ export type IdempotencyErrorCode =
   | 'idempotency_key_invalid'
   | 'idempotency_key_ambiguous'
   | 'idempotency_input_too_deep'
+  | 'idempotency_scope_too_long'
   | 'idempotency_request_in_progress'
   | 'idempotency_key_reused'
   | 'idempotency_key_expired'
@@ -126,6 +127,24 @@ export class InputTooDeepError extends IdempotencyError {
   constructor(
     readonly maxDepth: number,
     detail = `The input is nested more than ${maxDepth} levels deep, deeper than the idempotency fingerprint reads; nothing was executed. Send a flatter input.`,
+  ) {
+    super(detail);
+  }
+}
+
+/**
+ * S1: the scope (principal and operation) is longer than every store can hold in its primary key
+ * (`MAX_SCOPE_BYTES`). 400, before anything is claimed: the same request would never fit, so a
+ * "retry later" would be a lie.
+ */
+export class ScopeTooLongError extends IdempotencyError {
+  readonly code = 'idempotency_scope_too_long' as const;
+  readonly status = 400 as const;
+  readonly title = 'Idempotency scope too long';
+  constructor(
+    readonly bytes: number,
+    readonly maxBytes: number,
+    detail = `The idempotency scope of this request (the caller's principal and the operation) is ${bytes} bytes long in UTF-8; at most ${maxBytes} can be stored, so it cannot be made idempotent and nothing was executed. The principal is what grows: call as a principal with a shorter id.`,
   ) {
     super(detail);
   }

@@ -23,8 +23,18 @@ export interface ExpiredGeneration {
 /** Everything the engine reports, through the one `onEvent` hook. */
 export type IdempotencyEvent =
   | (EventBase & { type: 'claimed'; generation: number })
-  | (EventBase & { type: 'completed'; generation: number; status: number; outcomeKind: 'success' | 'error' })
-  | (EventBase & { type: 'replayed'; generation: number; status: number })
+  | (EventBase & {
+      type: 'completed';
+      generation: number;
+      status: number;
+      outcomeKind: 'success' | 'error';
+      /**
+       * Whether the stored outcome is a failure: an error, or a result that carries errors of its
+       * own (a GraphQL result with `errors`, whose status is 200). Search for it to find failed outcomes.
+       */
+      withErrors: boolean;
+    })
+  | (EventBase & { type: 'replayed'; generation: number; status: number; withErrors: boolean })
   | (EventBase & { type: 'conflict'; retryAfter: number })
   | (EventBase & { type: 'mismatch' })
   | (EventBase & { type: 'released'; generation: number })

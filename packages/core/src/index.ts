@@ -20,6 +20,7 @@ export {
 } from './engine.js';
 export { idempotencyClaim, deriveKey, type ClaimContext, type ClaimCarrier } from './claim.js';
 export { sharedPrincipal } from './adapter.js';
+export { MAX_SCOPE_BYTES } from './scope.js';
 export type { IdempotencyStore } from './store.js';
 export { MemoryStore, type MemoryStoreOptions } from './memory-store.js';
 export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventType, ExpiredGeneration } from './events.js';
@@ -48,6 +49,7 @@ export {
   InvalidKeyError,
   AmbiguousKeyError,
   InputTooDeepError,
+  ScopeTooLongError,
   RequestInProgressError,
   FingerprintMismatchError,
   KeyExpiredError,
@@ -106,7 +108,9 @@ export {
   idempotencyCorsHeaders,
   IDEMPOTENCY_CORS_ALLOWED_HEADERS,
   IDEMPOTENCY_CORS_EXPOSED_HEADERS,
+  type CorsPackageOptions,
   type CorsRequestLike,
   type IdempotencyCorsConfiguration,
   type IdempotencyCorsOptions,
+  type YogaCorsDecision,
 } from './cors.js';

@@ -42,23 +42,42 @@ export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
  * lines are ignored, so `['K', '']` and `'K, '` are both the key `K`. A bare key cannot hold a
  * comma; a quoted one can.
  *
- * Returns `undefined` when no key was sent (absent, empty or whitespace only): whether that
- * is an error depends on the endpoint (K2).
+ * Returns `undefined` when no key was sent (absent, empty, whitespace only, or an empty quoted
+ * string `""`): whether that is an error depends on the endpoint (K2), and a key field may stand in (K4).
  *
  * @throws InvalidKeyError too long (> 255), a character outside 0x21–0x7E, `"` or `\`,
- *   a malformed quoted string, or several non-empty field lines.
+ *   a malformed quoted string, or several non-empty field lines (a bare key with a comma is two).
  */
 export function parseIdempotencyKey(raw: string | readonly string[] | null | undefined): string | undefined {
   if (raw === null || raw === undefined) return undefined;
   const lines = typeof raw === 'string' ? [raw] : raw;
+  // K2: an empty line and an empty quoted string (`""`) are both no key, so a field key may stand beside them (K4).
   const present = lines
     .flatMap(fieldLines)
     .map(trimOws)
-    .filter((line) => line !== '');
-  if (present.length > 1) throw new InvalidKeyError('multiple', 'Send exactly one Idempotency-Key header field.');
+    .filter((line) => line !== '' && !isEmptyString(line));
+  if (present.length > 1) throw new InvalidKeyError('multiple', MULTIPLE_VALUES);
   const [value] = present;
   if (value === undefined) return undefined;
   return value.startsWith('"') ? unquote(value) : validateKey(value);
+}
+
+/**
+ * Why a comma outside quotes is refused (K1, RFC 9110 §5.3): it is how HTTP joins several field
+ * lines into one value, so `ab,cd` and the two lines `ab` and `cd` are the same field, and no
+ * server can tell which key was meant. A quoted key may hold a comma.
+ */
+const MULTIPLE_VALUES =
+  'The Idempotency-Key field holds more than one value: either several Idempotency-Key header lines were sent, or a bare key contains a comma, which HTTP reads as the separator between field lines (RFC 9110 §5.3). Send one key; a key that contains a comma must be sent quoted, e.g. Idempotency-Key: "ab,cd".';
+
+/** Whether `line` is an sf-string holding nothing (`""`, parameters allowed): no key (K2). */
+function isEmptyString(line: string): boolean {
+  if (!line.startsWith('""')) return false;
+  try {
+    return parseItem(line)[0] === '';
+  } catch {
+    return false;
+  }
 }
 
 /** The field lines a (possibly combined) field value holds: split at commas outside quoted strings. */
@@ -122,7 +141,6 @@ function unquote(input: string): string {
   if (typeof bare !== 'string') {
     throw new InvalidKeyError('syntax', 'The Idempotency-Key must be a string.');
   }
-  if (bare === '') throw new MissingKeyError();
   return validateKey(bare);
 }
 

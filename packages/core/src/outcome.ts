@@ -7,6 +7,22 @@
 export interface OutcomeSerializer {
   stringify(value: any): string;
   parse(text: string): any;
+  /**
+   * Whether a success value carries errors of its own — a GraphQL result with `errors` is a
+   * success for the engine (it is stored and replayed as it is) but a failure for an operator.
+   * It sets `withErrors` on the `completed` and `replayed` events. Defaults to never.
+   */
+  carriesErrors?(value: unknown): boolean;
+}
+
+/** Whether an outcome is a failure for an operator: an error, or a success value that carries errors. */
+export function outcomeWithErrors(serializer: OutcomeSerializer, kind: 'success' | 'error', value: unknown): boolean {
+  if (kind === 'error') return true;
+  try {
+    return serializer.carriesErrors?.(value) === true;
+  } catch {
+    return false;
+  }
 }
 
 /** What is stored of a thrown error. */

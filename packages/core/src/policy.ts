@@ -65,6 +65,12 @@ const STATUSES: Array<Omit<PolicyDocument['statuses'][number], 'type'>> = [
     clientAction: 'Send a flatter input; nothing was executed.',
   },
   {
+    status: 400,
+    code: 'idempotency_scope_too_long',
+    meaning: 'The principal and operation of the request are longer than the store can key (S1).',
+    clientAction: 'Do not retry unchanged; nothing was executed. Act as a principal with a shorter id.',
+  },
+  {
     status: 409,
     code: 'idempotency_request_in_progress',
     meaning: 'A request with this key is still being processed (E3).',

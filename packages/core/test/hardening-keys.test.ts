@@ -43,4 +43,22 @@ describe('parseIdempotencyKey reads the field lines and their combined value ali
     expect(readings(['', ' '])).toEqual([undefined, undefined]);
     expect(readings([','])).toEqual([undefined, undefined]);
   });
+
+  it('K1: a bare key with a comma is refused with a message that says why and shows the quoted form', () => {
+    for (const raw of ['ab,cd', ['ab', 'cd']]) {
+      const error = (() => {
+        try {
+          return parseIdempotencyKey(raw);
+        } catch (caught) {
+          return caught;
+        }
+      })();
+      expect(error).toBeInstanceOf(InvalidKeyError);
+      expect((error as InvalidKeyError).reason).toBe('multiple');
+      expect((error as Error).message).toContain('a bare key contains a comma');
+      expect((error as Error).message).toContain('RFC 9110');
+      expect((error as Error).message).toContain('Idempotency-Key: "ab,cd"');
+    }
+    expect(parseIdempotencyKey('"ab,cd"')).toBe('ab,cd');
+  });
 });

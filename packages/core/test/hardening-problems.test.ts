@@ -10,6 +10,7 @@ import {
   createPolicyDocument,
   FingerprintMismatchError,
   InputTooDeepError,
+  ScopeTooLongError,
   InvalidKeyError,
   KeyExpiredError,
   MissingKeyError,
@@ -29,6 +30,7 @@ const errors = [
   new KeyExpiredError({ firstSeenAt: new Date(0), completedAt: null, expiresAt: new Date(1), status: 200 }),
   new StoreUnavailableError(2),
   new InputTooDeepError(256),
+  new ScopeTooLongError(2000, 1024),
 ];
 
 describe('problem types (item 14)', () => {

@@ -35,7 +35,13 @@ describe('parseIdempotencyKey', () => {
     expect(parseIdempotencyKey(null)).toBeUndefined();
     expect(parseIdempotencyKey('')).toBeUndefined();
     expect(parseIdempotencyKey('   ')).toBeUndefined();
-    expect(() => parseIdempotencyKey('""')).toThrow(MissingKeyError);
+  });
+
+  it('K2: an empty quoted string is no key either, as an empty value is', () => {
+    expect(parseIdempotencyKey('""')).toBeUndefined();
+    expect(parseIdempotencyKey(' "";p=1 ')).toBeUndefined();
+    expect(parseIdempotencyKey(['""', 'k'])).toBe('k');
+    expect(parseIdempotencyKey('"", "k"')).toBe('k');
   });
 
   it('K3: accepts 255 characters and refuses 256', () => {

@@ -25,7 +25,7 @@ describe('published policy (R4)', () => {
       ['30m', '30s'],
     ]);
     expect(doc.clientGuidance).toContain('within 30m');
-    expect(doc.statuses.map((s) => s.status)).toEqual([400, 400, 400, 400, 409, 422, 422, 503]);
+    expect(doc.statuses.map((s) => s.status)).toEqual([400, 400, 400, 400, 400, 409, 422, 422, 503]);
   });
 
   it('R4: renders HTML with every endpoint, escaping what it prints', () => {

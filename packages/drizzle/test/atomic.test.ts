@@ -45,6 +45,7 @@ import { DRIVERS, driverSpec, type DriverTarget } from './drivers.ts';
 import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 import { databaseUrl, isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
 import { claimed, sleep } from './store-behaviour.ts';
+import { pollUntil } from '../../../test/support/waiting.ts';
 
 /** What the engine's handlers are given: the claim, with the transaction as `claim.tx`. */
 type Handler = (claim: { tx: unknown; generation: number }) => unknown;
@@ -179,9 +180,10 @@ describe.each([
     return counter;
   };
 
+  // PGlite (WebAssembly) takes more than a minute to open under `npm run test:loaded`.
   beforeAll(async () => {
     target = await open();
-  });
+  }, 180_000);
   afterAll(async () => {
     await target?.close();
   });
@@ -466,7 +468,10 @@ describe.each([
     expect(types()).toEqual(['staleTakeover', 'claimed', 'fenced', 'replayed']);
   });
 
-  it('E5: when the transaction cannot be opened the client gets 503 and nothing runs', async () => {
+  // Opens a target of its own: PGlite takes more than a minute to open under `npm run test:loaded`.
+  it('E5: when the transaction cannot be opened the client gets 503 and nothing runs', {
+    timeout: 180_000,
+  }, async () => {
     const broken = await open();
     await broken.close();
     const handler = counted(broken.pay('never'));
@@ -519,7 +524,8 @@ describe('atomic mode on SQLite refuses asynchronous handlers', () => {
 
 describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and commits', () => {
   it('a process killed mid-transaction (SIGKILL) leaves nothing; the retry executes cleanly as generation 1 without a takeover', {
-    timeout: 30_000,
+    // A child process under `npm run test:loaded` takes tens of seconds to start (tsx).
+    timeout: 120_000,
   }, async () => {
     const target = await openPostgresTarget({ schemaPrefix: 'idem_atomic_crash' });
     try {
@@ -544,10 +550,12 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
       const exited = new Promise<NodeJS.Signals | null>((resolve) =>
         child.once('exit', (_code, signal) => resolve(signal)),
       );
-      await new Promise<void>((resolve, reject) => {
-        createInterface({ input: child.stdout }).once('line', (line) =>
-          line === 'written' ? resolve() : reject(new Error(`unexpected: ${line}`)),
-        );
+      const backend = await new Promise<number>((resolve, reject) => {
+        createInterface({ input: child.stdout }).once('line', (line) => {
+          const written = /^written (\d+)$/.exec(line);
+          if (written) resolve(Number(written[1]));
+          else reject(new Error(`unexpected: ${line}`));
+        });
         void exited.then(() => reject(new Error(`child exited early: ${stderr}`)));
       });
 
@@ -556,6 +564,18 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
       expect(await countPgPayments(target.db)).toBe(0);
       child.kill('SIGKILL');
       expect(await exited).toBe('SIGKILL');
+      // PostgreSQL ends the dead client's backend when it notices the closed socket, which on a
+      // loaded machine is not at once; until then its transaction and advisory lock hold the key
+      // (a retry would get 409). Wait on what PostgreSQL reports: the backend gone, no lock of it left.
+      await pollUntil(
+        async () => {
+          const { rows } = (await target.db.execute(
+            sql`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ${backend}) OR EXISTS (SELECT 1 FROM pg_locks WHERE pid = ${backend}) AS alive`,
+          )) as unknown as { rows: Array<{ alive: boolean }> };
+          return rows[0]!.alive ? undefined : true;
+        },
+        { timeoutMs: 60_000, intervalMs: 25 },
+      );
 
       const { onEvent, types } = recorder();
       let runs = 0;

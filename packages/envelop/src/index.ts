@@ -4,7 +4,8 @@
  */
 export { useIdempotency, type IdempotencyPlugin } from './plugin.js';
 export type { IdempotencyResultExtension } from './field-unit.js';
-export { useYogaIdempotency, type YogaIdempotencyHooks } from './yoga.js';
+export { useYogaIdempotency, type YogaIdempotencyHooks, type YogaIdempotencyOptions } from './yoga.js';
+export { DEFAULT_PREFLIGHT_HEADERS, type CsrfPreventionOptions } from './preflight.js';
 export type { IdempotencyOptions, GraphQLKeyOptions, FingerprintInput, RequestHeaders } from './options.js';
 export { idempotentDirective, idempotentDirectiveTypeDefs, IdempotentDirectivePlacementRule } from './directive.js';
 export {

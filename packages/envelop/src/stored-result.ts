@@ -90,6 +90,8 @@ export function storedResultSerializer(serializer: OutcomeSerializer): OutcomeSe
   return {
     stringify: (result: ExecutionResult) => serializer.stringify(toStoredResult(result)),
     parse: (text: string) => serializer.parse(text) as StoredExecutionResult,
+    // The `withErrors` of idem's events: a result with errors is answered 200 but failed.
+    carriesErrors: (result: ExecutionResult | StoredExecutionResult) => (result?.errors?.length ?? 0) > 0,
   };
 }
 

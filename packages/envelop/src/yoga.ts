@@ -5,6 +5,25 @@ import type { IdempotencyResultExtension } from './field-unit.js';
 import { createIdempotencyPlugin, type IdempotencyPlugin } from './plugin.js';
 import { requestOf } from './request-headers.js';
 import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
+import {
+  DEFAULT_PREFLIGHT_HEADERS,
+  isUnpreflightedRequest,
+  unpreflightedMutationError,
+  type CsrfPreventionOptions,
+} from './preflight.js';
+
+/** Options of {@link useYogaIdempotency}: those of `useIdempotency`, and the Yoga-only ones. */
+export interface YogaIdempotencyOptions<TContext = Record<string, any>, TTx = unknown>
+  extends IdempotencyOptions<TContext, TTx> {
+  /**
+   * CSRF prevention: a mutation in a request a browser sends from any site without a preflight
+   * (`Content-Type: application/x-www-form-urlencoded`, `multipart/form-data` or `text/plain`) is
+   * refused with 415 `MUTATION_REQUIRES_PREFLIGHT`, unless it carries one of `requestHeaders`
+   * (`Idempotency-Key`, `X-GraphQL-Yoga-CSRF`, `Apollo-Require-Preflight`). `false` turns it off:
+   * only for APIs that no browser calls with cookies. Defaults to `true`.
+   */
+  csrfPrevention?: boolean | CsrfPreventionOptions;
+}
 
 interface BatchedParams {
   query?: string | null;
@@ -28,14 +47,21 @@ export interface YogaIdempotencyHooks {
  *   `extensions.http.headers`, which Yoga turns into headers and leaves out of the body;
  * - the batching rule (`batching: true`): an `Idempotency-Key` header on a batch holding more
  *   than one mutation operation identifies none of them, so each of them is refused with 400
- *   `IDEMPOTENCY_KEY_AMBIGUOUS` and none executes; argument and directive keys work as usual.
+ *   `IDEMPOTENCY_KEY_AMBIGUOUS` and none executes; argument and directive keys work as usual;
+ * - CSRF prevention (`csrfPrevention`, on by default): a mutation sent as a form without a
+ *   header that proves a preflight is refused with 415 before anything runs.
  *
  * Statuses and `Retry-After` come from the errors' `extensions.http`, which Yoga reads itself.
  * Used in a plain Envelop setup, the Yoga hooks never run and it behaves as `useIdempotency`.
  */
 export function useYogaIdempotency<TContext extends Record<string, any> = Record<string, any>, TTx = unknown>(
-  options: IdempotencyOptions<TContext, TTx>,
+  options: YogaIdempotencyOptions<TContext, TTx>,
 ): IdempotencyPlugin<TContext, TTx> & YogaIdempotencyHooks {
+  const { csrfPrevention = true } = options;
+  const preflightHeaders =
+    csrfPrevention === false
+      ? undefined
+      : ((csrfPrevention === true ? undefined : csrfPrevention.requestHeaders) ?? DEFAULT_PREFLIGHT_HEADERS);
   const batches = new WeakMap<object, { params: readonly BatchedParams[]; mutations?: number }>();
   const plugin = createIdempotencyPlugin(options, {
     batchedMutations(context) {
@@ -57,6 +83,12 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
     onRequestParse({ request }) {
       return {
         onRequestParseDone({ requestParserResult }) {
+          if (preflightHeaders && isUnpreflightedRequest(request, preflightHeaders)) {
+            const params = (
+              Array.isArray(requestParserResult) ? requestParserResult : [requestParserResult]
+            ) as BatchedParams[];
+            if (params.some(isMutation)) throw unpreflightedMutationError(preflightHeaders);
+          }
           if (Array.isArray(requestParserResult))
             batches.set(request, { params: requestParserResult as BatchedParams[] });
         },

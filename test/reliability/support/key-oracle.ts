@@ -46,11 +46,18 @@ export function expectArgumentKey(value: string): Expectation {
 /** One header field value (already combined, if the transport combines). */
 export function expectHeaderValue(raw: string): Expectation {
   // Only OWS (SP, HTAB) is trimmed: VT, FF, NBSP around a key are characters outside K3's set.
+  // K2: an empty line and an empty sf-string (`""`) are no key; any other line counts.
   const present = splitAtCommas(raw)
     .map((line) => line.replace(OWS, ''))
-    .filter((line) => line !== '');
+    .filter((line) => line !== '' && !isEmptyString(line));
   if (present.length > 1) return rejected;
   return parseValue(present[0] ?? '');
+}
+
+/** A line that is an sf-string item holding the empty string, parameters allowed. */
+function isEmptyString(line: string): boolean {
+  const item = parseStringItem(line);
+  return item !== undefined && item.value === '' && !item.rare;
 }
 
 /** Several header fields, kept apart (Node's `headersDistinct`, as @idem/trpc reads them): the same field as their joined value. */
@@ -91,14 +98,26 @@ function parseValue(value: string): Expectation {
 
 /** RFC 9651 §4.2.3 for an item whose bare item is a string; parameters are parsed and dropped. */
 function parseQuotedItem(input: string): Expectation {
+  const item = parseStringItem(input);
+  if (!item) return rejected;
+  const key = item.value === '' ? rejected : validate(item.value);
+  if (!item.rare) return key;
+  return { kind: 'either', keys: key.kind === 'accepted' ? [key.key] : [], why: 'rare-parameter' };
+}
+
+/**
+ * The string of an sf-string item, or undefined when `input` is not one. `rare`: a parameter
+ * value of a type this oracle does not parse, after which the rest is not checked.
+ */
+function parseStringItem(input: string): { value: string; rare: boolean } | undefined {
   const string = parseString(input, 0);
-  if (!string) return rejected;
+  if (!string) return undefined;
   let pos = string.end;
   let rare = false;
   while (input[pos] === ';') {
     pos++;
     while (input[pos] === ' ') pos++;
-    if (!/^[a-z*]$/.test(input[pos] ?? '')) return rejected;
+    if (!/^[a-z*]$/.test(input[pos] ?? '')) return undefined;
     while (/^[a-z0-9_\-.*]$/.test(input[pos] ?? '')) pos++;
     if (input[pos] !== '=') continue;
     pos++;
@@ -109,16 +128,14 @@ function parseQuotedItem(input: string): Expectation {
       break;
     }
     const end = parseBareItem(input, pos);
-    if (end === undefined) return rejected;
+    if (end === undefined) return undefined;
     pos = end;
   }
   if (!rare) {
     while (input[pos] === ' ') pos++;
-    if (pos !== input.length) return rejected;
+    if (pos !== input.length) return undefined;
   }
-  const key = string.value === '' ? rejected : validate(string.value);
-  if (!rare) return key;
-  return { kind: 'either', keys: key.kind === 'accepted' ? [key.key] : [], why: 'rare-parameter' };
+  return { value: string.value, rare };
 }
 
 /** §4.2.5: `"`, then printable ASCII with `\"` and `\\` escapes, then `"`. */
