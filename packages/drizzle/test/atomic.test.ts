@@ -1,9 +1,9 @@
 /**
- * Atomic mode (`engine.executeAtomic`, the store's `atomicClaim` / `atomicComplete`) on real
- * databases: the handler's own write commits in the same transaction as the claim and the
- * stored outcome, or not at all — through handler errors, failures before the commit, races,
- * takeovers, fencing and a process killed mid-transaction. One suite for both dialects; the
- * SQLite handlers are synchronous (better-sqlite3 transactions cannot span an await).
+ * Atomic mode (`engine.executeAtomic` over the store's `transaction`) on real databases: the
+ * handler's own write commits in the same transaction as the claim and the stored outcome, or
+ * not at all — through handler errors, failures before the commit, races, takeovers, fencing and
+ * a process killed mid-transaction. One suite for every driver that has atomic mode (all but
+ * better-sqlite3, whose transactions cannot span an await: refused, below).
  */
 import { spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -28,6 +28,7 @@ import {
   type IdempotencyEvent,
   type IdempotencyStore,
 } from '@idem/core';
+import { createAdapterKit } from '@idem/core/adapter';
 import type { ClaimRequest } from '@idem/core/store';
 import { createDrizzleStore, migrate, type DrizzleStore } from '../src/index.ts';
 import type { CrashChildConfig } from './atomic-crash-child.ts';
@@ -38,7 +39,6 @@ import {
   countPgPayments,
   payOnMysql,
   payOnPostgres,
-  payOnSqlite,
   sqlitePayments,
 } from './payments.ts';
 import { DRIVERS, driverSpec, type DriverTarget } from './drivers.ts';
@@ -48,54 +48,37 @@ import { claimed, sleep } from './store-behaviour.ts';
 import { pollUntil } from '../../../test/support/waiting.ts';
 
 /** What the engine's handlers are given: the claim, with the transaction as `claim.tx`. */
-type Handler = (claim: { tx: unknown; generation: number }) => unknown;
-
-/** A handler as the store runs it, `run(tx, record)`. */
-const storeRun = (handler: Handler) => (tx: unknown, record: { generation: number }) =>
-  handler({ tx, generation: record.generation });
+type Handler = (claim: { tx: unknown; generation: number }) => Promise<unknown>;
 
 interface AtomicTarget {
   dialect: 'sqlite' | 'postgres' | 'mysql';
-  /** Whether handlers must be synchronous (better-sqlite3). */
-  synchronous: boolean;
   store: DrizzleStore;
-  /**
-   * A handler that records payment `id` through its transaction and then returns what `after`
-   * returns (or throws what it throws). Asynchronous on PostgreSQL and MySQL, synchronous on SQLite.
-   */
+  /** A handler that records payment `id` through its transaction and then returns what `after` returns (or throws what it throws). */
   pay(id: string, after?: (claim: { generation: number }) => unknown): Handler;
   /** Committed payments. */
   payments(): Promise<number>;
   /** Through the handler's transaction: gives the live record of (scope, key) another owner. */
-  steal(tx: unknown, scope: string, key: string): unknown;
+  steal(tx: unknown, scope: string, key: string): Promise<unknown>;
   close(): Promise<void>;
 }
 
-const openSqlite = async (): Promise<AtomicTarget> => atomicTarget(await driverSpec('better-sqlite3').open());
-
-/** A driver's database with the payments table, and handlers that pay through their transaction (synchronous on better-sqlite3). */
+/** A driver's database with the payments table, and handlers that pay through their transaction. */
 async function atomicTarget(target: DriverTarget): Promise<AtomicTarget> {
   await migrate(target.db);
   await target.exec(CREATE_PAYMENTS);
   const store = createDrizzleStore(target.db);
-  const synchronous = store.atomicHandlers === 'synchronous';
-  const sqlite = target.db as unknown as BaseSQLiteDatabase<'sync' | 'async', unknown>;
+  const sqlite = target.db as unknown as BaseSQLiteDatabase<'async', unknown>;
   return {
     dialect: target.dialect,
-    synchronous,
     store,
-    pay: (id, after = () => ({ paymentId: id })) =>
-      synchronous
-        ? (claim) => {
-            payOnSqlite(claim.tx, id);
-            return after(claim);
-          }
-        : async (claim) => {
-            await (target.dialect === 'postgres'
-              ? payOnPostgres(claim.tx, id)
-              : (claim.tx as typeof sqlite).insert(sqlitePayments).values({ id }));
-            return after(claim);
-          },
+    pay:
+      (id, after = () => ({ paymentId: id })) =>
+      async (claim) => {
+        await (target.dialect === 'postgres'
+          ? payOnPostgres(claim.tx, id)
+          : (claim.tx as typeof sqlite).insert(sqlitePayments).values({ id }));
+        return after(claim);
+      },
     payments: async () =>
       target.dialect === 'postgres'
         ? countPgPayments(target.db as NodePgDatabase)
@@ -116,7 +99,6 @@ const openMysql = async (): Promise<AtomicTarget> => {
   await target.db.execute(sql.raw(CREATE_MYSQL_PAYMENTS));
   return {
     dialect: 'mysql',
-    synchronous: false,
     store: createDrizzleStore(target.db),
     pay:
       (id, after = () => ({ paymentId: id })) =>
@@ -163,8 +145,8 @@ const claimRequest = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => ({
 });
 
 describe.each([
-  ...DRIVERS.filter((spec) => spec.runs).map((spec) => ({
-    name: spec.name === 'better-sqlite3' ? 'better-sqlite3 (synchronous handlers)' : spec.name,
+  ...DRIVERS.filter((spec) => spec.runs && spec.name !== 'better-sqlite3').map((spec) => ({
+    name: spec.name,
     open: () => spec.open({ max: 10, schemaPrefix: 'idem_atomic_test' }).then(atomicTarget),
   })),
   ...((await mysqlSuitesRun()) ? [{ name: 'MySQL server (mysql2)', open: openMysql }] : []),
@@ -256,31 +238,43 @@ describe.each([
     expect(await target.payments()).toBe(before);
   });
 
-  it('a failure between the handler and the commit (the outcome cannot be written) leaves nothing, and the retry executes cleanly', async () => {
+  it('a failure between the handler and the commit (the outcome cannot be written) leaves nothing: 503, and the retry executes cleanly', async () => {
     const req = request();
     const before = await target.payments();
-    const { key, scope, fingerprint } = req;
-    const crashed = counted(target.pay(`pay_${key}`));
-
-    await expect(
-      target.store.atomicClaim(claimRequest({ scope, key, fingerprint }), storeRun(crashed.handler), () => {
-        throw new Error('disk full');
-      }),
-    ).rejects.toThrow('disk full');
-    expect(crashed.runs).toBe(1);
-    expect(await target.store.get(scope, key)).toBeNull();
-    expect(await target.payments()).toBe(before);
+    const crashed = counted(target.pay(`pay_${req.key}`));
+    // The database fails the outcome's write: the handler has run and written through `tx`.
+    const failing: IdempotencyStore = {
+      ...target.store,
+      transaction: (work) =>
+        target.store.transaction!((t) =>
+          work({
+            ...t,
+            complete: async () => {
+              throw new Error('disk full');
+            },
+          }),
+        ),
+    };
 
     const { onEvent, types } = recorder();
-    const retry = counted(target.pay(`pay_${key}`));
-    expect(await engineOn({ onEvent }).executeAtomic(req, retry.handler)).toMatchObject({
+    await expect(createEngine({ store: failing, onEvent }).executeAtomic(req, crashed.handler)).rejects.toBeInstanceOf(
+      StoreUnavailableError,
+    );
+    expect(crashed.runs).toBe(1);
+    expect(types()).toEqual(['storeError']);
+    expect(await target.store.get(req.scope, req.key)).toBeNull();
+    expect(await target.payments()).toBe(before);
+
+    const retry = recorder();
+    const again = counted(target.pay(`pay_${req.key}`));
+    expect(await engineOn({ onEvent: retry.onEvent }).executeAtomic(req, again.handler)).toMatchObject({
       ok: true,
       replayed: false,
       generation: 1,
     });
-    expect(retry.runs).toBe(1);
+    expect(again.runs).toBe(1);
     expect(await target.payments()).toBe(before + 1);
-    expect(types()).toEqual(['claimed', 'completed']);
+    expect(retry.types()).toEqual(['claimed', 'completed']);
   });
 
   it('an error codec that throws while describing the outcome rolls everything back and is rethrown as it is', async () => {
@@ -316,12 +310,9 @@ describe.each([
     const engine = engineOn();
     const req = request();
     const before = await target.payments();
+    // Hold the transaction open a while, so that the others arrive while it runs.
     const handler = counted(
-      target.pay(`pay_${req.key}`, (claim) => {
-        // PostgreSQL, MySQL: hold the transaction open a while, so the others queue behind its claim.
-        if (!target.synchronous) return sleep(50).then(() => ({ generation: claim.generation }));
-        return { generation: claim.generation };
-      }),
+      target.pay(`pay_${req.key}`, (claim) => sleep(50).then(() => ({ generation: claim.generation }))),
     );
     const results = await Promise.allSettled(
       Array.from({ length: 20 }, () => engine.executeAtomic(req, handler.handler)),
@@ -377,25 +368,22 @@ describe.each([
     expect(types()).toEqual(['claimed', 'completed', 'expiredKeyReused', 'claimed', 'completed']);
   });
 
-  it('E6: atomicComplete for a token that lost its claim runs nothing and stores nothing', async () => {
+  it('E6: a transaction that locks a claim its token lost gets none, and leaves the new owner’s claim as it is', async () => {
     const lost = claimRequest({ leaseMs: 50 });
     claimed(await target.store.claim(lost));
     await sleep(120);
     const winner = claimed(await target.store.claim({ ...lost, token: randomUUID() }));
-    const before = await target.payments();
-    const handler = counted(target.pay(`pay_${lost.key}`));
 
-    expect(
-      await target.store.atomicComplete(
-        { scope: lost.scope, key: lost.key, token: lost.token },
-        storeRun(handler.handler),
-        () => ({ kind: 'success', status: 200, body: '"late"' }),
-      ),
-    ).toEqual({
-      completed: false,
-    });
-    expect(handler.runs).toBe(0);
-    expect(await target.payments()).toBe(before);
+    const locked = await target.store.transaction!(async (t) => ({
+      commit: false,
+      value: await t.lockOwned({ scope: lost.scope, key: lost.key, token: lost.token }),
+    }));
+    expect(locked).toBeNull();
+    const owned = await target.store.transaction!(async (t) => ({
+      commit: false,
+      value: await t.lockOwned({ scope: lost.scope, key: lost.key, token: winner.record.token }),
+    }));
+    expect(owned).toMatchObject({ state: 'processing', token: winner.record.token });
     expect(await target.store.get(lost.scope, lost.key)).toMatchObject({
       state: 'processing',
       token: winner.record.token,
@@ -403,34 +391,23 @@ describe.each([
     });
   });
 
-  it('E6: when the claim is fenced after the handler ran, its writes are rolled back with everything else', async () => {
-    const held = claimRequest();
-    claimed(await target.store.claim(held));
+  it('E6: when the claim is taken from the handler’s transaction after it ran, its writes are rolled back with everything else', async () => {
+    const req = request();
     const before = await target.payments();
+    const { onEvent, types } = recorder();
     // The handler pays, then (inside its own transaction, standing in for a takeover) loses the claim.
-    const handler = target.pay(`pay_${held.key}`, () => undefined);
-    const fencedHandler: Handler = (claim) => {
-      const paid = handler(claim);
-      return target.synchronous
-        ? target.steal(claim.tx, held.scope, held.key)
-        : (paid as Promise<unknown>).then(() => target.steal(claim.tx, held.scope, held.key));
+    const pay = target.pay(`pay_${req.key}`, () => undefined);
+    const fencedHandler: Handler = async (claim) => {
+      await pay(claim);
+      await target.steal(claim.tx, req.scope, req.key);
     };
 
-    expect(
-      await target.store.atomicComplete(
-        { scope: held.scope, key: held.key, token: held.token },
-        storeRun(fencedHandler),
-        () => ({ kind: 'success', status: 200, body: '1' }),
-      ),
-    ).toEqual({
-      completed: false,
-    });
+    await expect(engineOn({ onEvent }).executeAtomic(req, fencedHandler)).rejects.toBeInstanceOf(
+      RequestInProgressError,
+    );
+    expect(types()).toEqual(['fenced', 'conflict']);
     expect(await target.payments()).toBe(before);
-    expect(await target.store.get(held.scope, held.key)).toMatchObject({
-      state: 'processing',
-      token: held.token,
-      outcome: null,
-    });
+    expect(await target.store.get(req.scope, req.key)).toBeNull();
   });
 
   it('E6: an execution fenced out between its claim and its transaction replays the outcome of the claim that fenced it', async () => {
@@ -444,21 +421,24 @@ describe.each([
       ),
     );
     await sleep(120);
+    let transactions = 0;
     const racing: IdempotencyStore = {
       ...target.store,
-      claim: (r) => target.store.claim(r),
-      async atomicComplete(owner, run, toOutcome) {
-        await sleep(120);
-        const other = claimed(
-          await target.store.claim(claimRequest({ scope: req.scope, key: req.key, fingerprint: req.fingerprint })),
-        );
-        await target.store.complete({
-          scope: req.scope,
-          key: req.key,
-          token: other.record.token,
-          outcome: { kind: 'success', status: 200, body: '{"paymentId":"theirs"}' },
-        });
-        return target.store.atomicComplete(owner, run, toOutcome);
+      async transaction(work) {
+        // The second transaction, the one that would run the handler under our takeover.
+        if (++transactions === 2) {
+          await sleep(120);
+          const other = claimed(
+            await target.store.claim(claimRequest({ scope: req.scope, key: req.key, fingerprint: req.fingerprint })),
+          );
+          await target.store.complete({
+            scope: req.scope,
+            key: req.key,
+            token: other.record.token,
+            outcome: { kind: 'success', status: 200, body: '{"paymentId":"theirs"}' },
+          });
+        }
+        return target.store.transaction!(work);
       },
     };
     const handler = counted(target.pay(`pay_${req.key}`));
@@ -484,41 +464,35 @@ describe.each([
   });
 });
 
-describe('atomic mode on SQLite refuses asynchronous handlers', () => {
-  let target: AtomicTarget;
+describe('atomic mode on better-sqlite3: none, its transactions cannot span an await', () => {
+  let target: DriverTarget;
   beforeAll(async () => {
-    target = await openSqlite();
+    target = await driverSpec('better-sqlite3').open();
+    await migrate(target.db);
   });
   afterAll(async () => {
     await target?.close();
   });
-  const refusal =
-    '[idem] atomic mode on SQLite needs a synchronous handler: better-sqlite3 transactions cannot span an await';
 
-  it('an async function is refused before anything runs', async () => {
+  it('the store has no transaction: executeAtomic is refused with a TypeError before anything runs', async () => {
+    const store = createDrizzleStore(target.db);
+    expect(store.transaction).toBeUndefined();
     const req = request();
     let runs = 0;
     await expect(
-      createEngine({ store: target.store }).executeAtomic(req, async () => {
+      createEngine({ store }).executeAtomic(req, async () => {
         runs++;
       }),
-    ).rejects.toThrow(new TypeError(refusal));
+    ).rejects.toThrow(/^\[idem\] executeAtomic needs a store with atomic mode/);
     expect(runs).toBe(0);
-    expect(await target.store.get(req.scope, req.key)).toBeNull();
+    expect(await store.get(req.scope, req.key)).toBeNull();
   });
 
-  it('a handler that returns a promise is refused with a TypeError, and what it wrote before is rolled back with the claim', async () => {
-    const req = request();
-    const before = await target.payments();
-    const handler: Handler = ({ tx }) => {
-      payOnSqlite(tx, `pay_${req.key}`);
-      return Promise.reject(new Error('never awaited'));
-    };
-    const failure = createEngine({ store: target.store }).executeAtomic(req, handler);
-    await expect(failure).rejects.toBeInstanceOf(TypeError);
-    await expect(failure).rejects.toThrow(refusal);
-    expect(await target.store.get(req.scope, req.key)).toBeNull();
-    expect(await target.payments()).toBe(before);
+  it('an adapter with atomic: true on it is refused when it is created', () => {
+    const store = createDrizzleStore(target.db);
+    expect(() =>
+      createAdapterKit({ store, principal: () => 'p', atomic: true }, { name: 'idempotency()', field: 'input field' }),
+    ).toThrow(/^\[idem\] idempotency\(\): `atomic: true` needs a store with atomic mode/);
   });
 });
 
@@ -618,14 +592,33 @@ describe.runIf(postgresServer)('atomic mode on a PostgreSQL server: crashes and 
     try {
       await migrate(db);
       await db.execute(sql.raw(CREATE_PAYMENTS));
+      // Autovacuum and autoanalyze workers commit in this database too, and on a loaded machine they
+      // wake up while the workload runs (fresh tables, many inserts): keep them off these tables.
+      const tables = await pool.query<{ name: string }>(
+        "SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) AS name FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')",
+      );
+      for (const { name: table } of tables.rows) {
+        await pool.query(`ALTER TABLE ${table} SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)`);
+      }
       const engine = createEngine({ store: createDrizzleStore(db) });
-      const commits = async () => {
-        await pool.query('SELECT pg_stat_force_next_flush()');
+      const read = async () => {
         const { rows } = await admin.query<{ commits: string; rollbacks: string }>(
           'SELECT xact_commit AS commits, xact_rollback AS rollbacks FROM pg_stat_database WHERE datname = $1',
           [name],
         );
         return { commits: Number(rows[0]!.commits), rollbacks: Number(rows[0]!.rollbacks) };
+      };
+      /** The database's counters once the workload's backend has flushed them: read until they hold still. */
+      const commits = async () => {
+        await pool.query('SELECT pg_stat_force_next_flush()');
+        let last = await read();
+        for (let attempt = 0; attempt < 20; attempt++) {
+          await new Promise((resolve) => setTimeout(resolve, 50));
+          const now = await read();
+          if (now.commits === last.commits && now.rollbacks === last.rollbacks) return now;
+          last = now;
+        }
+        return last;
       };
       const runs = 5;
       /** Per execution: commits, rollbacks and statements (round trips), the best of three rounds. */
