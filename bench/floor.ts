@@ -12,8 +12,13 @@
  * sides run the very same statements on the same tables and indexes.
  */
 import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { createEngine, defaultFingerprint, type IdempotencyStore } from '@idem/core';
-import { createDrizzleStore } from '@idem/drizzle';
+import { createDrizzleStore, defineSqliteTables } from '@idem/drizzle';
+import { sqliteClock } from '../packages/drizzle/src/database-clock.ts';
+import { liveRowOfValues, nowOfValues } from '../packages/drizzle/src/drizzle-seams.ts';
+import { and, eq, getTableColumns, sql as drizzleSql } from 'drizzle-orm';
 import { drizzle as drizzleSqlite } from 'drizzle-orm/better-sqlite3';
 import { drizzle as drizzleLibsql } from 'drizzle-orm/libsql';
 import { drizzle as drizzleMysql } from 'drizzle-orm/mysql2';
@@ -69,6 +74,8 @@ export interface FloorResult {
   microsPerOp: Record<string, number>;
   /** Median of per-round ratios, with their 25th/75th percentiles. */
   ratios: Record<string, { median: number; p25: number; p75: number }>;
+  /** Whether a baseline build was timed beside this one (`baseline …` variants and ratios). */
+  baseline: boolean;
   targets: { engineFreshVsFloor: Target; replayVsOneStatement: Target };
   /** The store's SQL the floor runs (as captured from the store). */
   sql: { claim: string; complete: string; read: string; readBack?: string };
@@ -77,14 +84,36 @@ export interface FloorResult {
 export interface FloorOptions {
   quick: boolean;
   stores: ReadonlyArray<FloorStore>;
+  /**
+   * A directory holding another build as `node_modules/@idem/core` and `node_modules/@idem/drizzle`
+   * (each its package.json and dist/, drizzle-orm linked beside them): its engine and store are
+   * timed in the same rounds, against the same floor.
+   */
+  baseline?: string | undefined;
+  /** Rounds per variant; more narrow the spread on a loaded machine. Defaults to 41 (5 with `quick`). */
+  rounds?: number | undefined;
 }
 
-export async function runFloor({ quick, stores }: FloorOptions): Promise<FloorResult[]> {
+/** The engine and store of another build. */
+interface Build {
+  createEngine: typeof createEngine;
+  createDrizzleStore: typeof createDrizzleStore;
+}
+
+async function loadBuild(directory: string): Promise<Build> {
+  const entry = (name: string) =>
+    pathToFileURL(join(directory, 'node_modules', '@idem', name, 'dist', 'index.js')).href;
+  const [core, drizzle] = await Promise.all([import(entry('core')), import(entry('drizzle'))]);
+  return { createEngine: core.createEngine, createDrizzleStore: drizzle.createDrizzleStore } as Build;
+}
+
+export async function runFloor({ quick, stores, baseline, rounds }: FloorOptions): Promise<FloorResult[]> {
+  const build = baseline === undefined ? undefined : await loadBuild(baseline);
   const results: FloorResult[] = [];
   for (const store of stores) {
     const database = await OPEN[store]();
     try {
-      results.push(await compare(database, quick));
+      results.push(await compare(database, quick, build, rounds));
     } finally {
       await database.close();
     }
@@ -114,7 +143,12 @@ interface CapturedSql {
   readBack?: Captured;
 }
 
-async function compare(database: FloorDatabase, quick: boolean): Promise<FloorResult> {
+async function compare(
+  database: FloorDatabase,
+  quick: boolean,
+  baseline: Build | undefined,
+  roundsWanted: number | undefined,
+): Promise<FloorResult> {
   const sql = await captureStoreSql(database);
   const raw =
     database.dialect === 'sqlite'
@@ -137,7 +171,7 @@ async function compare(database: FloorDatabase, quick: boolean): Promise<FloorRe
   // disturb its neighbours' too, and the median over rounds drops the rounds it did not.
   // libsql commits with synchronous = FULL (an fsync each, milliseconds): batches as on a server.
   const opsPerBatch = sync ? (quick ? 200 : 1000) : quick ? 30 : 50;
-  const rounds = quick ? 5 : 41;
+  const rounds = roundsWanted ?? (quick ? 5 : 41);
   let cursor = 0;
   const nextReplayKey = () => replayKeys[cursor++ % REPLAY_KEYS]!;
 
@@ -180,6 +214,63 @@ async function compare(database: FloorDatabase, quick: boolean): Promise<FloorRe
     },
   ];
 
+  // SQLite's hot read (the replay's one statement), its row decoded two ways: by position from
+  // `values()` (the store's way, drizzle-seams.ts) and by drizzle's own mapping of `get()`.
+  if (database.dialect === 'sqlite') {
+    const { keys } = defineSqliteTables();
+    const selection = { ...getTableColumns(keys), now: drizzleSql`${sqliteClock.now}`.mapWith(keys.createdAt) };
+    const where = and(eq(keys.scope, drizzleSql.placeholder('scope')), eq(keys.key, drizzleSql.placeholder('key')));
+    const read = database.db.select(selection).from(keys).where(where).prepare();
+    variants.push(
+      {
+        name: 'live read, by position',
+        batch: rawBatch(() => {
+          const [values] = read.values({ scope: SCOPE, key: nextReplayKey() });
+          if (!values || !liveRowOfValues(values) || !nowOfValues(values)) throw new Error('[bench] no row');
+        }),
+      },
+      {
+        name: 'live read, mapped by drizzle',
+        batch: rawBatch(() => {
+          const found = read.get({ scope: SCOPE, key: nextReplayKey() });
+          if (!found) throw new Error('[bench] no row');
+          const { now, ...row } = found;
+          if (!row || !now) throw new Error('[bench] no row');
+        }),
+      },
+    );
+  }
+
+  if (baseline) {
+    const baselineStore = baseline.createDrizzleStore(database.db);
+    const baselineEngine = baseline.createEngine({ store: baselineStore });
+    variants.push(
+      { name: 'baseline store claim + complete', batch: () => timeBatch(opsPerBatch, () => storeFresh(baselineStore)) },
+      {
+        name: 'baseline engine fresh',
+        batch: () =>
+          timeBatch(opsPerBatch, () =>
+            baselineEngine.execute({ scope: SCOPE, key: randomUUID(), fingerprint: FINGERPRINT }, () => VALUE),
+          ),
+      },
+      {
+        name: 'baseline store replay (claim)',
+        batch: () => timeBatch(opsPerBatch, () => storeReplay(baselineStore, nextReplayKey())),
+      },
+      {
+        name: 'baseline engine replay',
+        batch: () =>
+          timeBatch(opsPerBatch, async () => {
+            const result = await baselineEngine.execute(
+              { scope: SCOPE, key: nextReplayKey(), fingerprint: FINGERPRINT },
+              () => VALUE,
+            );
+            if (!result.replayed) throw new Error('[bench] expected a replay');
+          }),
+      },
+    );
+  }
+
   const times = await interleave(variants, { rounds, warmupRounds: quick ? 1 : 2 });
   const microsPerOp = Object.fromEntries(Object.entries(times).map(([name, values]) => [name, median(values) / 1000]));
   const ratio = (numerator: string, denominator: string) => {
@@ -193,6 +284,20 @@ async function compare(database: FloorDatabase, quick: boolean): Promise<FloorRe
     'raw replay statement / raw SELECT by key': ratio('raw replay statement', 'raw SELECT by key'),
     'store replay (claim) / raw SELECT by key': ratio('store replay (claim)', 'raw SELECT by key'),
     'engine replay / raw SELECT by key': ratio('engine replay', 'raw SELECT by key'),
+    ...(database.dialect === 'sqlite' && {
+      'live read, mapped by drizzle / live read, by position': ratio(
+        'live read, mapped by drizzle',
+        'live read, by position',
+      ),
+      'live read, mapped by drizzle / engine replay': ratio('live read, mapped by drizzle', 'engine replay'),
+      'live read, by position / engine replay': ratio('live read, by position', 'engine replay'),
+    }),
+    ...(baseline && {
+      'baseline engine fresh / raw claim + complete': ratio('baseline engine fresh', 'raw claim + complete'),
+      'baseline engine replay / raw SELECT by key': ratio('baseline engine replay', 'raw SELECT by key'),
+      'engine fresh / baseline engine fresh': ratio('engine fresh', 'baseline engine fresh'),
+      'engine replay / baseline engine replay': ratio('engine replay', 'baseline engine replay'),
+    }),
   };
   const target = (value: number, atMost: number): Target => ({ ratio: value, atMost, met: value <= atMost });
   return {
@@ -201,6 +306,7 @@ async function compare(database: FloorDatabase, quick: boolean): Promise<FloorRe
     rounds,
     microsPerOp,
     ratios,
+    baseline: baseline !== undefined,
     targets: {
       engineFreshVsFloor: target(ratios['engine fresh / raw claim + complete'].median, 1.15),
       replayVsOneStatement: target(ratios['engine replay / raw SELECT by key'].median, 1.15),

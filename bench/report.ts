@@ -108,7 +108,38 @@ export function renderFloor(results: readonly FloorResult[]): string {
   const shape = results
     .map((r) => `${storeName(r.store)}: ${r.rounds} rounds × ${r.opsPerBatch} ops per variant`)
     .join('; ');
-  return `### 1. Floor vs engine, per operation (one connection, sequential)\n\nFresh path:\n\n${fresh}\n\nReplay path:\n\n${replay}\n\nMedians of per-batch µs/op; ratios are medians of per-round ratios (p25–p75 across rounds). ${shape}.`;
+  const compared = results.filter((r) => r.baseline);
+  const beside =
+    compared.length === 0
+      ? ''
+      : `\n\nBeside the baseline build, in the same rounds:\n\n${table(
+          [
+            'store',
+            'fresh b / a, baseline',
+            'fresh b / a, this build',
+            'this / baseline, fresh',
+            'replay c / SELECT, baseline',
+            'replay c / SELECT, this build',
+            'this / baseline, replay',
+          ],
+          compared.map((r) => [
+            storeName(r.store),
+            spread(r.ratios['baseline engine fresh / raw claim + complete']!),
+            spread(r.ratios['engine fresh / raw claim + complete']!),
+            spread(r.ratios['engine fresh / baseline engine fresh']!),
+            spread(r.ratios['baseline engine replay / raw SELECT by key']!),
+            spread(r.ratios['engine replay / raw SELECT by key']!),
+            spread(r.ratios['engine replay / baseline engine replay']!),
+          ]),
+        )}`;
+  const decoded = results
+    .filter((r) => r.ratios['live read, mapped by drizzle / live read, by position'])
+    .map(
+      (r) =>
+        `\n\n${storeName(r.store)}'s hot read (the replay's statement), its row mapped by drizzle (\`get()\`) vs by position (\`values()\`, drizzle-seams.ts): ${micros(r.microsPerOp['live read, mapped by drizzle'])} vs ${micros(r.microsPerOp['live read, by position'])} µs, ${spread(r.ratios['live read, mapped by drizzle / live read, by position']!)}.`,
+    )
+    .join('');
+  return `### 1. Floor vs engine, per operation (one connection, sequential)\n\nFresh path:\n\n${fresh}\n\nReplay path:\n\n${replay}${beside}${decoded}\n\nMedians of per-batch µs/op; ratios are medians of per-round ratios (p25–p75 across rounds). ${shape}.`;
 }
 
 export function renderHttp(result: HttpResult): string {

@@ -1,5 +1,7 @@
 /**
  * `npm run bench [-- --only floor,http,scale,memory,commits,status] [-- --quick]`: runs the parts in sequence,
+ * (`--stores sqlite,postgres` narrows the floor's drivers; `--baseline <dir>` times another build
+ * beside this one in the floor's rounds, see bench/README.md),
  * prints their tables and writes everything to bench/results/<date>.json.
  * Needs PostgreSQL at DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test) and, for
  * the HTTP part, Redis at REDIS_URL (default redis://127.0.0.1:6379). The floor part runs on
@@ -21,7 +23,7 @@ import {
   REDIS_URL,
 } from './databases.ts';
 import { renderCommits, runCommits } from './commits.ts';
-import { runFloor } from './floor.ts';
+import { runFloor, type FloorStore } from './floor.ts';
 import { runHttp } from './http.ts';
 import { renderKeyStatus, runKeyStatus } from './key-status.ts';
 import { runMemory } from './memory.ts';
@@ -34,7 +36,18 @@ const STORES = ['sqlite', 'postgres'] as const;
 /** The floor also runs on the other drivers: libsql (a SQLite file) and postgres-js (and mysql2 when MySQL answers). */
 const FLOOR_STORES = ['sqlite', 'libsql', 'postgres', 'postgres-js'] as const;
 
-const { values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false } } });
+const { values } = parseArgs({
+  options: {
+    only: { type: 'string' },
+    quick: { type: 'boolean', default: false },
+    // The floor part, side by side with another build of @idem/core and @idem/drizzle (see README).
+    baseline: { type: 'string' },
+    // The floor part on some of its drivers only: sqlite, libsql, postgres, postgres-js, mysql.
+    stores: { type: 'string' },
+    // The floor's rounds per variant (default 41): more narrow the spread on a loaded machine.
+    rounds: { type: 'string' },
+  },
+});
 const only = (values.only ?? PARTS.join(','))
   .split(',')
   .map((part) => part.trim())
@@ -66,9 +79,13 @@ for (const part of parts) {
   let section: string;
   switch (part) {
     case 'floor': {
+      const available: FloorStore[] = machine.mysql === 'unreachable' ? [...FLOOR_STORES] : [...FLOOR_STORES, 'mysql'];
+      const chosen = values.stores?.split(',').map((store) => store.trim());
       const result = await runFloor({
         quick,
-        stores: machine.mysql === 'unreachable' ? FLOOR_STORES : [...FLOOR_STORES, 'mysql'],
+        stores: chosen ? available.filter((store) => chosen.includes(store)) : available,
+        baseline: values.baseline,
+        rounds: values.rounds === undefined ? undefined : Number(values.rounds),
       });
       results.floor = result;
       section = renderFloor(result);

@@ -12,7 +12,7 @@
  *   the real answer, then the retry executes or replays; one ledger row per key either way.
  * - A non-atomic server killed mid-handler leaves a committed claim; the atomic server (running
  *   already, so that its start-up does not race the lease) answers 409 inside the lease the
- *   store recorded and takes the claim over after it (`atomicComplete`): one ledger row.
+ *   store recorded and takes the claim over after it (a transaction that locks it): one ledger row.
  *
  * `claimed` is emitted after the commit in atomic mode, so the tests see the open claim in
  * PostgreSQL instead: a backend holding `RowExclusiveLock` on the schema's `idem_keys` while the
@@ -220,7 +220,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)(
       await restarted.kill('SIGKILL');
     });
 
-    it('E6 across modes: a non-atomic server killed mid-handler leaves a committed claim; the atomic server answers 409 while the lease the store recorded lasts, then takes it over (atomicComplete, staleTakeover, takeovers 1) and charges once', {
+    it('E6 across modes: a non-atomic server killed mid-handler leaves a committed claim; the atomic server answers 409 while the lease the store recorded lasts, then takes it over (staleTakeover, takeovers 1, the claim locked in its transaction) and charges once', {
       timeout: 150_000,
     }, async () => {
       const cases = casesFor('takeover');

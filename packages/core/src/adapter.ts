@@ -10,7 +10,7 @@
  * 4. the execution, atomic or not (E1–E4), the claim on the context for the resolvers;
  * 5. a refusal (400, 409, 422, 503) as a problem (X1), its type resolved against the request.
  */
-import { atomicModeFor } from './atomic-mode.js';
+import { atomicModeOf } from './atomic-mode.js';
 import { IDEMPOTENCY_CLAIM, type ClaimCarrier, type ClaimContext } from './claim.js';
 import { resolveDocumentationUrl } from './documentation-url.js';
 import {
@@ -62,9 +62,8 @@ export interface AdapterOptions<TContext, TTx = unknown> extends EngineOptions<T
    * with the claim and the stored outcome, or not at all: a crash before the commit leaves
    * nothing, so the retry executes cleanly; a resolver error rolls its writes back (the error is
    * still stored and replayed, E4); a transaction that fails to commit answers 503. Needs a store
-   * whose transactions can span the resolver's `await`s: `@idem/drizzle` on PostgreSQL (SQLite's
-   * atomic mode takes synchronous handlers only, through `engine.executeAtomic`). Refused when the
-   * adapter is created otherwise. Defaults to `false`.
+   * with atomic mode (`AtomicMode` in `@idem/core/store`, which says which stores have it); refused
+   * when the adapter is created otherwise. Defaults to `false`.
    */
   atomic?: boolean;
 }
@@ -114,7 +113,7 @@ export interface AdapterKit<TContext, TTx = unknown> {
  * Checks the options that encode a policy and builds the adapter's pipeline; the engine gets
  * the options as they are.
  * @throws TypeError `[idem] …` when `principal` is missing, `key.field` is empty, or `atomic`
- *   is set on a store without atomic mode for asynchronous handlers.
+ *   is set on a store without atomic mode.
  */
 export function createAdapterKit<TContext, TTx>(
   options: AdapterOptions<TContext, TTx>,
@@ -134,7 +133,8 @@ export function createAdapterKit<TContext, TTx>(
   }
   if (field === '')
     throw new TypeError(`[idem] ${adapter.name}: \`key.field\` must be a field name, or false for none`);
-  if (atomic) atomicModeFor(options.store, { adapter: adapter.name });
+  if (atomic)
+    atomicModeOf(options.store, { asking: `${adapter.name}: \`atomic: true\``, otherwise: 'leave `atomic` off' });
   const engine = createEngine(options);
   const isRequired = (operation: string) =>
     typeof required === 'boolean'

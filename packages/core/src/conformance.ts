@@ -11,15 +11,25 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { describeKeyStatusConformance } from './conformance-status.js';
+import { describeAtomicMode, type AtomicConformance } from './atomic-conformance.js';
 import { createEngine } from './engine.js';
 import { FingerprintMismatchError, RequestInProgressError } from './errors.js';
 import type { ClaimRequest, ClaimResult, IdempotencyStore } from './store.js';
 
-export interface StoreConformanceOptions {
+export type { AtomicConformance } from './atomic-conformance.js';
+
+export interface StoreConformanceOptions<TTx = unknown> {
   /** Shown in the describe block. */
   name: string;
   /** Returns a ready store (migrated, empty or not: every test uses fresh keys). */
-  createStore: () => Promise<IdempotencyStore>;
+  createStore: () => Promise<IdempotencyStore<TTx>>;
+  /**
+   * For a store with atomic mode (`transaction`): how a handler writes an application row through
+   * the transaction it is given, and how the suite reads what committed. The atomic-mode section
+   * then runs against it; without it, the suite checks that the store has no atomic mode.
+   * Defaults to none.
+   */
+  atomic?: AtomicConformance<TTx>;
   /** Closes connections after the suite. */
   teardown?: () => Promise<void>;
   /**
@@ -40,15 +50,16 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** How far the application's `Date` is moved back while the R1 test claims: a year. */
 const APPLICATION_CLOCK_SHIFT_MS = 365 * 24 * 3_600_000;
 
-export function runStoreConformance({
+export function runStoreConformance<TTx = unknown>({
   name,
   createStore,
+  atomic,
   teardown,
   shortMs = 300,
   sharesProcessClock = false,
-}: StoreConformanceOptions): void {
+}: StoreConformanceOptions<TTx>): void {
   describe(`store conformance: ${name}`, () => {
-    let store: IdempotencyStore;
+    let store: IdempotencyStore<TTx>;
     const scope = `conformance/${randomUUID()}`;
 
     beforeAll(async () => {
@@ -378,7 +389,9 @@ export function runStoreConformance({
       });
     });
 
-    describe('retention and lease (issue 14, item 3)', () => {
+    describeAtomicMode({ store: () => store, scope, atomic, request, storePassed, shortMs });
+
+    describe('R1/E6: retention and lease', () => {
       it('R1: a processing claim inside its lease is not expired by a shorter retention: a retry answers existing, not a reuse', async () => {
         const first = request({ retentionMs: shortMs, leaseMs: 30_000 });
         const { record } = claimed(await store.claim(first));

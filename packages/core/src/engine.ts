@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { atomicModeFor } from './atomic-mode.js';
+import { atomicModeOf } from './atomic-mode.js';
 import { deriveKey, type ClaimContext } from './claim.js';
 import {
   FingerprintMismatchError,
@@ -21,12 +21,13 @@ import {
   type StoredErrorDescription,
 } from './outcome.js';
 import type {
-  AtomicMode,
-  AtomicResult,
+  ClaimOwner,
   ClaimResult,
   IdempotencyRecord,
   IdempotencyStore,
+  StoreTransaction,
   StoredOutcome,
+  TransactionEnd,
 } from './store.js';
 import { formatDuration, toMilliseconds, type Duration } from './duration.js';
 import { assertScopeFits } from './scope.js';
@@ -135,9 +136,9 @@ export interface IdempotencyEngine<TTx = unknown> {
    * crash before the commit leaves nothing, so the retry executes cleanly; after it, the retry
    * replays. A handler that throws has its writes rolled back and its error stored (E4). When the
    * transaction fails to commit, nothing happened: 503 `StoreUnavailableError`, and a retry with
-   * the same key either executes or replays. Needs a store with atomic mode (`@idem/drizzle`); on
-   * SQLite the handler must be synchronous (better-sqlite3 transactions cannot span an `await`).
-   * @throws TypeError `[idem] …` when the store has no atomic mode, or on SQLite for an async handler.
+   * the same key either executes or replays. Needs a store with atomic mode (`AtomicMode` in
+   * `@idem/core/store`).
+   * @throws TypeError `[idem] …` when the store has no atomic mode.
    */
   executeAtomic<T>(
     request: ExecuteRequest,
@@ -240,16 +241,12 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     this.#announce(endpoint, claim);
 
     const { record } = claim;
-    let result: AtomicResult<T>;
-    try {
-      result = { ok: true, value: await handler(claimContext(endpoint, record)) };
-    } catch (error) {
-      if (error instanceof HandlerNotStartedError) {
-        await this.#release(endpoint, record);
-        throw error.cause;
-      }
-      result = { ok: false, error };
+    const run = await runHandler(() => handler(claimContext(endpoint, record)));
+    if (!run.started) {
+      await this.#release(endpoint, record);
+      throw run.cause;
     }
+    const { result } = run;
     const outcome = this.#outcomeOf(endpoint, result);
     await this.#storeOutcome(endpoint, record, outcome, this.#withErrors(endpoint, outcome, result));
     return { ...result, replayed: false, generation: record.generation };
@@ -259,53 +256,110 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     request: ExecuteRequest,
     handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T,
   ): Promise<ExecuteResult<T>> {
-    const atomic = atomicModeFor(this.store, { engine: true, handler });
+    const { transaction } = atomicModeOf(this.store, { asking: 'executeAtomic', otherwise: 'use `execute`' });
     const endpoint = this.#endpoint(request);
-    const attempt = this.#atomicAttempt(endpoint, atomic, handler);
 
-    let fresh;
+    // E1: a new key is claimed inside the transaction its handler runs in, so nothing of it is
+    // visible, and nothing stays after a crash, before the commit.
+    let fresh: TransactionClaimed<T> | { outcome: 'exists' | 'inProgress' };
     try {
-      fresh = await atomic.atomicClaim(claimRequest(endpoint), attempt.run, attempt.toOutcome);
+      fresh = await transaction<typeof fresh>(async (t) => {
+        const claim = await t.insertClaim(claimRequest(endpoint));
+        if (claim.outcome !== 'claimed') return { commit: false, value: claim };
+        const run = await this.#runInTransaction(endpoint, t, claim.record, handler);
+        return { commit: run.commit, value: { outcome: 'claimed', record: claim.record, run: run.value } };
+      });
     } catch (error) {
-      throw attempt.failure(error, 'claim');
+      throw this.#unavailable(endpoint, 'claim', error);
     }
-    if (fresh.executed) {
-      this.#emit({ type: 'claimed', scope: endpoint.scope, key: endpoint.key, generation: fresh.record.generation });
-      return this.#committed(endpoint, fresh.record, fresh.result, attempt.stored());
+    if (fresh.outcome === 'claimed') {
+      if (fresh.run.outcome === 'completed')
+        this.#emit({ type: 'claimed', scope: endpoint.scope, key: endpoint.key, generation: fresh.record.generation });
+      return this.#afterTransaction(endpoint, fresh.record, fresh.run);
     }
     // Another transaction is running this key's handler; its claim is not visible before it
     // commits, so there is no record to read: 409 at once (E3), nothing held meanwhile.
-    if (fresh.inProgress) throw this.#conflict(endpoint, this.#conflictRetryAfter);
+    if (fresh.outcome === 'inProgress') throw this.#conflict(endpoint, this.#conflictRetryAfter);
 
-    // The key has a record: the rules of `execute`, then the handler in a transaction of its own.
+    // The key has a record: the rules of `execute`, then the handler in a transaction of its own
+    // that first locks the claim (E6: only while this execution still owns it).
     const claim = await this.#claim(endpoint);
     if (claim.outcome === 'existing') return this.#answerExisting(endpoint, claim);
     this.#announce(endpoint, claim);
     const { record } = claim;
-    let done;
+    let run: AtomicRun<T>;
     try {
-      done = await atomic.atomicComplete(
-        { scope: endpoint.scope, key: endpoint.key, token: record.token },
-        attempt.run,
-        attempt.toOutcome,
-      );
+      run = await transaction<AtomicRun<T>>(async (t) => {
+        const owned = await t.lockOwned(ownerOf(endpoint, record));
+        if (!owned) return { commit: false, value: { outcome: 'fenced' } };
+        return this.#runInTransaction(endpoint, t, owned, handler);
+      });
     } catch (error) {
       // Nothing was committed: give the claim back so that a retry runs at once (E4).
       await this.#release(endpoint, record);
-      throw attempt.failure(error, 'complete');
+      throw this.#unavailable(endpoint, 'complete', error);
     }
-    if (done.completed) return this.#committed(endpoint, record, done.result, attempt.stored());
+    if (run.outcome === 'notStarted' || run.outcome === 'unstorable') await this.#release(endpoint, record);
+    return this.#afterTransaction(endpoint, record, run);
+  }
 
-    // Fenced out (E6): the new owner's stored outcome is the answer, or it is still running.
-    this.#emit({ type: 'fenced', scope: endpoint.scope, key: endpoint.key, generation: record.generation });
-    let current;
+  /**
+   * The handler on a savepoint of the open transaction, then its outcome stored there, in the
+   * transaction's end: committed once the outcome is stored; rolled back — the handler's writes
+   * with it — when the handler did not start (E4), when its outcome cannot be described, or when
+   * the claim is no longer this execution's (E6).
+   */
+  async #runInTransaction<T>(
+    endpoint: Endpoint,
+    t: StoreTransaction<TTx>,
+    record: IdempotencyRecord,
+    handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T,
+  ): Promise<TransactionEnd<AtomicRun<T>>> {
+    const run = await runHandler(() => t.savepoint((tx) => handler({ ...claimContext(endpoint, record), tx })));
+    if (!run.started) return { commit: false, value: { outcome: 'notStarted', cause: run.cause } };
+    let stored: StoredOutcome;
     try {
-      current = await this.store.get(endpoint.scope, endpoint.key);
+      stored = this.#outcomeOf(endpoint, run.result);
     } catch (error) {
-      throw this.#unavailable(endpoint, 'claim', error);
+      return { commit: false, value: { outcome: 'unstorable', error } };
     }
-    if (current && isReplayable(current)) return this.#replay(endpoint, current);
-    throw this.#conflict(endpoint, this.#conflictRetryAfter);
+    if (!(await t.complete({ ...ownerOf(endpoint, record), outcome: stored })))
+      return { commit: false, value: { outcome: 'fenced' } };
+    return { commit: true, value: { outcome: 'completed', result: run.result, stored } };
+  }
+
+  /** What the client gets once an atomic execution's transaction has ended. */
+  async #afterTransaction<T>(
+    endpoint: Endpoint,
+    record: IdempotencyRecord,
+    run: AtomicRun<T>,
+  ): Promise<ExecuteResult<T>> {
+    const { scope, key } = endpoint;
+    const { generation } = record;
+    switch (run.outcome) {
+      case 'completed': {
+        const { status, kind } = run.stored;
+        const withErrors = this.#withErrors(endpoint, run.stored, run.result);
+        this.#emit({ type: 'completed', scope, key, generation, status, outcomeKind: kind, withErrors });
+        return { ...run.result, replayed: false, generation };
+      }
+      case 'notStarted':
+        throw run.cause;
+      case 'unstorable':
+        throw run.error;
+      case 'fenced': {
+        // E6: the new owner's stored outcome is the answer, or it is still running.
+        this.#emit({ type: 'fenced', scope, key, generation });
+        let current;
+        try {
+          current = await this.store.get(scope, key);
+        } catch (error) {
+          throw this.#unavailable(endpoint, 'claim', error);
+        }
+        if (current && isReplayable(current)) return this.#replay(endpoint, current);
+        throw this.#conflict(endpoint, this.#conflictRetryAfter);
+      }
+    }
   }
 
   /** @throws ScopeTooLongError (400) before anything is claimed, for a scope no store can key (S1). */
@@ -394,12 +448,12 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   }
 
   /** Whether a stored outcome is a failure for an operator (the `withErrors` of `completed`). */
-  #withErrors({ serializer }: Endpoint, outcome: StoredOutcome, result: AtomicResult<unknown>): boolean {
+  #withErrors({ serializer }: Endpoint, outcome: StoredOutcome, result: HandlerResult<unknown>): boolean {
     return outcomeWithErrors(serializer, outcome.kind, result.ok ? result.value : undefined);
   }
 
   /** What is stored of a handler's result: serialized, error described, size bounded. */
-  #outcomeOf({ serializer, errors, statusOf }: Endpoint, result: AtomicResult<unknown>): StoredOutcome {
+  #outcomeOf({ serializer, errors, statusOf }: Endpoint, result: HandlerResult<unknown>): StoredOutcome {
     const max = this.#maxStoredBytes;
     try {
       return boundedOutcome(toStoredOutcome(result, serializer, errors, statusOf), max, errors);
@@ -456,69 +510,6 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     }
   }
 
-  /** An atomic execution committed: the `completed` event, and the handler's result for the client. */
-  #committed<T>(
-    endpoint: Endpoint,
-    record: IdempotencyRecord,
-    result: AtomicResult<T>,
-    stored: StoredOutcome | undefined,
-  ): ExecuteResult<T> {
-    const { scope, key } = endpoint;
-    if (stored)
-      this.#emit({
-        type: 'completed',
-        scope,
-        key,
-        generation: record.generation,
-        status: stored.status,
-        outcomeKind: stored.kind,
-        withErrors: this.#withErrors(endpoint, stored, result),
-      });
-    return { ...result, replayed: false, generation: record.generation };
-  }
-
-  /**
-   * The callbacks one atomic execution hands the store, and how a rejection of the store is
-   * answered: errors of idem's own making (a `HandlerNotStartedError`, an error codec that
-   * threw, a promise returned on SQLite) are rethrown as they are; anything else means the
-   * transaction did not commit: 503.
-   */
-  #atomicAttempt<T>(
-    endpoint: Endpoint,
-    atomic: AtomicMode<TTx>,
-    handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T,
-  ) {
-    const own = new Set<unknown>();
-    let returnedPromise = false;
-    let stored: StoredOutcome | undefined;
-    return {
-      run: (tx: TTx, record: IdempotencyRecord): Promise<T> | T => {
-        const value = handler({ ...claimContext(endpoint, record), tx });
-        if (isThenable(value)) returnedPromise = true;
-        return value;
-      },
-      toOutcome: (result: AtomicResult<T>): StoredOutcome => {
-        stored = undefined;
-        try {
-          // E4: a handler that did not start leaves nothing behind — here, by rolling back.
-          if (!result.ok && result.error instanceof HandlerNotStartedError) throw result.error;
-          stored = this.#outcomeOf(endpoint, result);
-          return stored;
-        } catch (error) {
-          own.add(error);
-          throw error;
-        }
-      },
-      /** The outcome the committed transaction stored. */
-      stored: () => stored,
-      failure: (error: unknown, operation: 'claim' | 'complete'): unknown => {
-        if (own.has(error)) return error instanceof HandlerNotStartedError ? error.cause : error;
-        if (returnedPromise && atomic.atomicHandlers === 'synchronous') return error;
-        return this.#unavailable(endpoint, operation, error);
-      },
-    };
-  }
-
   /** E3: 409 with `Retry-After` (at least 1 second). */
   #conflict({ scope, key }: Endpoint, seconds: number): RequestInProgressError {
     const retryAfter = Math.max(1, seconds);
@@ -550,6 +541,41 @@ function claimContext<TTx>({ scope, key }: Endpoint, { generation, token }: Idem
   return { scope, key, generation, token, deriveKey: (label) => deriveKey({ scope, key, generation }, label) };
 }
 
+function ownerOf({ scope, key }: Endpoint, { token }: IdempotencyRecord): ClaimOwner {
+  return { scope, key, token };
+}
+
+/** What a handler did: returned a value or threw. */
+type HandlerResult<T> = { ok: true; value: T } | { ok: false; error: unknown };
+
+/**
+ * E4, "the handler started": a run of the handler, unless it threw a `HandlerNotStartedError`,
+ * which says that its real work never began (its claim is then given back, nothing stored).
+ */
+type HandlerRun<T> = { started: true; result: HandlerResult<T> } | { started: false; cause: unknown };
+
+async function runHandler<T>(run: () => Promise<T> | T): Promise<HandlerRun<T>> {
+  try {
+    return { started: true, result: { ok: true, value: await run() } };
+  } catch (error) {
+    if (error instanceof HandlerNotStartedError) return { started: false, cause: error.cause };
+    return { started: true, result: { ok: false, error } };
+  }
+}
+
+/**
+ * How an atomic execution's transaction ended: `completed` was committed with its outcome; the
+ * others were rolled back, the handler's writes with them.
+ */
+type AtomicRun<T> =
+  | { outcome: 'completed'; result: HandlerResult<T>; stored: StoredOutcome }
+  | { outcome: 'notStarted'; cause: unknown }
+  | { outcome: 'unstorable'; error: unknown }
+  | { outcome: 'fenced' };
+
+/** A new key claimed inside the transaction, and how that transaction ended. */
+type TransactionClaimed<T> = { outcome: 'claimed'; record: IdempotencyRecord; run: AtomicRun<T> };
+
 /** Each distinct warning once per process: a per-request policy must not warn on every request. */
 const warned = new Set<string>();
 
@@ -567,7 +593,7 @@ function warnIfRetentionBelowLease(retentionMs: number, leaseMs: number): void {
 }
 
 function toStoredOutcome<T>(
-  result: AtomicResult<T>,
+  result: HandlerResult<T>,
   serializer: OutcomeSerializer,
   errors: ErrorCodec,
   statusOf: ((value: unknown) => number) | undefined,
@@ -626,14 +652,6 @@ function tooLargeOutcome(
 
 function isReplayable(record: IdempotencyRecord): record is Replayable {
   return record.state === 'completed' && record.outcome !== null && record.outcome.body !== null;
-}
-
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return (
-    (typeof value === 'object' || typeof value === 'function') &&
-    value !== null &&
-    typeof (value as { then?: unknown }).then === 'function'
-  );
 }
 
 function describeGeneration(record: IdempotencyRecord): ExpiredGeneration {

@@ -6,7 +6,7 @@ import type {
   StoredOutcome,
   TimelineEntry,
 } from './store.js';
-import { fingerprintsMatch, isExpired, toTimelineEntry } from './store-rules.js';
+import { decideClaim, isExpired, toTimelineEntry } from './store-rules.js';
 
 export interface MemoryStoreOptions {
   /** The store's clock, in epoch milliseconds. Defaults to `Date.now`. */
@@ -33,46 +33,36 @@ export class MemoryStore implements IdempotencyStore {
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     const now = this.#now();
     const id = recordId(request.scope, request.key);
-    const current = this.#live.get(id);
-    if (!current) {
-      const record = fresh(request, now, 1);
-      this.#live.set(id, record);
-      return { outcome: 'claimed', record: copy(record) };
+    const decision = decideClaim(this.#live.get(id), request, now);
+    switch (decision.rule) {
+      case 'existing':
+        return { outcome: 'existing', record: copy(decision.record), now: new Date(now), expired: decision.expired };
+      case 'insert':
+        return { outcome: 'claimed', record: copy(this.#put(id, fresh(request, now, 1))) };
+      case 'reclaim':
+        return { outcome: 'claimed', record: copy(this.#put(id, fresh(request, now, decision.record.generation))) };
+      case 'reuse': {
+        const previous = decision.record;
+        const archived: HistoryRecord = {
+          ...previous,
+          state: 'archived',
+          archivedAt: previous.archivedAt ?? new Date(now),
+          outcome: previous.outcome && { ...previous.outcome, body: null },
+          reusedAt: new Date(now),
+        };
+        this.#history.set(id, [...(this.#history.get(id) ?? []), archived]);
+        const record = this.#put(id, fresh(request, now, previous.generation + 1));
+        return { outcome: 'claimed', record: copy(record), expired: copy(archived) };
+      }
+      case 'takeover': {
+        const { record } = decision;
+        const takeover = { previousToken: record.token, previousLeaseUntil: record.leaseUntil };
+        record.token = request.token;
+        record.leaseUntil = new Date(now + request.leaseMs);
+        record.takeovers += 1;
+        return { outcome: 'claimed', record: copy(record), takeover };
+      }
     }
-    if (isExpired(current, now)) {
-      if (request.expiredReuse === 'reject')
-        return { outcome: 'existing', record: copy(current), now: new Date(now), expired: true };
-      const archived: HistoryRecord = {
-        ...current,
-        state: 'archived',
-        archivedAt: current.archivedAt ?? new Date(now),
-        outcome: current.outcome && { ...current.outcome, body: null },
-        reusedAt: new Date(now),
-      };
-      const history = this.#history.get(id) ?? [];
-      history.push(archived);
-      this.#history.set(id, history);
-      const record = fresh(request, now, current.generation + 1);
-      this.#live.set(id, record);
-      return { outcome: 'claimed', record: copy(record), expired: copy(archived) };
-    }
-    if (current.state === 'released') {
-      const record = fresh(request, now, current.generation);
-      this.#live.set(id, record);
-      return { outcome: 'claimed', record: copy(record) };
-    }
-    if (
-      current.state === 'processing' &&
-      current.leaseUntil.getTime() <= now &&
-      fingerprintsMatch(current.fingerprint, request.fingerprint)
-    ) {
-      const previous = { previousToken: current.token, previousLeaseUntil: current.leaseUntil };
-      current.token = request.token;
-      current.leaseUntil = new Date(now + request.leaseMs);
-      current.takeovers += 1;
-      return { outcome: 'claimed', record: copy(current), takeover: previous };
-    }
-    return { outcome: 'existing', record: copy(current), now: new Date(now), expired: false };
   }
 
   async complete({
@@ -153,6 +143,11 @@ export class MemoryStore implements IdempotencyStore {
   }
 
   async ping(): Promise<void> {}
+
+  #put(id: string, record: IdempotencyRecord): IdempotencyRecord {
+    this.#live.set(id, record);
+    return record;
+  }
 
   #owned(scope: string, key: string, token: string): IdempotencyRecord | undefined {
     const record = this.#live.get(recordId(scope, key));

@@ -1,7 +1,14 @@
 /**
  * `@idem/core/store` — for store authors: the store contract, its record types and the rules
- * every store shares. Check a store against the contract with `runStoreConformance` from
- * `@idem/core/conformance`.
+ * every store shares (`decideClaim` chooses the claim rule). Check a store against the contract
+ * with `runStoreConformance` from `@idem/core/conformance`.
  */
 export type * from './store.js';
-export { isExpired, fingerprintsMatch, toTimelineEntry } from './store-rules.js';
+export {
+  decideClaim,
+  fingerprintsMatch,
+  isExpired,
+  toTimelineEntry,
+  type ClaimDecision,
+  type ClaimedRecordView,
+} from './store-rules.js';

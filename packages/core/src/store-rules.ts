@@ -2,7 +2,7 @@
  * Rules every store applies the same way, whatever its backend: the memory store and
  * `@idem/drizzle` both read them from here (`@idem/core/store`).
  */
-import type { IdempotencyRecord, TimelineEntry } from './store.js';
+import type { ClaimRequest, IdempotencyRecord, TimelineEntry } from './store.js';
 
 /**
  * R1: a record is expired once archived, or once its retention has passed — except a
@@ -18,6 +18,41 @@ export function isExpired(record: Pick<IdempotencyRecord, 'state' | 'expiresAt' 
 /** E6/F2: two fingerprints match when equal or when either is absent (a stale claim may be taken over). */
 export function fingerprintsMatch(stored: string | null, incoming: string | null): boolean {
   return stored === null || incoming === null || stored === incoming;
+}
+
+/** What {@link decideClaim} reads of a live record (an `IdempotencyRecord`, or a store's row of one). */
+export type ClaimedRecordView = Pick<IdempotencyRecord, 'state' | 'fingerprint' | 'leaseUntil' | 'expiresAt'>;
+
+/**
+ * The rule of `IdempotencyStore.claim` that applies, and the write it asks the store for:
+ * - `insert` (rule 1): no live record: insert generation 1, `processing`;
+ * - `reuse` (rule 2, `expiredReuse: 'execute'`): the record expired: move it to history and claim generation + 1;
+ * - `reclaim` (rule 3): the claim was released: take it over as new, in the same generation;
+ * - `takeover` (rule 4): a `processing` claim whose lease passed, same payload: new token and lease, `takeovers + 1`;
+ * - `existing` (rule 5, or rule 2 with `expiredReuse: 'reject'`, then `expired`): answer the record as it is.
+ */
+export type ClaimDecision<R extends ClaimedRecordView> =
+  | { rule: 'insert' }
+  | { rule: 'reuse' | 'reclaim' | 'takeover'; record: R }
+  | { rule: 'existing'; record: R; expired: boolean };
+
+/**
+ * The claim rules, in one place (`IdempotencyStore.claim`, rules 1–5): which applies to the live
+ * `record` of (scope, key) as read at the store's clock `now` (epoch milliseconds). Pure: the
+ * store then performs the write, atomically, on the record it read.
+ */
+export function decideClaim<R extends ClaimedRecordView>(
+  record: R | null | undefined,
+  request: Pick<ClaimRequest, 'fingerprint' | 'expiredReuse'>,
+  now: number,
+): ClaimDecision<R> {
+  if (!record) return { rule: 'insert' };
+  if (isExpired(record, now))
+    return request.expiredReuse === 'execute' ? { rule: 'reuse', record } : { rule: 'existing', record, expired: true };
+  if (record.state === 'released') return { rule: 'reclaim', record };
+  const stale = record.state === 'processing' && record.leaseUntil.getTime() <= now;
+  if (stale && fingerprintsMatch(record.fingerprint, request.fingerprint)) return { rule: 'takeover', record };
+  return { rule: 'existing', record, expired: false };
 }
 
 /** A1: a record (live or archived) as one entry of its key's timeline. */

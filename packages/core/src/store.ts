@@ -1,7 +1,8 @@
 /**
  * The store contract. A store keeps one live record per (scope, key) and the earlier
  * generations of that key as history. Everything that must be atomic happens inside
- * `claim`, `complete` and `release`; the engine holds no state of its own.
+ * `claim`, `complete` and `release` (and, in atomic mode, inside one `transaction`); the engine
+ * holds no state of its own.
  *
  * Timestamps are taken from the store's clock (R1), never from the application.
  * Store authors: import these types and the shared rules from `@idem/core/store`, and run
@@ -110,68 +111,76 @@ export interface TimelineEntry {
   takeovers: number;
 }
 
-/** What a handler run inside a store transaction did: returned a value or threw. */
-export type AtomicResult<T> = { ok: true; value: T } | { ok: false; error: unknown };
+/** Who owns a claim: the record (scope, key) and the owner's fencing token. */
+export interface ClaimOwner {
+  scope: string;
+  key: string;
+  token: string;
+}
+
+/** What {@link StoreTransaction.insertClaim} found. */
+export type TransactionClaim =
+  /** Rule 1 inside the transaction: the record now owned by `request.token`, invisible to others until the commit. */
+  | { outcome: 'claimed'; record: IdempotencyRecord }
+  /** (scope, key) has a record: the engine takes the `claim` path instead. */
+  | { outcome: 'exists' }
+  /** Another transaction is claiming (scope, key) at this moment; answered without waiting for it. */
+  | { outcome: 'inProgress' };
 
 /**
- * Atomic mode, an optional capability (`engine.executeAtomic`): the handler runs inside the
- * store's database transaction and gets its handle, so that its own writes commit together
- * with the claim and the stored outcome, or not at all. A crash before the commit leaves
- * nothing: the retry executes cleanly. `MemoryStore` has no atomic mode; `@idem/drizzle`
- * implements it on PostgreSQL and SQLite.
- *
- * In both methods `run` is called at most once, on a savepoint: when it throws, its writes are
- * rolled back to the savepoint and the error is kept as its result (E4: stored). `toOutcome`
- * turns the result into the outcome stored in the same transaction; when it throws, the whole
- * transaction is rolled back and the method rejects with its error. Any other rejection means
- * the transaction did not commit (the backend failed).
+ * How the work of a {@link AtomicMode.transaction} ends it: committed, or rolled back. `value` is
+ * what `transaction` answers in either case.
+ */
+export type TransactionEnd<R> = { commit: boolean; value: R };
+
+/**
+ * The statements of atomic mode, bound to one open database transaction. The engine calls them
+ * in this order: `insertClaim` (a new key) or `lockOwned` (a claim it already holds), then the
+ * handler through `savepoint`, then `complete`.
+ */
+export interface StoreTransaction<TTx = unknown> {
+  /**
+   * Rule 1 of `claim`, inside the transaction: `INSERT … ON CONFLICT DO NOTHING`. Answers
+   * `inProgress` at once, without waiting, when another transaction is claiming the same key
+   * right now (its claim not committed yet): a duplicate must not hold a connection for as long
+   * as the first handler runs.
+   */
+  insertClaim(request: ClaimRequest): Promise<TransactionClaim>;
+  /** The live record if `owner.token` owns it `processing`, locked until the transaction ends; null otherwise (fenced out, E6). */
+  lockOwned(owner: ClaimOwner): Promise<IdempotencyRecord | null>;
+  /** `complete` (see {@link IdempotencyStore.complete}), inside the transaction; false when `owner.token` does not own the claim. */
+  complete(args: ClaimOwner & { outcome: StoredOutcome }): Promise<boolean>;
+  /**
+   * Runs `work` on a savepoint, handing it the transaction to write through (`claim.tx`), and
+   * answers what it returns. When `work` throws, its writes are rolled back to the savepoint and
+   * `savepoint` rejects with the same error; the transaction goes on.
+   */
+  savepoint<T>(work: (tx: TTx) => Promise<T> | T): Promise<T>;
+}
+
+/**
+ * Atomic mode, an optional capability (`engine.executeAtomic`, the adapters' `atomic: true`): the
+ * handler runs inside the store's database transaction and writes through it, so that its writes
+ * commit together with the claim and the stored outcome, or not at all. The engine drives it; the
+ * store only opens the transaction and runs the statements. `TTx` is the transaction the handler
+ * is given (`claim.tx`). `MemoryStore` has no atomic mode; which drivers of `@idem/drizzle` have
+ * it is listed once, in the Drivers table of its README (packages/drizzle/README.md#drivers).
  */
 export interface AtomicMode<TTx = unknown> {
   /**
-   * `'synchronous'`: `run` must return its value, not a promise (better-sqlite3, whose
-   * transactions cannot span an `await`); a thenable is refused with a `TypeError` and the
-   * transaction rolled back. `'asynchronous'`: `run` may await (PostgreSQL).
+   * Opens a database transaction and runs `work` in it, then commits or rolls back as `work`'s
+   * {@link TransactionEnd} says and answers its `value`. Rejects, with everything rolled back,
+   * when the backend fails: to open the transaction, in a statement of `work`, or to commit it
+   * (a transaction that failed to commit did not happen). `work` itself never rejects otherwise.
    */
-  readonly atomicHandlers: 'synchronous' | 'asynchronous';
-
-  /**
-   * Rule 1 of `claim` and the whole execution, in one transaction: inserts the claim
-   * (`INSERT … ON CONFLICT DO NOTHING`); when (scope, key) already has a record, rolls back and
-   * answers `{ executed: false }` (the engine then takes the normal `claim` path). When another
-   * transaction is claiming the same key at this moment (its claim not committed yet), answers
-   * `{ executed: false, inProgress: true }` at once instead of waiting for that transaction — a
-   * duplicate must not hold a connection for as long as the first handler runs — and the engine
-   * answers 409. Otherwise runs
-   * `run(tx, record)`, stores `toOutcome(result)` as with `complete`, and commits.
-   * `record` is the claim the handler ran under, as claimed.
-   */
-  atomicClaim<T>(
-    request: ClaimRequest,
-    run: (tx: TTx, record: IdempotencyRecord) => T | Promise<T>,
-    toOutcome: (result: AtomicResult<T>) => StoredOutcome,
-  ): Promise<
-    { executed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { executed: false; inProgress?: true }
-  >;
-
-  /**
-   * For a claim already held by `token` (taken over, reclaimed after a release, a reuse after
-   * expiry): in one transaction, locks the record if `token` still owns it `processing`, runs
-   * `run(tx, record)` and stores `toOutcome(result)`. When `token` no longer owns the record
-   * (fenced out, E6), rolls everything back — the handler's writes too — and answers
-   * `{ completed: false }`; the handler may then not have run at all.
-   */
-  atomicComplete<T>(
-    args: { scope: string; key: string; token: string },
-    run: (tx: TTx, record: IdempotencyRecord) => T | Promise<T>,
-    toOutcome: (result: AtomicResult<T>) => StoredOutcome,
-  ): Promise<{ completed: true; record: IdempotencyRecord; result: AtomicResult<T> } | { completed: false }>;
+  transaction<R>(work: (t: StoreTransaction<TTx>) => Promise<TransactionEnd<R>>): Promise<R>;
 }
 
 /**
  * The contract every store implements. All methods may reject when the backend is
- * unreachable; the engine turns that into a 503 (E5). The members of {@link AtomicMode} are
- * optional: a store has all of them or none. `TTx` is the type of the transaction atomic mode
- * hands the handler (`claim.tx`); `unknown` for a store without atomic mode.
+ * unreachable; the engine turns that into a 503 (E5). {@link AtomicMode}'s `transaction` is
+ * optional: a store without it has no atomic mode. `TTx` is the type of the transaction atomic
+ * mode hands the handler (`claim.tx`); `unknown` for a store without atomic mode.
  */
 export interface IdempotencyStore<TTx = unknown> extends Partial<AtomicMode<TTx>> {
   /**
@@ -186,6 +195,10 @@ export interface IdempotencyStore<TTx = unknown> extends Partial<AtomicMode<TTx>
    * 4. `processing`, `leaseUntil <= now`, and fingerprints match (equal, or either is null)
    *    → new token and lease, `takeovers + 1`: `claimed` with `takeover`;
    * 5. otherwise → `existing` (the engine decides: replay, 409 or 422).
+   *
+   * The choice between the rules is `decideClaim(record, request, now)` (`@idem/core/store`): a
+   * store reads the live record and the clock, asks it, and performs the write it names
+   * atomically (a compare-and-set on the record it read; read again when that lost).
    */
   claim(request: ClaimRequest): Promise<ClaimResult>;
 

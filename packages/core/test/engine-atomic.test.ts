@@ -1,7 +1,8 @@
 /**
- * Atomic mode is a store capability: the engine and the adapters refuse it, before anything
- * runs, on a store that does not have it. Its behaviour on real databases is tested in
- * packages/drizzle/test/atomic.test.ts and, over HTTP, in the adapters' atomic tests.
+ * Atomic mode is a store capability (`transaction`): the engine and the adapters refuse it,
+ * before anything runs, on a store that does not have it. Its behaviour on real databases is the
+ * conformance suite's atomic section (conformance.ts), packages/drizzle/test/atomic.test.ts and,
+ * over HTTP, the adapters' atomic tests.
  */
 import { describe, expect, it } from 'vitest';
 import { createEngine, MemoryStore } from '@idem/core';
@@ -17,7 +18,7 @@ describe('atomic mode without a store that has it', () => {
       }),
     ).rejects.toThrow(
       new TypeError(
-        '[idem] this store has no atomic mode: use a store that implements it (@idem/drizzle on PostgreSQL or SQLite), or `execute`',
+        '[idem] executeAtomic needs a store with atomic mode (its `transaction`: AtomicMode in @idem/core/store), and this store has none: use `execute`, or use a store that has it (@idem/drizzle: the drivers its README lists under Drivers).',
       ),
     );
     expect(runs).toBe(0);

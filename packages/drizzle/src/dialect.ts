@@ -13,8 +13,16 @@ import { entityKinds } from './drizzle-seams.js';
 export type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 /** Any SQLite drizzle instance, synchronous (better-sqlite3) or asynchronous (libsql). */
 export type AnySQLiteDatabase = BaseSQLiteDatabase<'sync' | 'async', any, any, any>;
+/** A SQLite drizzle instance (or transaction) whose statements answer at once (`sync`) or later (`async`). */
+export type SQLiteDatabaseOf<K extends 'sync' | 'async'> = BaseSQLiteDatabase<K, any, any, any>;
 /** A synchronous SQLite drizzle instance, such as `drizzle-orm/better-sqlite3`. */
-export type SyncSQLiteDatabase = BaseSQLiteDatabase<'sync', any, any, any>;
+export type SyncSQLiteDatabase = SQLiteDatabaseOf<'sync'>;
+/** An asynchronous SQLite drizzle instance, such as `drizzle-orm/libsql`. */
+export type AsyncSQLiteDatabase = SQLiteDatabaseOf<'async'>;
+/** A SQLite drizzle instance typed by how its driver answers, as detected. */
+export type SqliteDatabase =
+  | { transactions: 'synchronous'; db: SyncSQLiteDatabase }
+  | { transactions: 'asynchronous'; db: AsyncSQLiteDatabase };
 /** A MySQL drizzle instance over mysql2 (`drizzle-orm/mysql2`). */
 export type AnyMysqlDatabase = MySqlDatabase<MySqlQueryResultHKT, PreparedQueryHKTBase, any, any>;
 /** The drizzle instances `createDrizzleStore` and `migrate` accept. */
@@ -28,15 +36,15 @@ export interface Driver {
   name: string;
   /**
    * `synchronous`: a transaction is one synchronous callback and cannot span an `await`
-   * (better-sqlite3), so atomic-mode handlers must be synchronous. `asynchronous`: a transaction
-   * holds its own connection and may await.
+   * (better-sqlite3), so the store has no atomic mode there. `asynchronous`: a transaction holds
+   * its own connection and may await.
    */
   transactions: 'synchronous' | 'asynchronous';
 }
 
 export type DetectedDatabase =
   | { dialect: 'postgres'; db: AnyPgDatabase; driver: Driver }
-  | { dialect: 'sqlite'; db: AnySQLiteDatabase; driver: Driver }
+  | { dialect: 'sqlite'; db: AnySQLiteDatabase; driver: Driver; sqlite: SqliteDatabase }
   | { dialect: 'mysql'; db: AnyMysqlDatabase; driver: Driver };
 
 /** Drivers the store runs on, by drizzle's entity name of their database class. */
@@ -93,9 +101,12 @@ export function detectDialect(db: unknown): DetectedDatabase {
   }
   const driver: Driver = { name: known.name, transactions: known.transactions };
   if (dialect === 'postgres') return { dialect, db: db as AnyPgDatabase, driver };
-  return dialect === 'mysql'
-    ? { dialect, db: db as AnyMysqlDatabase, driver }
-    : { dialect, db: db as AnySQLiteDatabase, driver };
+  if (dialect === 'mysql') return { dialect, db: db as AnyMysqlDatabase, driver };
+  const sqlite: SqliteDatabase =
+    driver.transactions === 'synchronous'
+      ? { transactions: 'synchronous', db: db as SyncSQLiteDatabase }
+      : { transactions: 'asynchronous', db: db as AsyncSQLiteDatabase };
+  return { dialect, db: sqlite.db, driver, sqlite };
 }
 
 /** A `pg.Pool` (drizzle gives each transaction its own pool connection) rather than one `pg.Client`. */

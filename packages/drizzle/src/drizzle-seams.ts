@@ -10,8 +10,10 @@
  *    `PgAsyncDatabase` in 1.0).
  * 2. **SQLite's hot read by position**: the replay path reads the live row as an array
  *    (`values()`, public) and maps it by the selection's column order, which is the order of the
- *    selection object's keys. drizzle's generic row mapping cost more than the statement itself
- *    there (bench/README.md, 1c).
+ *    selection object's keys (the fresh claim's `INSERT … RETURNING *` is taken the same way).
+ *    This is the store's one positional decoding, kept because a benchmark shows it matters:
+ *    drizzle's generic row mapping costs more than the statement itself there (bench/README.md,
+ *    the floor's "hot read" line).
  * 3. **Which errors are drizzle's query errors**: `DrizzleQueryError` (drizzle-orm/errors, 0.44
  *    and later) wraps a failed statement's driver error and prints its parameters. drizzle-orm
  *    0.41–0.43 have no such class: they reject with the driver's own error, which does not list
@@ -34,7 +36,7 @@ export function entityKinds(value: unknown): string[] {
     typeof type === 'function' && type !== Object;
     type = Object.getPrototypeOf(type)
   ) {
-    const kind = Object.hasOwn(type, entityKind) ? (type as unknown as Record<symbol, unknown>)[entityKind] : undefined;
+    const kind: unknown = Object.hasOwn(type, entityKind) ? Reflect.get(type, entityKind) : undefined;
     if (typeof kind === 'string') kinds.push(kind);
   }
   return kinds;

@@ -14,10 +14,9 @@ import {
   detectDialect,
   type AnyMysqlDatabase,
   type AnyPgDatabase,
-  type AnySQLiteDatabase,
   type DrizzleDatabase,
+  type SqliteDatabase,
 } from './dialect.js';
-import { chain, eachInTurn, type Eventually } from './eventually.js';
 import { migrationsFor } from './migration-files.js';
 import { executedRows } from './mysql-store.js';
 import { retrySqliteBusy } from './sqlite-busy.js';
@@ -41,7 +40,7 @@ export async function migrate(
   if (detected.dialect === 'sqlite') {
     // Another process holding the write lock (starting at the same time, or serving): wait for
     // it without blocking, as the store does; a migration that failed busy rolled back.
-    await retrySqliteBusy(() => migrateSqlite(detected.db, migrationsFor('sqlite'), migrationsTable));
+    await retrySqliteBusy(() => migrateSqlite(detected.sqlite, migrationsFor('sqlite'), migrationsTable));
     return;
   }
   if (detected.dialect === 'mysql') {
@@ -131,37 +130,35 @@ async function migrateMysql(db: AnyMysqlDatabase, migrations: readonly Migration
   });
 }
 
-/** In one `BEGIN IMMEDIATE` transaction; synchronous on better-sqlite3, whose transactions cannot span an await. */
-function migrateSqlite(db: AnySQLiteDatabase, migrations: readonly MigrationMeta[], table: string): Eventually<void> {
-  const journal = sql.identifier(table);
-  return db.transaction(
-    (tx) => {
-      const run = (statement: SQL) => tx.run(statement);
-      return chain(
-        run(sql`CREATE TABLE IF NOT EXISTS ${journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at numeric)`),
-        () =>
-          chain(
-            tx
-              .select({ createdAt: sql<unknown>`created_at` })
-              .from(sql`${journal}`)
-              .orderBy(sql`created_at DESC`)
-              .limit(1)
-              .all(),
-            ([last]) =>
-              eachInTurn(pending(migrations, last?.createdAt), (migration) =>
-                chain(
-                  eachInTurn(migration.sql, (statement) => run(sql.raw(statement))),
-                  () =>
-                    run(
-                      sql`INSERT INTO ${journal} ("hash", "created_at") VALUES (${migration.hash}, ${migration.folderMillis})`,
-                    ),
-                ),
-              ),
-          ),
-      ) as never;
-    },
-    { behavior: 'immediate' },
-  ) as Eventually<void>;
+/**
+ * In one `BEGIN IMMEDIATE` transaction: the journal's last entry, then the statements of every
+ * newer migration and their journal entries. better-sqlite3 runs a transaction as one synchronous
+ * call (a callback that returns a promise is refused), libsql's awaits.
+ */
+function migrateSqlite({ transactions, db }: SqliteDatabase, migrations: readonly MigrationMeta[], table: string) {
+  const journal = sql`${sql.identifier(table)}`;
+  const createJournal = sql`CREATE TABLE IF NOT EXISTS ${journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at numeric)`;
+  const lastApplied = sql`SELECT created_at AS "createdAt" FROM ${journal} ORDER BY created_at DESC LIMIT 1`;
+  const immediate = { behavior: 'immediate' } as const;
+  if (transactions === 'synchronous')
+    return db.transaction((tx) => {
+      tx.run(createJournal);
+      const [last] = tx.all<{ createdAt: unknown }>(lastApplied);
+      for (const statement of statementsAfter(migrations, last?.createdAt, journal)) tx.run(statement);
+    }, immediate);
+  return db.transaction(async (tx) => {
+    await tx.run(createJournal);
+    const [last] = await tx.all<{ createdAt: unknown }>(lastApplied);
+    for (const statement of statementsAfter(migrations, last?.createdAt, journal)) await tx.run(statement);
+  }, immediate);
+}
+
+/** The SQL of the migrations newer than the journal's last entry, each followed by its journal entry. */
+function statementsAfter(migrations: readonly MigrationMeta[], lastCreatedAt: unknown, journal: SQL): SQL[] {
+  return pending(migrations, lastCreatedAt).flatMap((migration) => [
+    ...migration.sql.map((statement) => sql.raw(statement)),
+    sql`INSERT INTO ${journal} ("hash", "created_at") VALUES (${migration.hash}, ${migration.folderMillis})`,
+  ]);
 }
 
 const DDL_ATTEMPTS = 5;

@@ -11,12 +11,13 @@
  * that a duplicate is answered at once instead of waiting for the uncommitted row.
  */
 import { createHash } from 'node:crypto';
-import type { ClaimRequest } from '@idem/core/store';
+import type { ClaimRequest, StoreTransaction } from '@idem/core/store';
 import { and, eq, getTableColumns, getTableName, inArray, sql, type SQL } from 'drizzle-orm';
+import { savepointOn, transactionEndingAs } from './atomic-transaction.js';
 import { mysqlClock as clock } from './database-clock.js';
 import type { AnyMysqlDatabase } from './dialect.js';
 import { MYSQL_COLUMN_BYTES, RECORD_STATES, type MysqlTables } from './mysql-schema.js';
-import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.js';
+import { toRecord, type LiveRow } from './record-rows.js';
 import {
   archiving,
   claimParameters,
@@ -28,15 +29,23 @@ import {
   historyCopy,
   outcomeParameters,
   outcomeValues,
+  ownedClaim,
   ownerValues,
+  stillExpired,
+  stillReleased,
+  stillStale,
   takeover,
+  thisKey,
   type ClaimBindings,
   type OutcomeBindings,
   type OwnerBindings,
 } from './row-writes.js';
-import { CLAIM_IN_PROGRESS, type StoreStatements, type TransactionStatements } from './store-statements.js';
+import type { StoreStatements } from './store-statements.js';
 
 const param = sql.placeholder;
+
+/** The transaction `db.transaction(…)` hands its callback. */
+type AnyMysqlTransaction = Parameters<Parameters<AnyMysqlDatabase['transaction']>[0]>[0];
 const LIVE_STATES = RECORD_STATES.filter((state) => state !== 'archived');
 
 /**
@@ -100,7 +109,6 @@ function assertFits(request: Pick<ClaimRequest, 'scope' | 'key' | 'token'>): voi
 
 export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): StoreStatements {
   const { keys, history } = tables;
-  const thisKey = (b: Pick<ClaimBindings, 'scope' | 'key'>) => and(eq(keys.scope, b.scope), eq(keys.key, b.key));
   const archivedBefore = (archivedAt: typeof keys.archivedAt | typeof history.archivedAt) =>
     sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
 
@@ -111,12 +119,12 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
     on
       .select()
       .from(keys)
-      .where(and(thisKey(b), eq(keys.token, b.token)));
+      .where(and(thisKey(keys, b), eq(keys.token, b.token)));
   const completeUpdate = (on: AnyMysqlDatabase, b: OwnerBindings, outcome?: OutcomeBindings) =>
     on
       .update(keys)
       .set(completion(clock, keys, outcome))
-      .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`));
+      .where(ownedClaim(keys, b));
 
   const insertClaim = claimInsert(db, b).prepare();
   const readOwned = ownedRow(db, b).prepare();
@@ -124,45 +132,26 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
   const readLive = db
     .select({ ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) })
     .from(keys)
-    .where(thisKey(b))
+    .where(thisKey(keys, b))
     .prepare();
 
   const reclaimReleased = db
     .update(keys)
     .set(freshClaim(clock, b))
-    .where(
-      and(
-        thisKey(b),
-        eq(keys.token, b.previousToken),
-        sql`${keys.state} = 'released'`,
-        sql`${keys.expiresAt} > ${clock.now}`,
-      ),
-    )
+    .where(stillReleased(clock, keys, b))
     .prepare();
 
   const takeOverStale = db
     .update(keys)
     .set(takeover(clock, b, keys.takeovers))
-    .where(
-      and(
-        thisKey(b),
-        eq(keys.token, b.previousToken),
-        sql`${keys.state} = 'processing'`,
-        sql`${keys.leaseUntil} <= ${clock.now}`,
-        sql`${keys.expiresAt} > ${clock.now}`,
-      ),
-    )
+    .where(stillStale(clock, keys, b))
     .prepare();
 
   const complete = completeUpdate(db, b).prepare();
 
-  const release = db
-    .update(keys)
-    .set({ state: sql`'released'` })
-    .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`))
-    .prepare();
+  const release = db.update(keys).set({ state: sql`'released'` }).where(ownedClaim(keys, b)).prepare();
 
-  const getLive = db.select().from(keys).where(thisKey(b)).prepare();
+  const getLive = db.select().from(keys).where(thisKey(keys, b)).prepare();
 
   const historyOf = db
     .select()
@@ -202,13 +191,13 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
     const [found] = await readLive.execute({ scope, key });
     if (!found) return undefined;
     const { now, ...row } = found;
-    return { row: row as LiveRow, now };
+    return { row, now };
   };
 
   /** A claim row this store just wrote, read back by its own token; undefined when it has already changed hands. */
-  const readBack = async (request: Pick<ClaimRequest, 'scope' | 'key' | 'token'>) => {
+  const readBack = async (request: Pick<ClaimRequest, 'scope' | 'key' | 'token'>): Promise<LiveRow | undefined> => {
     const [row] = await readOwned.execute({ scope: request.scope, key: request.key, token: request.token });
-    return row as LiveRow | undefined;
+    return row;
   };
 
   /** Rule 1: the inserted row, or undefined when the key exists (the caller then reads it). */
@@ -229,9 +218,9 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
    * transaction releases it before it commits or rolls back: its pool connection must not
    * carry it to the next user.
    */
-  const within = (tx: AnyMysqlDatabase) => {
+  const within = (tx: AnyMysqlTransaction) => {
     let lock: string | undefined;
-    const statements: TransactionStatements = {
+    const statements: StoreTransaction = {
       async insertClaim(request) {
         assertFits(request);
         // At most 64 characters (MySQL): a digest of the table, scope and key.
@@ -241,7 +230,7 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
         const [answer] = executedRows(await tx.execute(sql`SELECT GET_LOCK(${name}, 0) AS got`));
         const got = Number(answer?.got);
         if (got !== 1) {
-          if (got === 0) return CLAIM_IN_PROGRESS;
+          if (got === 0) return { outcome: 'inProgress' };
           throw new Error(`[idem] MySQL GET_LOCK answered ${String(answer?.got)} for atomic mode's claim`);
         }
         lock = name;
@@ -249,31 +238,25 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
           await claimInsert(tx, claimValues(request, '')).execute();
         } catch (error) {
           // A duplicate key rolls back this statement only, not the transaction.
-          if (isDuplicateKey(error)) return undefined;
+          if (isDuplicateKey(error)) return { outcome: 'exists' };
           throw error;
         }
         const [row] = await ownedRow(tx, ownerValues(request));
-        return row as LiveRow | undefined;
+        if (!row) throw new Error('[idem] the claim atomic mode inserted could not be read back');
+        return { outcome: 'claimed', record: toRecord(row) };
       },
       async lockOwned(owner) {
-        const v = ownerValues(owner);
         const [row] = await tx
           .select()
           .from(keys)
-          .where(and(thisKey(v), eq(keys.token, v.token), sql`${keys.state} = 'processing'`))
+          .where(ownedClaim(keys, ownerValues(owner)))
           .for('update');
-        return row as LiveRow | undefined;
+        return row ? toRecord(row) : null;
       },
       async complete({ outcome, ...owner }) {
         return affectedRows(await completeUpdate(tx, ownerValues(owner), outcomeValues(outcome))) === 1;
       },
-      async savepoint(run) {
-        try {
-          return { ok: true, value: await tx.transaction(async (savepoint) => run(savepoint)) };
-        } catch (error) {
-          return { ok: false, error };
-        }
-      },
+      savepoint: savepointOn(tx),
     };
     const releaseLock = async () => {
       if (lock === undefined) return;
@@ -285,18 +268,20 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
   };
 
   return {
-    atomicHandlers: 'asynchronous',
     transaction: (work) =>
-      db.transaction(async (tx) => {
-        const { statements, releaseLock } = within(tx as unknown as AnyMysqlDatabase);
-        // Released before the COMMIT: a duplicate arriving in between waits for the commit
-        // (milliseconds, not the handler) and then finds the key.
-        try {
-          return await work(statements);
-        } finally {
-          await releaseLock();
-        }
-      }),
+      transactionEndingAs(
+        (body: (tx: AnyMysqlTransaction) => Promise<void>) => db.transaction(body),
+        async (tx) => {
+          const { statements, releaseLock } = within(tx);
+          // Released before the COMMIT: a duplicate arriving in between waits for the commit
+          // (milliseconds, not the handler) and then finds the key.
+          try {
+            return await work(statements);
+          } finally {
+            await releaseLock();
+          }
+        },
+      ),
     insertClaim: insertClaimRow,
     // Read first: a replay is this one SELECT. A new key adds the INSERT and the read of the
     // row it wrote (no RETURNING); the loop in the store settles an insert that lost a race.
@@ -322,24 +307,24 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
       const v = claimValues(request, seen.token);
       return db.transaction(async (tx) => {
         const [locked] = await tx
-          .select({ ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) })
+          .select({ token: keys.token })
           .from(keys)
-          .where(thisKey(v))
+          .where(stillExpired(clock, keys, v, seen.generation))
           .for('update');
-        if (!locked || !isStillExpiredGeneration(locked as LiveRow, seen, locked.now)) return undefined;
+        if (!locked) return undefined;
         const copied = affectedRows(
           await tx.insert(history).select(
             tx
               .select(historyCopy(getTableColumns(keys), clock))
               .from(keys)
-              .where(thisKey(v)),
+              .where(thisKey(keys, v)),
           ),
         );
         const turned = affectedRows(
           await tx
             .update(keys)
             .set({ ...freshClaim(clock, v), generation: sql`${keys.generation} + 1` })
-            .where(and(thisKey(v), eq(keys.token, v.previousToken))),
+            .where(and(thisKey(keys, v), eq(keys.token, v.previousToken))),
         );
         if (copied !== 1 || turned !== 1)
           throw new Error('[idem] the locked row vanished during the reuse of an expired key');
@@ -349,7 +334,7 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
           .where(and(eq(history.scope, v.scope), eq(history.key, v.key), eq(history.generation, seen.generation)));
         const [record] = await ownedRow(tx, ownerValues(request));
         if (!archived || !record) throw new Error('[idem] the reuse of an expired key did not read back what it wrote');
-        return { record: record as LiveRow, archived: archived as HistoryRow };
+        return { record, archived };
       });
     },
     async complete({ scope, key, token, outcome }) {
@@ -360,11 +345,9 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
     },
     async getLive(scope, key) {
       const [row] = await getLive.execute({ scope, key });
-      return row as LiveRow | undefined;
+      return row;
     },
-    async history(scope, key) {
-      return (await historyOf.execute({ scope, key })) as HistoryRow[];
-    },
+    history: (scope, key) => historyOf.execute({ scope, key }),
     // Sweep and purge read their candidates, then write them by primary key with the condition
     // repeated: row locks only (no range or gap locks that would hold up new claims), nothing
     // waits on a row a concurrent sweeper took first, and no `LIMIT` on a write, which

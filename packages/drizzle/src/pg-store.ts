@@ -5,12 +5,13 @@
  * reusers exactly one writes the next generation and the history row. Atomic mode runs the same
  * claim and completion statements, unprepared, on the transaction's own connection.
  */
-import type { ClaimRequest } from '@idem/core/store';
+import type { ClaimRequest, StoreTransaction } from '@idem/core/store';
 import { and, eq, getTableColumns, getTableName, sql, type Placeholder, type SQL } from 'drizzle-orm';
+import { savepointOn, transactionEndingAs } from './atomic-transaction.js';
 import { postgresClock as clock, postgresStatementClock } from './database-clock.js';
 import type { AnyPgDatabase } from './dialect.js';
 import type { PgTables } from './pg-schema.js';
-import { isStillExpiredGeneration, type HistoryRow, type LiveRow } from './record-rows.js';
+import { columnsReadFrom, toRecord } from './record-rows.js';
 import {
   archiving,
   claimParameters,
@@ -23,15 +24,23 @@ import {
   outcomeParameters,
   outcomePlaceholders,
   outcomeValues,
+  ownedClaim,
   ownerValues,
+  stillExpired,
+  stillReleased,
+  stillStale,
   takeover,
+  thisKey,
   type ClaimBindings,
   type OutcomeBindings,
   type OwnerBindings,
 } from './row-writes.js';
-import { CLAIM_IN_PROGRESS, type StoreStatements, type TransactionStatements } from './store-statements.js';
+import type { StoreStatements } from './store-statements.js';
 
 const param = sql.placeholder;
+
+/** The transaction `db.transaction(…)` hands its callback. */
+type AnyPgTransaction = Parameters<Parameters<AnyPgDatabase['transaction']>[0]>[0];
 
 /**
  * The sweeper's candidates: expired live rows, read through the partial expiry index (R3).
@@ -51,10 +60,10 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   const { keys, history } = tables;
   // A statement name stands for one text on each connection: the table names keep two stores apart.
   const name = (statement: string) => `idem:${statement}:${getTableName(keys)}:${getTableName(history)}`;
-  const thisKey = (b: Pick<ClaimBindings, 'scope' | 'key'>) => and(eq(keys.scope, b.scope), eq(keys.key, b.key));
   const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) =>
     sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
   const b = claimPlaceholders;
+  const withClock = { ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) };
 
   // Built on `db` and prepared for the hot path, or on a transaction with bound values (atomic mode).
   const claimInsert = (on: AnyPgDatabase, b: ClaimBindings) =>
@@ -67,7 +76,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     on
       .update(keys)
       .set(completion(postgresStatementClock, keys, outcome))
-      .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`))
+      .where(ownedClaim(keys, b))
       .returning({ token: keys.token });
 
   const insertClaim = claimInsert(db, b).prepare(name('claim'));
@@ -75,52 +84,33 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   // The replay path in one round trip: the insert that conflicts, and the row it conflicted
   // with. PostgreSQL wants the data-modifying WITH at the top, so the UNION sits in FROM.
   const claimed = db.$with('claimed').as(claimInsert(db, b));
-  const fromUnion = (column: { name: string }) => sql`r.${sql.identifier(column.name)}`;
-  const unionColumns = Object.fromEntries(
-    Object.entries(getTableColumns(keys)).map(([field, column]) => [field, fromUnion(column).mapWith(column)]),
-  );
   const claimOrRead = db
     .with(claimed)
-    .select({ inserted: sql<boolean>`r.inserted`, ...unionColumns, now: sql`r.now`.mapWith(keys.createdAt) })
+    .select({
+      inserted: sql<boolean>`r.inserted`,
+      ...columnsReadFrom(getTableColumns(keys), (column) => sql`r.${sql.identifier(column.name)}`),
+      now: sql`r.now`.mapWith(keys.createdAt),
+    })
     .from(
       sql`(SELECT true AS inserted, ${claimed}.*, ${clock.now} AS now FROM ${claimed}
            UNION ALL
-           SELECT false, ${keys}.*, ${clock.now} FROM ${keys} WHERE ${thisKey(b)} AND NOT EXISTS (SELECT 1 FROM ${claimed})) AS r`,
+           SELECT false, ${keys}.*, ${clock.now} FROM ${keys} WHERE ${thisKey(keys, b)} AND NOT EXISTS (SELECT 1 FROM ${claimed})) AS r`,
     )
     .prepare(name('claim_or_read'));
 
-  const readLive = db
-    .select({ ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) })
-    .from(keys)
-    .where(thisKey(b))
-    .prepare(name('read'));
+  const readLive = db.select(withClock).from(keys).where(thisKey(keys, b)).prepare(name('read'));
 
   const reclaimReleased = db
     .update(keys)
     .set(freshClaim(clock, b))
-    .where(
-      and(
-        thisKey(b),
-        eq(keys.token, b.previousToken),
-        sql`${keys.state} = 'released'`,
-        sql`${keys.expiresAt} > ${clock.now}`,
-      ),
-    )
+    .where(stillReleased(clock, keys, b))
     .returning()
     .prepare(name('reclaim'));
 
   const takeOverStale = db
     .update(keys)
     .set(takeover(clock, b, keys.takeovers))
-    .where(
-      and(
-        thisKey(b),
-        eq(keys.token, b.previousToken),
-        sql`${keys.state} = 'processing'`,
-        sql`${keys.leaseUntil} <= ${clock.now}`,
-        sql`${keys.expiresAt} > ${clock.now}`,
-      ),
-    )
+    .where(stillStale(clock, keys, b))
     .returning()
     .prepare(name('takeover'));
 
@@ -129,11 +119,11 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   const release = db
     .update(keys)
     .set({ state: sql`'released'` })
-    .where(and(thisKey(b), eq(keys.token, b.token), sql`${keys.state} = 'processing'`))
+    .where(ownedClaim(keys, b))
     .returning({ token: keys.token })
     .prepare(name('release'));
 
-  const getLive = db.select().from(keys).where(thisKey(b)).prepare(name('get'));
+  const getLive = db.select().from(keys).where(thisKey(keys, b)).prepare(name('get'));
 
   const historyOf = db
     .select()
@@ -192,7 +182,8 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
           .select({ got: sql<boolean>`pg_try_advisory_xact_lock(hashtextextended(${lockKey}, 0))`.as('got') })
           .from(sql`(VALUES (1)) AS one (x)`),
       );
-    // The values of `claimInsert`, in the table's column order, as an INSERT … SELECT … WHERE got.
+    // The values of `claimInsert`, in the table's column order, as an INSERT … SELECT … WHERE got
+    // (as SQL: drizzle's types of an insert-select want aliased fields; the statement is the same).
     const values = tx
       .select({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
       .from(lock)
@@ -200,105 +191,98 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     const inserted = tx.$with('idem_inserted').as(
       tx
         .insert(keys)
-        // drizzle's types want aliased fields here; the statement is the same.
-        .select(values as never)
+        .select(values.getSQL())
         .onConflictDoNothing({ target: [keys.scope, keys.key] })
         .returning(),
     );
-    const fromInserted = Object.fromEntries(
-      Object.entries(getTableColumns(keys)).map(([field, column]) => [
-        field,
-        sql`${inserted}.${sql.identifier(column.name)}`.mapWith(column),
-      ]),
-    );
     return tx
       .with(lock, inserted)
-      .select({ got: lock.got, ...fromInserted })
+      .select({
+        got: lock.got,
+        inserted: sql<boolean>`${inserted}.${sql.identifier(keys.scope.name)} IS NOT NULL`,
+        ...columnsReadFrom(getTableColumns(keys), (column) => sql`${inserted}.${sql.identifier(column.name)}`),
+      })
       .from(lock)
       .leftJoin(inserted, sql`true`);
   };
 
   /** Atomic mode's statements on the transaction `tx`. */
-  const within = (tx: AnyPgDatabase): TransactionStatements => ({
+  const within = (tx: AnyPgTransaction): StoreTransaction => ({
     async insertClaim(request) {
-      const [found] = (await lockedClaimInsert(tx, request)) as Array<LiveRow & { got: boolean }>;
-      if (!found?.got) return CLAIM_IN_PROGRESS;
-      const { got: _got, ...row } = found;
-      return row.scope === null ? undefined : row;
+      const [found] = await lockedClaimInsert(tx, request);
+      if (!found?.got) return { outcome: 'inProgress' };
+      const { got: _got, inserted, ...row } = found;
+      return inserted ? { outcome: 'claimed', record: toRecord(row) } : { outcome: 'exists' };
     },
     async lockOwned(owner) {
-      const v = ownerValues(owner);
       const [row] = await tx
         .select()
         .from(keys)
-        .where(and(thisKey(v), eq(keys.token, v.token), sql`${keys.state} = 'processing'`))
+        .where(ownedClaim(keys, ownerValues(owner)))
         .for('update');
-      return row as LiveRow | undefined;
+      return row ? toRecord(row) : null;
     },
     async complete({ outcome, ...owner }) {
       return (await completeUpdate(tx, ownerValues(owner), outcomeValues(outcome))).length === 1;
     },
-    async savepoint(run) {
-      try {
-        return { ok: true, value: await tx.transaction(async (savepoint) => run(savepoint)) };
-      } catch (error) {
-        return { ok: false, error };
-      }
-    },
+    savepoint: savepointOn(tx),
   });
 
   return {
-    atomicHandlers: 'asynchronous',
-    transaction: (work) => db.transaction(async (tx) => work(within(tx))),
+    transaction: (work) =>
+      transactionEndingAs(
+        (body: (tx: AnyPgTransaction) => Promise<void>) => db.transaction(body),
+        (tx) => work(within(tx)),
+      ),
     async insertClaim(request) {
       const [row] = await insertClaim.execute(claimParameters(request));
-      return row as LiveRow | undefined;
+      return row;
     },
     async claimOrRead(request) {
       const [found] = await claimOrRead.execute(claimParameters(request));
       if (!found) return undefined;
       const { inserted, now, ...row } = found;
-      return inserted ? { inserted: row as LiveRow } : { live: { row: row as LiveRow, now } };
+      return inserted ? { inserted: row } : { live: { row, now } };
     },
     async readLive(scope, key) {
       const [found] = await readLive.execute({ scope, key });
       if (!found) return undefined;
       const { now, ...row } = found;
-      return { row: row as LiveRow, now };
+      return { row, now };
     },
     async reclaimReleased(request, releasedToken) {
       const [row] = await reclaimReleased.execute(claimParameters(request, releasedToken));
-      return row as LiveRow | undefined;
+      return row;
     },
     async takeOverStale(request, staleToken) {
       const [row] = await takeOverStale.execute(claimParameters(request, staleToken));
-      return row as LiveRow | undefined;
+      return row;
     },
     async reuseExpired(request, seen) {
       const v = claimValues(request, seen.token);
       return db.transaction(async (tx) => {
         const [locked] = await tx
-          .select({ ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) })
+          .select({ token: keys.token })
           .from(keys)
-          .where(thisKey(v))
+          .where(stillExpired(clock, keys, v, seen.generation))
           .for('update');
-        if (!locked || !isStillExpiredGeneration(locked as LiveRow, seen, locked.now)) return undefined;
+        if (!locked) return undefined;
         const [archived] = await tx
           .insert(history)
           .select(
             tx
               .select(historyCopy(getTableColumns(keys), clock))
               .from(keys)
-              .where(thisKey(v)),
+              .where(thisKey(keys, v)),
           )
           .returning();
         const [record] = await tx
           .update(keys)
           .set({ ...freshClaim(clock, v), generation: sql`${keys.generation} + 1` })
-          .where(and(thisKey(v), eq(keys.token, v.previousToken)))
+          .where(and(thisKey(keys, v), eq(keys.token, v.previousToken)))
           .returning();
         if (!archived || !record) throw new Error('[idem] the locked row vanished during the reuse of an expired key');
-        return { record: record as LiveRow, archived: archived as HistoryRow };
+        return { record, archived };
       });
     },
     async complete({ scope, key, token, outcome }) {
@@ -309,11 +293,9 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     },
     async getLive(scope, key) {
       const [row] = await getLive.execute({ scope, key });
-      return row as LiveRow | undefined;
+      return row;
     },
-    async history(scope, key) {
-      return (await historyOf.execute({ scope, key })) as HistoryRow[];
-    },
+    history: (scope, key) => historyOf.execute({ scope, key }),
     async sweep(limit) {
       return (await sweep.execute({ limit })).length;
     },

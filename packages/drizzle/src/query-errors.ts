@@ -1,6 +1,5 @@
 import type { DrizzleQueryError } from 'drizzle-orm/errors';
 import { isDrizzleQueryError } from './drizzle-seams.js';
-import { isThenable } from './eventually.js';
 
 /**
  * K5: a drizzle query error's message holds the statement's parameters — stored response
@@ -24,32 +23,20 @@ export class StoreQueryError extends Error {
   }
 }
 
-/**
- * Rethrows drizzle query errors of every method of `target` as {@link StoreQueryError}; every
- * method answers a promise. Not an `async` wrapper: one promise layer less on the replay path.
- */
-export function withoutQueryParameters<T extends object>(target: T): T {
-  const wrapped = { ...target } as Record<string, unknown>;
-  for (const [name, value] of Object.entries(target)) {
-    if (typeof value !== 'function') continue;
-    wrapped[name] = (...args: unknown[]) => {
-      try {
-        const result: unknown = (value as (...a: unknown[]) => unknown).apply(target, args);
-        return isThenable(result)
-          ? (result as Promise<unknown>).then(undefined, rethrowWithoutParameters)
-          : Promise.resolve(result);
-      } catch (error) {
-        return Promise.reject(withoutParameters(error));
-      }
-    };
-  }
-  return wrapped as T;
-}
-
-function withoutParameters(error: unknown): unknown {
+/** `error`, as a {@link StoreQueryError} when it is drizzle's query error (which lists the parameters). */
+export function withoutParameters(error: unknown): unknown {
   return isDrizzleQueryError(error) ? new StoreQueryError(error) : error;
 }
 
-function rethrowWithoutParameters(error: unknown): never {
-  throw withoutParameters(error);
+/** `method`, rejecting with {@link withoutParameters} of what it rejects with. */
+export function rejectingWithoutParameters<A extends unknown[], R>(
+  method: (...args: A) => Promise<R>,
+): (...args: A) => Promise<R> {
+  return async (...args) => {
+    try {
+      return await method(...args);
+    } catch (error) {
+      throw withoutParameters(error);
+    }
+  };
 }

@@ -1,38 +1,34 @@
 /**
- * The dialect-neutral shape of a row, as drizzle maps it from either dialect (timestamps as
- * `Date`), and its projection onto the store contract's types.
+ * The rows of the store's tables, typed by the tables themselves (`$inferSelect`): the three
+ * dialects' tables infer one and the same row (checked below, at compile time), with
+ * timestamps as `Date`. And their projection onto the store contract's types.
  */
-import {
-  isExpired as isExpiredRecord,
-  toTimelineEntry,
-  type IdempotencyRecord,
-  type RecordState,
-  type TimelineEntry,
-} from '@idem/core/store';
+import { toTimelineEntry, type IdempotencyRecord, type TimelineEntry } from '@idem/core/store';
+import type { Column, SQL } from 'drizzle-orm';
+import type { MysqlTables } from './mysql-schema.js';
+import type { PgTables } from './pg-schema.js';
+import type { SqliteTables } from './sqlite-schema.js';
 
 /** A row of the live table. */
-export interface LiveRow {
-  scope: string;
-  key: string;
-  generation: number;
-  fingerprint: string | null;
-  state: RecordState;
-  token: string;
-  createdAt: Date;
-  leaseUntil: Date;
-  expiresAt: Date;
-  completedAt: Date | null;
-  archivedAt: Date | null;
-  takeovers: number;
-  outcomeKind: 'success' | 'error' | null;
-  outcomeStatus: number | null;
-  body: string | null;
-}
-
+export type LiveRow = PgTables['keys']['$inferSelect'];
 /** A row of the history table: an earlier generation, archived when its key was reused. */
-export interface HistoryRow extends LiveRow {
-  archivedAt: Date;
-  reusedAt: Date;
+export type HistoryRow = PgTables['history']['$inferSelect'];
+
+/** The same type, whichever way round it is compared. */
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+/** Compile-time: the SQLite and MySQL tables infer the rows the PostgreSQL tables do. */
+const rowsAgree: [
+  Same<LiveRow, SqliteTables['keys']['$inferSelect']>,
+  Same<LiveRow, MysqlTables['keys']['$inferSelect']>,
+  Same<HistoryRow, SqliteTables['history']['$inferSelect']>,
+  Same<HistoryRow, MysqlTables['history']['$inferSelect']>,
+] = [true, true, true, true];
+void rowsAgree;
+
+/** A live row together with the database clock it was read at (R1: every rule reads the store's clock). */
+export interface LiveRead {
+  row: LiveRow;
+  now: Date;
 }
 
 export function toRecord(row: LiveRow): IdempotencyRecord {
@@ -63,15 +59,21 @@ export function toTimeline(history: HistoryRow[], live: LiveRow | undefined): Ti
   return entries;
 }
 
-/** Rule 2 of `claim`: retention passed (a claim inside its lease never expires, R1), or the sweeper archived the record. */
-export function isExpired(row: LiveRow, now: Date): boolean {
-  return isExpiredRecord(row, now.getTime());
-}
+/** A table's columns as SQL reading each from elsewhere (a CTE, a subquery), typed as the columns read. */
+export type ColumnsRead<TColumns extends Record<string, Column>> = {
+  [K in keyof TColumns]: SQL<
+    TColumns[K]['_']['notNull'] extends true ? TColumns[K]['_']['data'] : TColumns[K]['_']['data'] | null
+  >;
+};
 
 /**
- * Whether the row locked for a reuse is still the generation the claimant saw expired; if
- * another claimant reused it first, the token changed and this one must re-read.
+ * `columns` read through `from` (e.g. `r."scope"` of a subquery `r`), each mapped from the driver
+ * as the column itself maps it: a selection that yields rows of the table's own type.
  */
-export function isStillExpiredGeneration(locked: LiveRow, seen: LiveRow, now: Date): boolean {
-  return locked.generation === seen.generation && locked.token === seen.token && isExpired(locked, now);
+export function columnsReadFrom<TColumns extends Record<string, Column>>(
+  columns: TColumns,
+  from: (column: Column) => SQL,
+): ColumnsRead<TColumns> {
+  const entries = Object.entries(columns).map(([field, column]) => [field, from(column).mapWith(column)]);
+  return Object.fromEntries(entries) as ColumnsRead<TColumns>;
 }

@@ -1,9 +1,11 @@
 /**
- * The column assignments both dialects write, as drizzle `SET` lists and selections. Values
- * are SQL so that the same list serves a prepared statement (placeholders) and a one-off
- * statement inside a transaction (bound values).
+ * The column assignments every dialect writes, as drizzle `SET` lists and selections, and the
+ * guards of its writes, as drizzle `where` conditions: each rule of `decideClaim` is a
+ * compare-and-set on the row the store read, written here once. Values are SQL so that the same
+ * list serves a prepared statement (placeholders) and a one-off statement inside a transaction
+ * (bound values).
  */
-import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
+import { and, eq, or, sql, type Column, type SQL, type SQLWrapper } from 'drizzle-orm';
 import type { ClaimRequest, StoredOutcome } from '@idem/core/store';
 import type { DatabaseClock } from './database-clock.js';
 
@@ -133,6 +135,61 @@ export function expiredAt(
   columns: { state: SQLWrapper; expiresAt: SQLWrapper; leaseUntil: SQLWrapper },
 ): SQL {
   return sql`(${columns.expiresAt} <= ${clock.now} AND NOT (${columns.state} = 'processing' AND ${columns.leaseUntil} > ${clock.now}))`;
+}
+
+/** The live table's columns the guards below read, in any dialect. */
+interface GuardedColumns {
+  scope: Column;
+  key: Column;
+  generation: Column;
+  token: Column;
+  state: Column;
+  leaseUntil: Column;
+  expiresAt: Column;
+}
+
+/** The record of (scope, key). */
+export function thisKey(columns: Pick<GuardedColumns, 'scope' | 'key'>, b: Pick<ClaimBindings, 'scope' | 'key'>) {
+  return and(eq(columns.scope, b.scope), eq(columns.key, b.key));
+}
+
+/** The `processing` claim of (scope, key) that `token` owns: what `complete`, `release` and atomic mode's lock match (E6). */
+export function ownedClaim(columns: GuardedColumns, b: OwnerBindings) {
+  return and(thisKey(columns, b), eq(columns.token, b.token), sql`${columns.state} = 'processing'`);
+}
+
+/** Rule 3 (`reclaim`), as a compare-and-set: still the released claim of `previousToken`, and not expired. */
+export function stillReleased(clock: DatabaseClock, columns: GuardedColumns, b: ClaimBindings) {
+  return and(
+    thisKey(columns, b),
+    eq(columns.token, b.previousToken),
+    sql`${columns.state} = 'released'`,
+    sql`${columns.expiresAt} > ${clock.now}`,
+  );
+}
+
+/** Rule 4 (`takeover`), as a compare-and-set: still the `processing` claim of `previousToken`, its lease passed, not expired. */
+export function stillStale(clock: DatabaseClock, columns: GuardedColumns, b: ClaimBindings) {
+  return and(
+    thisKey(columns, b),
+    eq(columns.token, b.previousToken),
+    sql`${columns.state} = 'processing'`,
+    sql`${columns.leaseUntil} <= ${clock.now}`,
+    sql`${columns.expiresAt} > ${clock.now}`,
+  );
+}
+
+/**
+ * Rule 2 (`reuse`), as a compare-and-set: still the generation `seen` of `previousToken`, and
+ * still expired (archived, or past its retention and not a claim inside its lease: R1).
+ */
+export function stillExpired(clock: DatabaseClock, columns: GuardedColumns, b: ClaimBindings, generation: number) {
+  return and(
+    thisKey(columns, b),
+    eq(columns.token, b.previousToken),
+    eq(columns.generation, generation),
+    or(sql`${columns.state} = 'archived'`, expiredAt(clock, columns)),
+  );
 }
 
 /** R3: archived in place; the body goes, status, fingerprint and timestamps stay. */

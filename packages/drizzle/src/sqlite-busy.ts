@@ -6,7 +6,6 @@
  * database answers `SQLITE_BUSY` at once, and the store retries here: asynchronously, with
  * SQLite's own back-off steps, for a bounded time, then rejects (the engine answers 503).
  */
-import { isThenable, type Eventually } from './eventually.js';
 
 /** How long the store retries a statement that found the database locked. */
 export const DEFAULT_BUSY_RETRY_MS = 5000;
@@ -24,32 +23,26 @@ export function isSqliteBusy(error: unknown): boolean {
 }
 
 /**
- * `run()`, at once when the database is not locked (a synchronous result stays synchronous);
- * when it fails with `SQLITE_BUSY` (and `retryable(error)` agrees), `run` again after each
- * back-off step, without blocking, until it succeeds or `timeoutMs` have passed, then the last
- * error is thrown. `run` must have done nothing when it failed busy: one statement, or a
+ * `run()`; when it fails with `SQLITE_BUSY` (and `retryable(error)` agrees), `run` again after
+ * each back-off step, without blocking, until it succeeds or `timeoutMs` have passed, then the
+ * last error is thrown. `run` must have done nothing when it failed busy: one statement, or a
  * transaction that rolled back.
  */
-export function whileBusy<T>(
-  run: () => Eventually<T>,
+export async function whileBusy<T>(
+  run: () => T | Promise<T>,
   timeoutMs: number,
   retryable: (error: unknown) => boolean = isSqliteBusy,
-): Eventually<T> {
-  const retry = (error: unknown): Promise<T> => {
+): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
     if (!retryable(error)) throw error;
     return retryUntil(run, Date.now() + timeoutMs, error, retryable);
-  };
-  let result: Eventually<T>;
-  try {
-    result = run();
-  } catch (error) {
-    return retry(error);
   }
-  return isThenable(result) ? (result as Promise<T>).then(undefined, retry) : result;
 }
 
 async function retryUntil<T>(
-  run: () => Eventually<T>,
+  run: () => T | Promise<T>,
   deadline: number,
   first: unknown,
   retryable: (error: unknown) => boolean,
@@ -78,7 +71,7 @@ async function retryUntil<T>(
  * await retrySqliteBusy(() => db.insert(ledger).values(entry).run());
  * ```
  */
-export async function retrySqliteBusy<T>(
+export function retrySqliteBusy<T>(
   run: () => T | Promise<T>,
   { timeoutMs = DEFAULT_BUSY_RETRY_MS }: { timeoutMs?: number } = {},
 ): Promise<T> {

@@ -1,6 +1,9 @@
+import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { runStoreConformance } from '@idem/core/conformance';
 import { createDrizzleStore, migrate } from '../src/index.ts';
+import { CREATE_MYSQL_PAYMENTS, payOnMysql } from './payments.ts';
+import { executedRows } from '../src/mysql-store.ts';
 import { mariadbOnlyStatements, mysqlSuitesRun, openMysqlTarget, type MysqlTarget } from './mysql-target.ts';
 
 let target: MysqlTarget | undefined;
@@ -11,7 +14,13 @@ describe.skipIf(!(await mysqlSuitesRun()))('MySQL (mysql2) at MYSQL_URL', () => 
     async createStore() {
       target = await openMysqlTarget();
       await migrate(target.db);
+      await target.db.execute(sql.raw(CREATE_MYSQL_PAYMENTS));
       return createDrizzleStore(target.db);
+    },
+    atomic: {
+      write: payOnMysql,
+      committed: async (id) =>
+        executedRows(await target!.db.execute(sql`SELECT id FROM payments WHERE id = ${id}`)).length === 1,
     },
     teardown: async () => target?.close(),
   });

@@ -225,11 +225,12 @@ describe.skipIf(!run)('MySQL (mysql2) at MYSQL_URL', () => {
         await migrate(db, { migrationsTable: journal });
         const [row] = await rowsOf<{ n: number }>(target, sql`SELECT count(*) AS n FROM ${sql.identifier(journal)}`);
         expect(Number(row?.n)).toBe(1);
-        const outcome = () => ({ kind: 'success' as const, status: 200, body: '1' });
         const claim = claimRequest({ scope: 's'.repeat(1000), key: 'k'.repeat(500) });
-        expect(await createDrizzleStore(db).atomicClaim(claim, async () => 1, outcome)).toMatchObject({
-          executed: true,
+        const claimedInTransaction = await createDrizzleStore(db).transaction!(async (t) => {
+          const { outcome } = await t.insertClaim(claim);
+          return { commit: outcome === 'claimed', value: outcome };
         });
+        expect(claimedInTransaction).toBe('claimed');
         expect(names).toHaveLength(2);
         for (const name of names) expect(name.length).toBeLessThanOrEqual(64);
       }));

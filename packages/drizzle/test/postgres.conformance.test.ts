@@ -1,8 +1,10 @@
-/** The core store contract on each PostgreSQL driver, on a real engine (drivers.ts). */
+/** The core store contract, atomic mode included, on each PostgreSQL driver, on a real engine (drivers.ts). */
 import { runStoreConformance } from '@idem/core/conformance';
+import { sql } from 'drizzle-orm';
 import { describe } from 'vitest';
 import { createDrizzleStore, migrate } from '../src/index.ts';
 import { DRIVERS, type DriverTarget } from './drivers.ts';
+import { CREATE_PAYMENTS, payOnPostgres } from './payments.ts';
 
 for (const spec of DRIVERS.filter((each) => each.dialect === 'postgres')) {
   if (!spec.runs) {
@@ -17,7 +19,12 @@ for (const spec of DRIVERS.filter((each) => each.dialect === 'postgres')) {
     async createStore() {
       target = await spec.open();
       await migrate(target.db);
+      await target.exec(CREATE_PAYMENTS);
       return createDrizzleStore(target.db);
+    },
+    atomic: {
+      write: payOnPostgres,
+      committed: async (id) => (await target!.rows(sql`SELECT id FROM payments WHERE id = ${id}`)).length === 1,
     },
     teardown: async () => target?.close(),
   });

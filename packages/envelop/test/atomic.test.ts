@@ -143,13 +143,13 @@ describe('@idem/envelop atomic mode through Yoga over HTTP on PostgreSQL', () =>
 });
 
 describe('@idem/envelop atomic mode on SQLite', () => {
-  it('is refused on better-sqlite3 when the plugin is created, with an [idem] error naming the stores that can and engine.executeAtomic', async () => {
+  it('is refused on better-sqlite3 (no atomic mode) when the plugin is created, with an [idem] error pointing to the stores that have it', async () => {
     const sqlite = await openSqliteTarget();
     try {
       await migrate(sqlite.db);
       const store = createDrizzleStore(sqlite.db);
       expect(() => useYogaIdempotency({ store, principal: () => 'alice', atomic: true })).toThrow(
-        /^\[idem\] useIdempotency: atomic mode in the adapters needs transactions that can span the resolver's awaits \(PostgreSQL, MySQL, or SQLite through libsql\); better-sqlite3's cannot\. On better-sqlite3, atomic mode is available through `engine\.executeAtomic` with a synchronous handler\.$/,
+        /^\[idem\] useIdempotency: `atomic: true` needs a store with atomic mode \(its `transaction`: AtomicMode in @idem\/core\/store\), and this store has none: leave `atomic` off/,
       );
     } finally {
       await sqlite.close();

@@ -50,8 +50,9 @@ export interface IdempotencyMiddleware<TContext, TTx = unknown> {
  * const createOrder = authed.input(orderSchema).use(idempotent).mutation(({ input }) => ...);
  * ```
  *
- * With `atomic: true` (PostgreSQL), the resolver runs inside the store's transaction and writes
- * through `idempotencyClaim(ctx).tx`, committed together with the claim and the stored outcome.
+ * With `atomic: true` (a store with atomic mode: `AtomicMode` in `@idem/core/store`), the resolver
+ * runs inside the store's transaction and writes through `idempotencyClaim(ctx).tx`, committed
+ * together with the claim and the stored outcome.
  */
 export function idempotency<TContext extends object = object, TTx = unknown>(
   options: IdempotencyOptions<TContext, TTx>,

@@ -152,14 +152,14 @@ describe.each([
 });
 
 describe('@idem/trpc atomic mode on SQLite', () => {
-  it('is refused on better-sqlite3 when the middleware is created, with an [idem] error naming the stores that can and engine.executeAtomic', async () => {
+  it('is refused on better-sqlite3 (no atomic mode) when the middleware is created, with an [idem] error pointing to the stores that have it', async () => {
     const sqlite = await openSqliteTarget();
     try {
       await migrate(sqlite.db);
       const store = createDrizzleStore(sqlite.db);
       expect(() => idempotency({ store, principal: () => 'alice', atomic: true })).toThrow(
         new TypeError(
-          "[idem] idempotency(): atomic mode in the adapters needs transactions that can span the resolver's awaits (PostgreSQL, MySQL, or SQLite through libsql); better-sqlite3's cannot. On better-sqlite3, atomic mode is available through `engine.executeAtomic` with a synchronous handler.",
+          '[idem] idempotency(): `atomic: true` needs a store with atomic mode (its `transaction`: AtomicMode in @idem/core/store), and this store has none: leave `atomic` off, or use a store that has it (@idem/drizzle: the drivers its README lists under Drivers).',
         ),
       );
       expect(() => idempotency({ store, principal: () => 'alice' })).not.toThrow();
