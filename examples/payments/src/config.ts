@@ -39,7 +39,7 @@ export const DEFAULT_SQLITE_PATH = fileURLToPath(new URL('../.data/payments.db',
 /**
  * Reads the example's configuration from the environment:
  * `PORT` (3000), `DATABASE_URL` (a SQLite file under examples/payments/.data/),
- * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only),
+ * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only in the example, which opens SQLite with better-sqlite3),
  * `MAX_BODY_BYTES` (65536), `CORS_ORIGIN` (none), `CHECKOUT_PORT` (off), `CHECKOUT_API_URL`,
  * `ADMIN_TOKEN` (off).
  */
@@ -48,7 +48,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
   const atomic = flag('IDEM_ATOMIC', env.IDEM_ATOMIC);
   if (atomic && database.dialect !== 'postgres') {
     throw new ConfigError(
-      'IDEM_ATOMIC needs PostgreSQL: the adapters run asynchronous resolvers, which a SQLite transaction cannot span',
+      "IDEM_ATOMIC needs PostgreSQL here: the example opens SQLite with better-sqlite3, whose transactions cannot span the resolvers' awaits (libsql can: packages/drizzle/README.md#drivers)",
     );
   }
   return {
