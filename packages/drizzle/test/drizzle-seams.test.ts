@@ -49,7 +49,8 @@ describe(`drizzle seams on drizzle-orm ${npmVersion}`, () => {
   );
 
   for (const spec of DRIVERS) {
-    describe.skipIf(!spec.runs)(spec.name, () => {
+    // PGlite is PostgreSQL compiled to WebAssembly: starting one took over 30 s under `npm run test:loaded`.
+    describe.skipIf(!spec.runs)(spec.name, { timeout: spec.name === 'pglite' ? 180_000 : 30_000 }, () => {
       it('entityKinds names the driver class first and its dialect class among the ancestors; the driver is detected by it', async () => {
         const target = await spec.open();
         try {

@@ -184,7 +184,8 @@ describe('claims racing across processes', () => {
  */
 describe('claims racing on PGlite, in its one process', () => {
   const claims = PROCESSES * CLAIMS_PER_PROCESS;
-  it(`E1: exactly one of ${claims} concurrent claims of one key wins (pglite)`, async () => {
+  // PGlite is PostgreSQL compiled to WebAssembly: starting it and 60 claims took over 30 s under `npm run test:loaded`.
+  it(`E1: exactly one of ${claims} concurrent claims of one key wins (pglite)`, { timeout: 180_000 }, async () => {
     const target = await DRIVERS.find((spec) => spec.name === 'pglite')!.open();
     try {
       await migrate(target.db);
