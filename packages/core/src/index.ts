@@ -23,7 +23,14 @@ export { sharedPrincipal } from './adapter.js';
 export { MAX_SCOPE_BYTES } from './scope.js';
 export type { IdempotencyStore } from './store.js';
 export { MemoryStore, type MemoryStoreOptions } from './memory-store.js';
-export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventType, ExpiredGeneration } from './events.js';
+export {
+  combineEventHandlers,
+  type IdempotencyEvent,
+  type IdempotencyEventHandler,
+  type IdempotencyEventType,
+  type ExpiredGeneration,
+  type StoreOperation,
+} from './events.js';
 
 // The key-status lookup: a caller reconciles its key instead of retrying it (R2, A1, S1).
 export {
