@@ -3,7 +3,8 @@
  * fingerprint helpers, the memory store and the published policy. Other entries:
  * `@idem/core/client` (retries within the retention, for clients), `@idem/core/store` (the
  * store contract, for store authors), `@idem/core/adapter` (the per-request pipeline, for
- * adapter authors) and `@idem/core/conformance` (the store conformance suite, with vitest).
+ * adapter authors), `@idem/core/otel` (OpenTelemetry metrics and span attributes from the events)
+ * and `@idem/core/conformance` (the store conformance suite, with vitest).
  */
 
 // The engine.
