@@ -8,19 +8,9 @@ import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFile
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { context, metrics, trace, type Attributes } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import {
-  AggregationTemporality,
-  DataPointType,
-  InMemoryMetricExporter,
-  MeterProvider,
-  PeriodicExportingMetricReader,
-  type HistogramMetricData,
-  type MetricData,
-} from '@opentelemetry/sdk-metrics';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { metrics } from '@opentelemetry/api';
+import { DataPointType, type HistogramMetricData } from '@opentelemetry/sdk-metrics';
+import { describe, expect, it, vi } from 'vitest';
 import {
   combineEventHandlers,
   createEngine,
@@ -37,72 +27,10 @@ import {
   IDEMPOTENCY_EVENTS_METRIC,
   idempotencyTelemetry,
 } from '@idem/core/otel';
+import { counted, useOpenTelemetrySdk } from './otel-sdk.ts';
 
-const spans = new InMemorySpanExporter();
-const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
-const tracer = tracerProvider.getTracer('test');
-const contextManager = new AsyncLocalStorageContextManager();
-
-let exporter: InMemoryMetricExporter;
-let reader: PeriodicExportingMetricReader;
-let meterProvider: MeterProvider;
-
-beforeAll(() => {
-  context.setGlobalContextManager(contextManager.enable());
-  trace.setGlobalTracerProvider(tracerProvider);
-});
-
-afterAll(async () => {
-  trace.disable();
-  context.disable();
-  metrics.disable();
-  await tracerProvider.shutdown();
-});
-
-beforeEach(() => {
-  spans.reset();
-  exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
-  // Exports when the test flushes it, never on a timer.
-  reader = new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 2 ** 30 });
-  meterProvider = new MeterProvider({ readers: [reader] });
-});
-
-/** Every metric exported so far, by name. */
-async function collected(): Promise<Map<string, MetricData>> {
-  await reader.forceFlush();
-  const byName = new Map<string, MetricData>();
-  for (const resource of exporter.getMetrics())
-    for (const scope of resource.scopeMetrics)
-      for (const metric of scope.metrics) byName.set(metric.descriptor.name, metric);
-  return byName;
-}
-
-/** The counter's points as `event operation [store operation] = value`, sorted. */
-function counted(metric: MetricData | undefined): string[] {
-  if (!metric) return [];
-  return metric.dataPoints
-    .map(({ attributes, value }) => {
-      const store = attributes['idempotency.store_operation'];
-      return `${attributes['idempotency.event']} ${attributes['idempotency.operation']}${store ? ` ${store}` : ''} = ${value}`;
-    })
-    .sort();
-}
-
-/** Runs `body` inside a request span, as a host's HTTP instrumentation would, and returns the span's attributes. */
-async function inRequestSpan(name: string, body: () => Promise<unknown>): Promise<Attributes> {
-  await tracer.startActiveSpan(name, async (span) => {
-    try {
-      await body();
-    } catch {
-      // The refusal is the request's answer; the span records what idem said.
-    } finally {
-      span.end();
-    }
-  });
-  const finished = spans.getFinishedSpans().find((span) => span.name === name);
-  expect(finished, `span ${name}`).toBeDefined();
-  return finished!.attributes;
-}
+const sdk = useOpenTelemetrySdk();
+const { inRequestSpan, collected } = sdk;
 
 const OPERATION = 'payments.create';
 const PRINCIPAL = 'acct_secret_principal';
@@ -119,7 +47,7 @@ describe('@idem/core/otel: idempotencyTelemetry()', () => {
   it('a fresh call, a replay, a conflict and a mismatch: counted by event and operation, spans say what idem answered', async () => {
     const engine = createEngine({
       store: new MemoryStore(),
-      onEvent: idempotencyTelemetry({ meter: meterProvider.getMeter('test') }),
+      onEvent: idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }),
     });
     let release!: (value: string) => void;
     let running!: Promise<unknown>;
@@ -182,7 +110,7 @@ describe('@idem/core/otel: idempotencyTelemetry()', () => {
   it('K5: no metric attribute, no span attribute carries the principal or the key', async () => {
     const engine = createEngine({
       store: new MemoryStore(),
-      onEvent: idempotencyTelemetry({ meter: meterProvider.getMeter('test') }),
+      onEvent: idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }),
     });
     const attributes = [
       await inRequestSpan('first', () => engine.execute(request('f'), () => 'charged')),
@@ -197,7 +125,7 @@ describe('@idem/core/otel: idempotencyTelemetry()', () => {
   });
 
   it('records the handler duration from completed.durationMs, in seconds, by outcome kind', async () => {
-    const onEvent = idempotencyTelemetry({ meter: meterProvider.getMeter('test') });
+    const onEvent = idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') });
     const base = { scope: 's', operation: 'refunds.create', principal: 'p', key: 'k', requestId: 'r' };
     const completed = (durationMs: number, outcomeKind: 'success' | 'error'): IdempotencyEvent => ({
       ...base,
@@ -226,7 +154,7 @@ describe('@idem/core/otel: idempotencyTelemetry()', () => {
       store,
       lease: '10s',
       retention: '1m',
-      onEvent: idempotencyTelemetry({ meter: meterProvider.getMeter('test') }),
+      onEvent: idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }),
     });
     // A claim whose owner died: taken over once its lease has passed (E6).
     await store.claim({
@@ -248,7 +176,7 @@ describe('@idem/core/otel: idempotencyTelemetry()', () => {
           throw new Error('connection refused');
         },
       }),
-      onEvent: idempotencyTelemetry({ meter: meterProvider.getMeter('test') }),
+      onEvent: idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }),
     });
     const refused = await inRequestSpan('refused', () => broken.execute(request('f'), () => 'never'));
     expect(refused['idempotency.outcome']).toBe('store_error');
@@ -262,13 +190,13 @@ describe('@idem/core/otel: idempotencyTelemetry()', () => {
   });
 
   it("without a meter, uses the global provider's meter `@idem/core`; spans: false leaves the span alone", async () => {
-    metrics.setGlobalMeterProvider(meterProvider);
+    metrics.setGlobalMeterProvider(sdk.meterProvider);
     try {
       const engine = createEngine({ store: new MemoryStore(), onEvent: idempotencyTelemetry({ spans: false }) });
       const attributes = await inRequestSpan('quiet', () => engine.execute(request('f'), () => 'charged'));
       expect(attributes).toEqual({});
-      await reader.forceFlush();
-      const scopes = exporter.getMetrics().flatMap((resource) => resource.scopeMetrics);
+      await sdk.reader.forceFlush();
+      const scopes = sdk.exporter.getMetrics().flatMap((resource) => resource.scopeMetrics);
       expect(scopes.map((scope) => scope.scope.name)).toEqual(['@idem/core']);
       expect(counted((await collected()).get(IDEMPOTENCY_EVENTS_METRIC))).toEqual([
         `claimed ${OPERATION} = 1`,
@@ -283,7 +211,7 @@ describe('@idem/core/otel: idempotencyTelemetry()', () => {
     const yours: string[] = [];
     const engine = createEngine({
       store: new MemoryStore(),
-      onEvent: combineEventHandlers(idempotencyTelemetry({ meter: meterProvider.getMeter('test') }), (event) =>
+      onEvent: combineEventHandlers(idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }), (event) =>
         yours.push(event.type),
       ),
     });
