@@ -62,7 +62,11 @@ export interface EngineOptions<TTx = unknown> extends EndpointPolicy {
   store: IdempotencyStore<TTx>;
   /** Serializer for stored success values: `JSON` (default) or anything with `stringify`/`parse`, such as `superjson`. */
   serializer?: OutcomeSerializer;
-  /** One hook for every event (claimed, replayed, conflict, …). Defaults to none. */
+  /**
+   * One hook for every event (claimed, replayed, conflict, …). Several: `combineEventHandlers`;
+   * OpenTelemetry metrics and span attributes: `idempotencyTelemetry()` from `@idem/core/otel`.
+   * Defaults to none.
+   */
   onEvent?: IdempotencyEventHandler;
   /** The `type` of problem bodies: the published policy (R4). Defaults to `'/idempotency'`. */
   documentationUrl?: string;
