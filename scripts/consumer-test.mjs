@@ -611,6 +611,21 @@ async function main() {
         `@idem/core/conformance without vitest should fail to resolve vitest, got ${conformance.stdout}`,
       );
       log(`  @idem/core/conformance without vitest: ${conformance.stdout.trim()} (vitest is its optional peer)`);
+      // @idem/core/otel loads without @opentelemetry/api (loaded above with every entry); calling it says what to install.
+      const otel = await run(
+        process.execPath,
+        [
+          '-e',
+          "import('@idem/core/otel').then((m) => m.idempotencyTelemetry()).then(() => console.log('no error'), (e) => console.log(e.message))",
+        ],
+        { cwd: nodeApp },
+      );
+      assert(
+        otel.stdout.trim() ===
+          '[idem] idempotencyTelemetry() needs @opentelemetry/api, an optional peer of @idem/core: npm install @opentelemetry/api',
+        `idempotencyTelemetry() without @opentelemetry/api should name the package to install, got ${otel.stdout}`,
+      );
+      log(`  @idem/core/otel without @opentelemetry/api: loads; idempotencyTelemetry() says ${otel.stdout.trim()}`);
     });
 
     await step('(c) npx idem migrate and npx idem explain from the installed tarball', async () => {

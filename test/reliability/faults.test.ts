@@ -127,7 +127,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
         (event) =>
           eventOf('storeError', key)(event) &&
           event.type === 'storeError' &&
-          event.operation === 'complete' &&
+          event.storeOperation === 'complete' &&
           event.willRetry,
       );
       expect(proxy.stats.dropped).toBeGreaterThan(droppedBefore);
@@ -190,7 +190,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       // While the engine still retries the write, the lease runs: the claim is not handed over (E7).
       await app.waitForEvent(
         (event) =>
-          event.type === 'storeError' && event.key === key && event.operation === 'complete' && event.willRetry,
+          event.type === 'storeError' && event.key === key && event.storeOperation === 'complete' && event.willRetry,
       );
       const inside = await create(key);
       expect([inside.status, endpoint.problemCode(inside)]).toEqual([409, 'idempotency_request_in_progress']);

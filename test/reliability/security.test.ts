@@ -242,7 +242,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)(
         const answer = await endpoint.create(server.url, input, { key, account: 'ivan' });
         expect(answer.status).toBe(200); // E7: the real outcome, though it was not stored
         const failure = await server.waitForEvent(
-          (event) => event.type === 'storeError' && event.key === key && event.operation === 'complete',
+          (event) => event.type === 'storeError' && event.key === key && event.storeOperation === 'complete',
         );
         proxy.clearDropRules();
         const line = server.lines.find(

@@ -95,7 +95,7 @@ describe.each(databases)('the payments example over $name: derived downstream ke
       const charge = first.body.result.data;
       expect(
         example.events.filter(
-          (event) => event.type === 'storeError' && event.key === key && event.operation === 'complete',
+          (event) => event.type === 'storeError' && event.key === key && event.storeOperation === 'complete',
         ).length,
       ).toBeGreaterThanOrEqual(1);
       expect(await example.app.store.get(SCOPE, key)).toMatchObject({ state: 'processing', outcome: null });

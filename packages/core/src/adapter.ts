@@ -82,6 +82,13 @@ export interface AdapterDescription {
   field: string;
 }
 
+/** The scope of one operation and its parts: the `scope`, `operation` and `principal` of an {@link ExecuteRequest}. */
+export interface RequestScope {
+  scope: string;
+  operation: string;
+  principal: string;
+}
+
 /** The pipeline of one adapter, built once from its options by {@link createAdapterKit}. */
 export interface AdapterKit<TContext, TTx = unknown> {
   readonly engine: IdempotencyEngine<TTx>;
@@ -99,8 +106,12 @@ export interface AdapterKit<TContext, TTx = unknown> {
   chooseKey(operation: string, sources: { header: string | undefined; field: string | undefined }): string | undefined;
   /** K2: whether `operation` refuses to run without a key. */
   isRequired(operation: string): boolean;
-  /** S1: resolves the principal once, and returns the scope of each operation under it. */
-  scopes(context: TContext): Promise<(operation: string) => string>;
+  /**
+   * S1: resolves the principal once, and returns the scope of each operation under it, with its
+   * parts: spread it into the request (`{ ...scopeOf(operation), key, … }`), so that the events
+   * carry `operation` and `principal` beside `scope`.
+   */
+  scopes(context: TContext): Promise<(operation: string) => RequestScope>;
   /** F1: the fingerprint of `input`, under the `fingerprint` option; `exclude` names top-level fields left out. */
   fingerprint(input: unknown, exclude?: readonly string[]): Promise<string | null>;
   /** E1–E4: one unit, through `engine.execute`, or `engine.executeAtomic` in atomic mode (`claim.tx`). */
@@ -167,7 +178,7 @@ export function createAdapterKit<TContext, TTx>(
     isRequired,
     async scopes(context) {
       const id = await principal(context);
-      return (operation) => formatScope(operation, id);
+      return (operation) => ({ scope: formatScope(operation, id), operation, principal: id });
     },
     fingerprint: (input, exclude = []) => computeFingerprint(input, fingerprint, exclude),
     execute: (request, handler) => (atomic ? engine.executeAtomic(request, handler) : engine.execute(request, handler)),

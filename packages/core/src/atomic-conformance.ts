@@ -104,6 +104,10 @@ export function describeAtomicMode<TTx>({ store, scope, atomic, request, storePa
       expect(runs.count).toBe(1);
       expect(await committed(`${req.key}-again`)).toBe(false);
       expect(recorded.types()).toEqual(['claimed', 'completed', 'replayed']);
+      // The execution's events name it (one requestId) and time its handler; the replay is another request.
+      const [claimed, completed, replayed] = recorded.seen;
+      expect(completed).toMatchObject({ requestId: claimed!.requestId, durationMs: expect.any(Number) });
+      expect(replayed!.requestId).not.toBe(claimed!.requestId);
     });
 
     it('E4: a handler that throws has its write rolled back, and its error is stored and replayed', async () => {

@@ -8,7 +8,7 @@ import {
   StoreUnavailableError,
   DEFAULT_DOCUMENTATION_URL,
 } from './errors.js';
-import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration } from './events.js';
+import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration, StoreOperation } from './events.js';
 import {
   OutcomeNotStoredError,
   OutcomeTooLargeError,
@@ -30,7 +30,9 @@ import type {
   TransactionEnd,
 } from './store.js';
 import { formatDuration, toMilliseconds, type Duration } from './duration.js';
-import { assertScopeFits } from './scope.js';
+import { assertScopeFits, scopeParts } from './scope.js';
+
+export { formatScope } from './scope.js';
 
 /** Retention and lease rules of one endpoint; every field falls back to the engine's. */
 export interface EndpointPolicy {
@@ -60,7 +62,11 @@ export interface EngineOptions<TTx = unknown> extends EndpointPolicy {
   store: IdempotencyStore<TTx>;
   /** Serializer for stored success values: `JSON` (default) or anything with `stringify`/`parse`, such as `superjson`. */
   serializer?: OutcomeSerializer;
-  /** One hook for every event (claimed, replayed, conflict, …). Defaults to none. */
+  /**
+   * One hook for every event (claimed, replayed, conflict, …). Several: `combineEventHandlers`;
+   * OpenTelemetry metrics and span attributes: `idempotencyTelemetry()` from `@idem/core/otel`.
+   * Defaults to none.
+   */
   onEvent?: IdempotencyEventHandler;
   /** The `type` of problem bodies: the published policy (R4). Defaults to `'/idempotency'`. */
   documentationUrl?: string;
@@ -84,6 +90,19 @@ export interface ExecuteRequest extends EndpointPolicy {
    * `MAX_SCOPE_BYTES` (1,024) bytes in UTF-8: a longer one is refused with 400 `ScopeTooLongError`.
    */
   scope: string;
+  /**
+   * The scope's operation and principal, as `formatScope` took them, for the events (`operation`,
+   * `principal`). The adapters pass them. Without them the engine reads them back from a scope
+   * that `formatScope` made; a scope made otherwise is its own operation, with principal `''`.
+   * @throws TypeError `[idem] …` when they are given and do not make `scope`.
+   */
+  operation?: string;
+  principal?: string;
+  /**
+   * An id of this request for the events (`requestId`): one your logs already carry, say.
+   * Defaults to a random UUID per call.
+   */
+  requestId?: string;
   key: string;
   /** The request's fingerprint (see `computeFingerprint`); null for none (F2). */
   fingerprint: string | null;
@@ -162,11 +181,6 @@ const DEFAULT_RETENTION: Duration = '24h';
 const DEFAULT_LEASE: Duration = '30s';
 const DEFAULT_MAX_STORED_BYTES = 1024 * 1024;
 
-/** Builds a scope (S1): `<principal>/<operation>`, the principal percent-encoded. */
-export function formatScope(operation: string, principal: string): string {
-  return `${encodeURIComponent(principal)}/${operation}`;
-}
-
 /** The engine over `options.store`; every option but `store` has a default (see {@link EngineOptions}). */
 export function createEngine<TTx = unknown>(options: EngineOptions<TTx>): IdempotencyEngine<TTx> {
   return new Engine(options);
@@ -176,6 +190,8 @@ export function createEngine<TTx = unknown>(options: EngineOptions<TTx>): Idempo
 interface Endpoint {
   scope: string;
   key: string;
+  /** What every event of this request carries besides its own fields. */
+  subject: { scope: string; operation: string; principal: string; key: string; requestId: string };
   fingerprint: string | null;
   serializer: OutcomeSerializer;
   errors: ErrorCodec;
@@ -246,9 +262,9 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       await this.#release(endpoint, record);
       throw run.cause;
     }
-    const { result } = run;
+    const { result, durationMs } = run;
     const outcome = this.#outcomeOf(endpoint, result);
-    await this.#storeOutcome(endpoint, record, outcome, this.#withErrors(endpoint, outcome, result));
+    await this.#storeOutcome(endpoint, record, outcome, this.#withErrors(endpoint, outcome, result), durationMs);
     return { ...result, replayed: false, generation: record.generation };
   }
 
@@ -270,16 +286,16 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
         return { commit: run.commit, value: { outcome: 'claimed', record: claim.record, run: run.value } };
       });
     } catch (error) {
-      throw this.#unavailable(endpoint, 'claim', error);
+      throw this.#unavailable(endpoint, 'claim', null, error);
     }
     if (fresh.outcome === 'claimed') {
       if (fresh.run.outcome === 'completed')
-        this.#emit({ type: 'claimed', scope: endpoint.scope, key: endpoint.key, generation: fresh.record.generation });
+        this.#emit({ type: 'claimed', ...endpoint.subject, generation: fresh.record.generation });
       return this.#afterTransaction(endpoint, fresh.record, fresh.run);
     }
     // Another transaction is running this key's handler; its claim is not visible before it
     // commits, so there is no record to read: 409 at once (E3), nothing held meanwhile.
-    if (fresh.outcome === 'inProgress') throw this.#conflict(endpoint, this.#conflictRetryAfter);
+    if (fresh.outcome === 'inProgress') throw this.#conflict(endpoint, null, this.#conflictRetryAfter);
 
     // The key has a record: the rules of `execute`, then the handler in a transaction of its own
     // that first locks the claim (E6: only while this execution still owns it).
@@ -297,7 +313,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     } catch (error) {
       // Nothing was committed: give the claim back so that a retry runs at once (E4).
       await this.#release(endpoint, record);
-      throw this.#unavailable(endpoint, 'complete', error);
+      throw this.#unavailable(endpoint, 'complete', record.generation, error);
     }
     if (run.outcome === 'notStarted' || run.outcome === 'unstorable') await this.#release(endpoint, record);
     return this.#afterTransaction(endpoint, record, run);
@@ -315,7 +331,18 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     record: IdempotencyRecord,
     handler: (claim: AtomicClaimContext<TTx>) => Promise<T> | T,
   ): Promise<TransactionEnd<AtomicRun<T>>> {
-    const run = await runHandler(() => t.savepoint((tx) => handler({ ...claimContext(endpoint, record), tx })));
+    // The handler's own time, inside the savepoint: without the savepoint's statements.
+    let durationMs = 0;
+    const run = await runHandler(() =>
+      t.savepoint(async (tx) => {
+        const start = performance.now();
+        try {
+          return await handler({ ...claimContext(endpoint, record), tx });
+        } finally {
+          durationMs = performance.now() - start;
+        }
+      }),
+    );
     if (!run.started) return { commit: false, value: { outcome: 'notStarted', cause: run.cause } };
     let stored: StoredOutcome;
     try {
@@ -325,7 +352,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     }
     if (!(await t.complete({ ...ownerOf(endpoint, record), outcome: stored })))
       return { commit: false, value: { outcome: 'fenced' } };
-    return { commit: true, value: { outcome: 'completed', result: run.result, stored } };
+    return { commit: true, value: { outcome: 'completed', result: run.result, stored, durationMs } };
   }
 
   /** What the client gets once an atomic execution's transaction has ended. */
@@ -334,13 +361,14 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     record: IdempotencyRecord,
     run: AtomicRun<T>,
   ): Promise<ExecuteResult<T>> {
-    const { scope, key } = endpoint;
+    const { scope, key, subject } = endpoint;
     const { generation } = record;
     switch (run.outcome) {
       case 'completed': {
         const { status, kind } = run.stored;
         const withErrors = this.#withErrors(endpoint, run.stored, run.result);
-        this.#emit({ type: 'completed', scope, key, generation, status, outcomeKind: kind, withErrors });
+        const { durationMs } = run;
+        this.#emit({ type: 'completed', ...subject, generation, status, outcomeKind: kind, withErrors, durationMs });
         return { ...run.result, replayed: false, generation };
       }
       case 'notStarted':
@@ -349,15 +377,15 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
         throw run.error;
       case 'fenced': {
         // E6: the new owner's stored outcome is the answer, or it is still running.
-        this.#emit({ type: 'fenced', scope, key, generation });
+        this.#emit({ type: 'fenced', ...subject, generation });
         let current;
         try {
           current = await this.store.get(scope, key);
         } catch (error) {
-          throw this.#unavailable(endpoint, 'claim', error);
+          throw this.#unavailable(endpoint, 'claim', generation, error);
         }
         if (current && isReplayable(current)) return this.#replay(endpoint, current);
-        throw this.#conflict(endpoint, this.#conflictRetryAfter);
+        throw this.#conflict(endpoint, current?.generation ?? null, this.#conflictRetryAfter);
       }
     }
   }
@@ -366,12 +394,15 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   #endpoint(request: ExecuteRequest): Endpoint {
     const { key, fingerprint, lease, retention } = request;
     const scope = assertScopeFits(request.scope);
+    const { operation, principal } = scopeParts(request);
+    const requestId = request.requestId ?? randomUUID();
     const leaseMs = lease === undefined ? this.policy.leaseMs : toMilliseconds(lease);
     const retentionMs = retention === undefined ? this.policy.retentionMs : toMilliseconds(retention);
     if (lease !== undefined || retention !== undefined) warnIfRetentionBelowLease(retentionMs, leaseMs);
     return {
       scope,
       key,
+      subject: { scope, operation, principal, key, requestId },
       fingerprint,
       serializer: request.serializer ?? this.#serializer,
       errors: request.errors ?? defaultErrorCodec,
@@ -387,7 +418,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     try {
       return await this.store.claim(claimRequest(endpoint));
     } catch (error) {
-      throw this.#unavailable(endpoint, 'claim', error);
+      throw this.#unavailable(endpoint, 'claim', null, error);
     }
   }
 
@@ -396,10 +427,10 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     endpoint: Endpoint,
     { record, now, expired }: Extract<ClaimResult, { outcome: 'existing' }>,
   ): ExecuteResult<T> {
-    const { scope, key, fingerprint } = endpoint;
+    const { subject, fingerprint } = endpoint;
     if (expired) {
       const previous = describeGeneration(record);
-      this.#emit({ type: 'expiredKeyRejected', scope, key, previous });
+      this.#emit({ type: 'expiredKeyRejected', ...subject, previous });
       throw new KeyExpiredError({
         firstSeenAt: record.createdAt,
         completedAt: record.completedAt,
@@ -408,43 +439,42 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       });
     }
     if (record.fingerprint !== null && fingerprint !== null && record.fingerprint !== fingerprint) {
-      this.#emit({ type: 'mismatch', scope, key });
+      this.#emit({ type: 'mismatch', ...subject, generation: record.generation });
       throw new FingerprintMismatchError();
     }
     if (isReplayable(record)) return this.#replay(endpoint, record);
     const leaseLeft = Math.ceil((record.leaseUntil.getTime() - now.getTime()) / 1000);
-    throw this.#conflict(endpoint, Math.min(this.#conflictRetryAfter, leaseLeft));
+    throw this.#conflict(endpoint, record.generation, Math.min(this.#conflictRetryAfter, leaseLeft));
   }
 
   /** E2: the stored outcome, as the handler's result. */
-  #replay<T>({ scope, key, serializer, errors }: Endpoint, record: Replayable): ExecuteResult<T> {
+  #replay<T>({ subject, serializer, errors }: Endpoint, record: Replayable): ExecuteResult<T> {
     const { kind, status, body } = record.outcome;
     const { generation } = record;
     if (kind === 'success') {
       const value = deserializeValue(serializer, body) as T;
       const withErrors = outcomeWithErrors(serializer, kind, value);
-      this.#emit({ type: 'replayed', scope, key, generation, status, withErrors });
+      this.#emit({ type: 'replayed', ...subject, generation, status, withErrors });
       return { ok: true, value, replayed: true, generation };
     }
-    this.#emit({ type: 'replayed', scope, key, generation, status, withErrors: true });
+    this.#emit({ type: 'replayed', ...subject, generation, status, withErrors: true });
     return { ok: false, error: errors.revive(JSON.parse(body) as StoredErrorDescription), replayed: true, generation };
   }
 
-  #announce({ scope, key }: Endpoint, claim: Extract<ClaimResult, { outcome: 'claimed' }>): void {
+  #announce({ subject }: Endpoint, claim: Extract<ClaimResult, { outcome: 'claimed' }>): void {
     const { record, expired, takeover } = claim;
     const { generation } = record;
     if (expired)
-      this.#emit({ type: 'expiredKeyReused', scope, key, generation, previous: describeGeneration(expired) });
+      this.#emit({ type: 'expiredKeyReused', ...subject, generation, previous: describeGeneration(expired) });
     if (takeover)
       this.#emit({
         type: 'staleTakeover',
-        scope,
-        key,
+        ...subject,
         generation,
         previousLeaseUntil: takeover.previousLeaseUntil,
         takeovers: record.takeovers,
       });
-    this.#emit({ type: 'claimed', scope, key, generation });
+    this.#emit({ type: 'claimed', ...subject, generation });
   }
 
   /** Whether a stored outcome is a failure for an operator (the `withErrors` of `completed`). */
@@ -465,10 +495,11 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
 
   /** E4, E7: stores the outcome; when the write fails, retries it in the background until the lease ends. */
   async #storeOutcome(
-    { scope, key }: Endpoint,
+    { scope, key, subject }: Endpoint,
     record: IdempotencyRecord,
     outcome: StoredOutcome,
     withErrors: boolean,
+    durationMs: number,
   ): Promise<void> {
     const { token, generation } = record;
     const attempt = async () => {
@@ -476,23 +507,24 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       if (owned)
         this.#emit({
           type: 'completed',
-          scope,
-          key,
+          ...subject,
           generation,
           status: outcome.status,
           outcomeKind: outcome.kind,
           withErrors,
+          durationMs,
         });
-      else this.#emit({ type: 'fenced', scope, key, generation });
+      else this.#emit({ type: 'fenced', ...subject, generation });
     };
     try {
       await attempt();
     } catch (error) {
       // The client gets its real outcome now; until the lease ends no one else can take the claim over.
       const deadline = record.leaseUntil.getTime();
-      this.#emit({ type: 'storeError', scope, key, operation: 'complete', error, willRetry: Date.now() < deadline });
+      const failed = { type: 'storeError', ...subject, storeOperation: 'complete', generation } as const;
+      this.#emit({ ...failed, error, willRetry: Date.now() < deadline });
       const retry = retryUntil(deadline, attempt, (retryError, willRetry) =>
-        this.#emit({ type: 'storeError', scope, key, operation: 'complete', error: retryError, willRetry }),
+        this.#emit({ ...failed, error: retryError, willRetry }),
       );
       this.#pending.add(retry);
       void retry.finally(() => this.#pending.delete(retry));
@@ -500,26 +532,32 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   }
 
   /** E4: gives back a claim whose handler did not start. */
-  async #release({ scope, key }: Endpoint, record: IdempotencyRecord): Promise<void> {
+  async #release({ scope, key, subject }: Endpoint, record: IdempotencyRecord): Promise<void> {
+    const { generation } = record;
     try {
       if (await this.store.release({ scope, key, token: record.token }))
-        this.#emit({ type: 'released', scope, key, generation: record.generation });
+        this.#emit({ type: 'released', ...subject, generation });
     } catch (error) {
       // The claim then stays until its lease passes, and a retry takes it over (E6).
-      this.#emit({ type: 'storeError', scope, key, operation: 'release', error, willRetry: false });
+      this.#emit({ type: 'storeError', ...subject, storeOperation: 'release', generation, error, willRetry: false });
     }
   }
 
-  /** E3: 409 with `Retry-After` (at least 1 second). */
-  #conflict({ scope, key }: Endpoint, seconds: number): RequestInProgressError {
+  /** E3: 409 with `Retry-After` (at least 1 second); `generation`: the one still running, when known. */
+  #conflict({ subject }: Endpoint, generation: number | null, seconds: number): RequestInProgressError {
     const retryAfter = Math.max(1, seconds);
-    this.#emit({ type: 'conflict', scope, key, retryAfter });
+    this.#emit({ type: 'conflict', ...subject, generation, retryAfter });
     return new RequestInProgressError(retryAfter);
   }
 
-  /** E5: the store failed: 503 with `Retry-After`. */
-  #unavailable({ scope, key }: Endpoint, operation: 'claim' | 'complete', error: unknown): StoreUnavailableError {
-    this.#emit({ type: 'storeError', scope, key, operation, error, willRetry: false });
+  /** E5: the store failed: 503 with `Retry-After`; `generation`: the one this request claimed, if any. */
+  #unavailable(
+    { subject }: Endpoint,
+    storeOperation: Exclude<StoreOperation, 'release'>,
+    generation: number | null,
+    error: unknown,
+  ): StoreUnavailableError {
+    this.#emit({ type: 'storeError', ...subject, storeOperation, generation, error, willRetry: false });
     return new StoreUnavailableError(this.#unavailableRetryAfter, error);
   }
 
@@ -552,14 +590,21 @@ type HandlerResult<T> = { ok: true; value: T } | { ok: false; error: unknown };
  * E4, "the handler started": a run of the handler, unless it threw a `HandlerNotStartedError`,
  * which says that its real work never began (its claim is then given back, nothing stored).
  */
-type HandlerRun<T> = { started: true; result: HandlerResult<T> } | { started: false; cause: unknown };
+type HandlerRun<T> = { durationMs: number } & (
+  | { started: true; result: HandlerResult<T> }
+  | { started: false; cause: unknown }
+);
 
+/** Runs `run` and times it: from its call until its promise settles (the `durationMs` of `completed`). */
 async function runHandler<T>(run: () => Promise<T> | T): Promise<HandlerRun<T>> {
+  const start = performance.now();
   try {
-    return { started: true, result: { ok: true, value: await run() } };
+    const value = await run();
+    return { started: true, result: { ok: true, value }, durationMs: performance.now() - start };
   } catch (error) {
-    if (error instanceof HandlerNotStartedError) return { started: false, cause: error.cause };
-    return { started: true, result: { ok: false, error } };
+    const durationMs = performance.now() - start;
+    if (error instanceof HandlerNotStartedError) return { started: false, cause: error.cause, durationMs };
+    return { started: true, result: { ok: false, error }, durationMs };
   }
 }
 
@@ -568,7 +613,7 @@ async function runHandler<T>(run: () => Promise<T> | T): Promise<HandlerRun<T>> 
  * others were rolled back, the handler's writes with them.
  */
 type AtomicRun<T> =
-  | { outcome: 'completed'; result: HandlerResult<T>; stored: StoredOutcome }
+  | { outcome: 'completed'; result: HandlerResult<T>; stored: StoredOutcome; durationMs: number }
   | { outcome: 'notStarted'; cause: unknown }
   | { outcome: 'unstorable'; error: unknown }
   | { outcome: 'fenced' };

@@ -1,10 +1,31 @@
 import type { RecordState } from './store.js';
 
 interface EventBase {
-  /** The record's scope: principal + operation (S1). */
+  /** The record's scope: principal + operation (S1), as stored (`formatScope(operation, principal)`). */
   scope: string;
+  /**
+   * The operation of the scope: a tRPC procedure path, a GraphQL mutation field or operation, an
+   * HTTP route. Few distinct values: fit for a metric's label.
+   */
+  operation: string;
+  /**
+   * The principal of the scope (tenant, account, user), as the `principal` resolver returned it,
+   * not encoded. One value per caller: never a metric's label (it would explode cardinality), and
+   * as personal as your principals are.
+   */
+  principal: string;
   /** The idempotency key. Events never carry the payload or a stored body (K5). */
   key: string;
+  /**
+   * Which request this event answers: one id per call to `engine.execute` / `executeAtomic` (one
+   * request, or one GraphQL unit of a request), so that `claimed` and `completed` of one execution
+   * pair up, and a `replayed`, `conflict`, `mismatch` or `storeError` names the request it
+   * answered. The caller's `ExecuteRequest.requestId` when given (a request id it logs already),
+   * otherwise a random UUID. It says nothing about the payload (K5). The hook runs synchronously
+   * in the request's async context, so it can also read the caller's own (an OpenTelemetry span,
+   * an `AsyncLocalStorage`).
+   */
+  requestId: string;
 }
 
 /** The earlier generation of a key reused after its retention (R2). */
@@ -20,6 +41,9 @@ export interface ExpiredGeneration {
   outcomeKind: 'success' | 'error' | null;
 }
 
+/** Which store call failed, in a `storeError` event. */
+export type StoreOperation = 'claim' | 'complete' | 'release';
+
 /** Everything the engine reports, through the one `onEvent` hook. */
 export type IdempotencyEvent =
   | (EventBase & { type: 'claimed'; generation: number })
@@ -33,10 +57,33 @@ export type IdempotencyEvent =
        * own (a GraphQL result with `errors`, whose status is 200). Search for it to find failed outcomes.
        */
       withErrors: boolean;
+      /**
+       * How long the handler ran, in milliseconds (fractional, from `performance.now()`): from the
+       * call of the handler until the promise it returned settled (or it threw). It excludes the
+       * claim before it and the storing of its outcome after it; in atomic mode it is the run on
+       * the savepoint, without the transaction's commit. A `completed` emitted by a later retry of
+       * the outcome write (E7) carries the same run's duration.
+       */
+      durationMs: number;
     })
-  | (EventBase & { type: 'replayed'; generation: number; status: number; withErrors: boolean })
-  | (EventBase & { type: 'conflict'; retryAfter: number })
-  | (EventBase & { type: 'mismatch' })
+  | (EventBase & {
+      type: 'replayed';
+      /** The generation whose stored outcome was replayed: its `completed` event has the same. */
+      generation: number;
+      status: number;
+      withErrors: boolean;
+    })
+  | (EventBase & {
+      type: 'conflict';
+      retryAfter: number;
+      /** The generation still running (E3); null in atomic mode, where its claim is not yet visible. */
+      generation: number | null;
+    })
+  | (EventBase & {
+      type: 'mismatch';
+      /** The generation whose fingerprint differs from this request's (F3). */
+      generation: number;
+    })
   | (EventBase & { type: 'released'; generation: number })
   | (EventBase & { type: 'staleTakeover'; generation: number; previousLeaseUntil: Date; takeovers: number })
   | (EventBase & { type: 'fenced'; generation: number })
@@ -44,7 +91,10 @@ export type IdempotencyEvent =
   | (EventBase & { type: 'expiredKeyRejected'; previous: ExpiredGeneration })
   | (EventBase & {
       type: 'storeError';
-      operation: 'claim' | 'complete' | 'release';
+      /** The store call that failed. (It was `operation` before `operation` named the endpoint's: see the changelog.) */
+      storeOperation: StoreOperation;
+      /** The generation claimed by this request, when the failure came after the claim; null for a failed claim. */
+      generation: number | null;
       error: unknown;
       willRetry: boolean;
     });
@@ -53,3 +103,23 @@ export type IdempotencyEventType = IdempotencyEvent['type'];
 
 /** The hook's type: log, count or trace events without patching idem. Exceptions it throws are ignored. */
 export type IdempotencyEventHandler = (event: IdempotencyEvent) => void;
+
+/**
+ * One hook out of several (`onEvent: combineEventHandlers(idempotencyTelemetry(), logEvent)`): each
+ * gets every event, in order; one that throws does not keep the event from the others. Skips
+ * `undefined`, so an optional hook can be passed as it is.
+ */
+export function combineEventHandlers(
+  ...handlers: ReadonlyArray<IdempotencyEventHandler | undefined>
+): IdempotencyEventHandler {
+  const present = handlers.filter((handler): handler is IdempotencyEventHandler => typeof handler === 'function');
+  return (event) => {
+    for (const handler of present) {
+      try {
+        handler(event);
+      } catch {
+        // As the engine does: a hook must never change the outcome of a request, nor starve another hook.
+      }
+    }
+  };
+}

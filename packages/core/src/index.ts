@@ -3,7 +3,8 @@
  * fingerprint helpers, the memory store and the published policy. Other entries:
  * `@idem/core/client` (retries within the retention, for clients), `@idem/core/store` (the
  * store contract, for store authors), `@idem/core/adapter` (the per-request pipeline, for
- * adapter authors) and `@idem/core/conformance` (the store conformance suite, with vitest).
+ * adapter authors), `@idem/core/otel` (OpenTelemetry metrics and span attributes from the events)
+ * and `@idem/core/conformance` (the store conformance suite, with vitest).
  */
 
 // The engine.
@@ -23,7 +24,14 @@ export { sharedPrincipal } from './adapter.js';
 export { MAX_SCOPE_BYTES } from './scope.js';
 export type { IdempotencyStore } from './store.js';
 export { MemoryStore, type MemoryStoreOptions } from './memory-store.js';
-export type { IdempotencyEvent, IdempotencyEventHandler, IdempotencyEventType, ExpiredGeneration } from './events.js';
+export {
+  combineEventHandlers,
+  type IdempotencyEvent,
+  type IdempotencyEventHandler,
+  type IdempotencyEventType,
+  type ExpiredGeneration,
+  type StoreOperation,
+} from './events.js';
 
 // The key-status lookup: a caller reconciles its key instead of retrying it (R2, A1, S1).
 export {

@@ -15,3 +15,42 @@ export function assertScopeFits(scope: string): string {
   if (bytes > MAX_SCOPE_BYTES) throw new ScopeTooLongError(bytes, MAX_SCOPE_BYTES);
   return scope;
 }
+
+/** Builds a scope (S1): `<principal>/<operation>`, the principal percent-encoded. */
+export function formatScope(operation: string, principal: string): string {
+  return `${encodeURIComponent(principal)}/${operation}`;
+}
+
+/** A scope's two parts, as {@link formatScope} takes them. */
+export interface ScopeParts {
+  operation: string;
+  principal: string;
+}
+
+/**
+ * The operation and principal of a request's scope, for its events: the ones the request gives
+ * (checked against its scope), else read back from a scope `formatScope` made (the principal is
+ * encoded, so the first `/` ends it). A scope made otherwise is its own operation, principal `''`.
+ * @throws TypeError `[idem] …` when the given parts do not make the scope, or only one is given.
+ */
+export function scopeParts(request: { scope: string; operation?: string; principal?: string }): ScopeParts {
+  const { scope, operation, principal } = request;
+  if (operation !== undefined && principal !== undefined) {
+    if (formatScope(operation, principal) !== scope)
+      throw new TypeError(
+        "[idem] the request's `operation` and `principal` do not make its `scope`: pass `scope: formatScope(operation, principal)`, or leave them out",
+      );
+    return { operation, principal };
+  }
+  if (operation !== undefined || principal !== undefined)
+    throw new TypeError('[idem] a request gives both `operation` and `principal`, or neither');
+  const slash = scope.indexOf('/');
+  if (slash >= 0) {
+    try {
+      return { operation: scope.slice(slash + 1), principal: decodeURIComponent(scope.slice(0, slash)) };
+    } catch {
+      // Not percent-encoded as formatScope encodes: not one of its scopes.
+    }
+  }
+  return { operation: scope, principal: '' };
+}

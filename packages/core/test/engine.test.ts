@@ -143,7 +143,9 @@ describe('engine', () => {
         expect(error).toBeInstanceOf(StoreUnavailableError);
         expect(error).toMatchObject({ status: 503, retryAfter: 5, code: 'idempotency_store_unavailable' });
         expect(handler).not.toHaveBeenCalled();
-        expect(events).toEqual([expect.objectContaining({ type: 'storeError', operation: 'claim', willRetry: false })]);
+        expect(events).toEqual([
+          expect.objectContaining({ type: 'storeError', storeOperation: 'claim', willRetry: false }),
+        ]);
       } finally {
         await unreachable.close();
       }

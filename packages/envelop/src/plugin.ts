@@ -18,7 +18,7 @@ import {
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
-import { createAdapterKit, requestUrlOf } from '@idem/core/adapter';
+import { createAdapterKit, requestUrlOf, type RequestScope } from '@idem/core/adapter';
 import { IDEMPOTENT_DIRECTIVE_NAME, IdempotentDirectivePlacementRule } from './directive.js';
 import { idempotencyGraphQLError } from './error-mapping.js';
 import { runFieldUnit, type IdempotencyResultExtension } from './field-unit.js';
@@ -106,7 +106,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
     if (plan.unit === 'refused') return refuse(plan.error, context, operation);
     if (plan.unit === 'none') return execute(args);
 
-    let scopeOf: (operation: string) => string;
+    let scopeOf: (operation: string) => RequestScope;
     try {
       scopeOf = await kit.scopes(context);
     } catch (error) {
@@ -120,7 +120,7 @@ export function createIdempotencyPlugin<TContext extends Record<string, any>, TT
         field ? { ...args, document: documentForField(args.document, operation, field.nodes) } : args,
         execute,
         {
-          scope: scopeOf(unit.operation),
+          ...scopeOf(unit.operation),
           key: unit.key,
           fingerprint: await kit.fingerprint(unit.input),
           serializer: resultSerializer,

@@ -130,7 +130,7 @@ export function createHttpPipeline<TContext, TTx>(
 
     let live: Response | undefined;
     const result = await kit.execute(
-      { scope: scopeOf(op), key, fingerprint, serializer: responseSerializer, statusOf: statusOfCaptured },
+      { ...scopeOf(op), key, fingerprint, serializer: responseSerializer, statusOf: statusOfCaptured },
       async (claim) => {
         const response = await run(claim);
         if (notStartedResponses.has(response)) throw new HandlerNotStartedError(new NotStartedResponse(response));

@@ -74,7 +74,7 @@ export function idempotency<TContext extends object = object, TTx = unknown>(
 
       let executed: MiddlewareResult<ClaimCarrier<TTx>> | undefined;
       const result = await kit.execute(
-        { scope: scopeOf(opts.path), key, fingerprint, errors: trpcErrorCodec },
+        { ...scopeOf(opts.path), key, fingerprint, errors: trpcErrorCodec },
         async (claim) => {
           executed = await opts.next({ ctx: claimFields(claim) });
           if (executed.ok) return executed.data;

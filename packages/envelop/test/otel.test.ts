@@ -1,0 +1,98 @@
+/**
+ * `@idem/core/otel` under the Yoga plugin, on the Drizzle store on SQLite: each request runs inside
+ * a server span (as an HTTP instrumentation starts it), and the real SDK's in-memory exporters
+ * show what idem counted and what it said on the span, for a fresh call, a replay, a conflict and
+ * a mismatch.
+ */
+import { randomUUID } from 'node:crypto';
+import { createYoga } from 'graphql-yoga';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { IDEMPOTENCY_EVENTS_METRIC, idempotencyTelemetry } from '@idem/core/otel';
+import { counted, useOpenTelemetrySdk } from '../../core/test/otel-sdk.ts';
+import { useYogaIdempotency } from '../src/index.ts';
+import { graphqlClient, type GraphQLResponse } from './fixtures/http.ts';
+import { createShop } from './fixtures/shop.ts';
+import { storeTargets } from './fixtures/stores.ts';
+
+const sdk = useOpenTelemetrySdk();
+const sqlite = storeTargets.find((target) => target.name === 'SQLite')!;
+
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  while (cleanups.length > 0) await cleanups.pop()!();
+});
+
+const CREATE_ORDER = /* GraphQL */ `
+  mutation CreateOrder($input: OrderInput!) {
+    createOrder(input: $input) { id amount }
+  }
+`;
+
+describe('@idem/core/otel with @idem/envelop through GraphQL Yoga (SQLite)', () => {
+  it('a fresh call, its replay, a conflict and a mismatch: counters by event and operation, spans that say replayed or not', async () => {
+    const opened = await sqlite.open();
+    cleanups.push(opened.close);
+    const shop = createShop();
+    const yoga = createYoga({
+      schema: shop.schema,
+      logging: false,
+      plugins: [
+        useYogaIdempotency({
+          store: opened.store,
+          principal: ({ request }) => request.headers.get('x-user') ?? 'anonymous',
+          onEvent: idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }),
+        }),
+      ],
+    });
+    const post = graphqlClient((url, init) => yoga.fetch(url, init));
+    const key = randomUUID();
+    const answers: Record<string, GraphQLResponse> = {};
+    const call = (name: string, amount: number) =>
+      sdk.inRequestSpan(name, async () => {
+        answers[name] = await post(
+          { query: CREATE_ORDER, variables: { input: { amount, currency: 'EUR' } } },
+          { 'idempotency-key': `"${key}"`, 'x-user': 'principal-42' },
+        );
+      });
+
+    const release = shop.hold();
+    const fresh = call('fresh', 10);
+    await vi.waitFor(() => expect(shop.calls.createOrder).toBe(1));
+    const conflict = await call('conflict', 10);
+    release();
+    const executed = await fresh;
+    const replay = await call('replay', 10);
+    const mismatch = await call('mismatch', 99);
+
+    expect(Object.fromEntries(Object.entries(answers).map(([name, answer]) => [name, answer.status]))).toEqual({
+      fresh: 200,
+      conflict: 409,
+      replay: 200,
+      mismatch: 422,
+    });
+    expect(shop.calls.createOrder).toBe(1);
+
+    const operation = executed['idempotency.operation'];
+    expect(operation).toBe('mutation:createOrder');
+    const base = { 'idempotency.key_present': true, 'idempotency.operation': operation };
+    expect(executed).toEqual({ ...base, 'idempotency.replayed': false, 'idempotency.outcome': 'executed' });
+    expect(replay).toEqual({ ...base, 'idempotency.replayed': true, 'idempotency.outcome': 'replayed' });
+    expect(conflict).toEqual({ ...base, 'idempotency.outcome': 'conflict' });
+    expect(mismatch).toEqual({ ...base, 'idempotency.outcome': 'mismatch' });
+
+    const metrics = await sdk.collected();
+    expect(counted(metrics.get(IDEMPOTENCY_EVENTS_METRIC))).toEqual([
+      `claimed ${operation} = 1`,
+      `completed ${operation} = 1`,
+      `conflict ${operation} = 1`,
+      `mismatch ${operation} = 1`,
+      `replayed ${operation} = 1`,
+    ]);
+    const exported = JSON.stringify([
+      sdk.spans.getFinishedSpans().map((span) => span.attributes),
+      [...metrics.values()].map((metric) => metric.dataPoints),
+    ]);
+    expect(exported).not.toContain('principal-42');
+    expect(exported).not.toContain(key);
+  });
+});
