@@ -13,6 +13,7 @@ import { parseArgs } from 'node:util';
 import { isIdempotencyError, parseIdempotencyKey, toMilliseconds } from '@idem/core';
 import { explainJson, renderExplain, type KeyTimelines } from './cli-explain.js';
 import { plural } from './cli-format.js';
+import { progressReporter } from './cli-progress.js';
 import { asPublishedPolicy, databasePolicyJson, renderDatabasePolicy, renderPublishedPolicy } from './cli-policy.js';
 import { databaseNow, existingTables, findScopes, pingDatabase, scopeFigures } from './cli-queries.js';
 import {
@@ -35,7 +36,7 @@ import {
   type DriverName,
   type OpenedDatabase,
 } from './connect.js';
-import { createDrizzleStore, sweepAll } from './drizzle-store.js';
+import { createDrizzleStore } from './drizzle-store.js';
 import { migrate } from './migrate.js';
 import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
 
@@ -87,6 +88,11 @@ const OPTIONS = {
   help: { type: 'boolean', short: 'h', help: 'this text; after a command, that command' },
   version: { type: 'boolean', help: "idem's version, and the drizzle-orm it loads" },
   'batch-size': { type: 'string', value: '<n>', help: 'records archived per statement (default 1000)' },
+  'log-every': {
+    type: 'string',
+    value: '<n>',
+    help: 'off a terminal, a progress line every <n> batches (default 100); on a terminal the line is redrawn in place',
+  },
   'older-than': { type: 'string', value: '<duration>', help: 'the audit horizon, e.g. 90d, 24h, 30m' },
   scope: { type: 'string', value: '<scope>', help: 'only this scope (faster on a large table)' },
   json: { type: 'boolean', help: 'print JSON instead of text' },
@@ -111,6 +117,8 @@ interface CommandContext {
   opened: OpenedDatabase;
   tables: TableNames;
   io: CliIo;
+  /** Aborted by Ctrl-C (SIGINT): long work stops after its current batch. */
+  signal: AbortSignal;
 }
 
 interface CommandSpec<A extends object> {
@@ -128,7 +136,8 @@ interface CommandSpec<A extends object> {
   tables: 'find' | 'create' | 'none';
   /** Validates the positionals and values into the command's arguments; throws usage errors. */
   parse(positionals: readonly string[], values: Values): A;
-  run(args: A, context: CommandContext): Promise<void>;
+  /** Resolves with the exit status when it is not 0 (130: interrupted by Ctrl-C), else with nothing. */
+  run(args: A, context: CommandContext): Promise<unknown>;
 }
 
 const command = <A extends object>(spec: CommandSpec<A>): CommandSpec<A> => spec;
@@ -150,39 +159,83 @@ const COMMANDS = {
     },
   }),
   sweep: command({
-    synopsis: 'sweep [--batch-size N]',
+    synopsis: 'sweep [--batch-size N] [--json]',
     summary: 'archive records past their retention, N per statement (default 1000) (R3)',
     description:
-      'Archives every record past its retention, in batches: the body is dropped, status, fingerprint and timestamps are kept, so `idem explain` can still tell the story. Run it on a schedule (cron, a worker).',
-    options: ['batch-size'],
-    examples: ['npx idem sweep --batch-size 1000'],
+      'Archives every record past its retention, in batches: the body is dropped, status, fingerprint and timestamps are kept, so `idem explain` can still tell the story. Run it on a schedule (cron, a systemd timer) or let the app run startSweeper. Only one process sweeps a pair of tables at a time (an advisory lock on PostgreSQL and MySQL, a lease row on SQLite): when another is sweeping, sweep says so and exits 0. On a terminal a progress line shows records archived, batches and rate; elsewhere one line every --log-every batches, then the total; with --json one object at the end. Ctrl-C stops after the current batch, prints how far it got and exits 130.',
+    options: ['batch-size', 'log-every', 'json'],
+    examples: ['npx idem sweep --batch-size 1000', 'npx idem sweep --json'],
     tables: 'find',
     parse: (positionals, values) => ({
       ...noArguments('sweep', positionals),
       batchSize: batchSizeOf(values['batch-size']),
+      logEvery: logEveryOf(values['log-every']),
+      json: values.json === true,
     }),
-    async run({ batchSize }, { opened, tables, io }) {
-      const { archived } = await sweepAll(createDrizzleStore(opened.db, { tables }), { batchSize });
-      io.stdout(`archived ${plural(archived, 'expired record')}\n`);
+    async run({ batchSize, logEvery, json }, { opened, tables, io, signal }) {
+      const progress = progressReporter(io, { verb: 'sweep', noun: 'records archived', every: logEvery, json });
+      const round = await createDrizzleStore(opened.db, { tables })
+        .sweepExclusive({ batchSize, signal, onBatch: progress.onBatch })
+        .finally(progress.end);
+      if (round.skipped) {
+        io.stdout(
+          json
+            ? `${JSON.stringify({ command: 'sweep', skipped: true, archived: 0 })}\n`
+            : 'skipped: another process is sweeping these tables now\n',
+        );
+        return;
+      }
+      const { archived, batches, elapsedMs, stopped } = round;
+      const interrupted = stopped === 'signal';
+      if (json)
+        io.stdout(`${JSON.stringify({ command: 'sweep', skipped: false, archived, batches, elapsedMs, stopped })}\n`);
+      else if (interrupted)
+        io.stdout(
+          `interrupted: archived ${plural(archived, 'expired record')} in ${plural(batches, 'batch', 'batches')} before Ctrl-C; run idem sweep again for the rest\n`,
+        );
+      else if (stopped === 'lost-lock')
+        io.stdout(
+          `archived ${plural(archived, 'expired record')}, then stopped: another process took the sweep lease over\n`,
+        );
+      else io.stdout(`archived ${plural(archived, 'expired record')}\n`);
+      return interrupted ? INTERRUPTED : undefined;
     },
   }),
   purge: command({
-    synopsis: 'purge --older-than <duration>',
+    synopsis: 'purge --older-than <duration> [--json]',
     summary: 'delete records archived more than <duration> ago, e.g. 90d (R3)',
     description:
-      'Deletes, for good, the records archived before the audit horizon: history rows first, then archived live rows, 5000 per statement. Choose a horizon longer than your reconciliation window.',
-    options: ['older-than'],
+      'Deletes, for good, the records archived before the audit horizon: history rows first, then archived live rows, 5000 per statement. Choose a horizon longer than your reconciliation window. Progress, --json and Ctrl-C as for sweep.',
+    options: ['older-than', 'log-every', 'json'],
     examples: ['npx idem purge --older-than 90d'],
     tables: 'find',
     parse(positionals, values) {
       noArguments('purge', positionals);
       const olderThan = stringOf(values['older-than']);
       if (olderThan === undefined) throw usageError('purge needs --older-than <duration>, e.g. --older-than 90d');
-      return { olderThanMs: durationOf('--older-than', olderThan), olderThan: olderThan.trim() };
+      return {
+        olderThanMs: durationOf('--older-than', olderThan),
+        olderThan: olderThan.trim(),
+        logEvery: logEveryOf(values['log-every']),
+        json: values.json === true,
+      };
     },
-    async run({ olderThanMs, olderThan }, { opened, tables, io }) {
-      const { deleted } = await createDrizzleStore(opened.db, { tables }).purge({ olderThanMs });
-      io.stdout(`deleted ${plural(deleted, 'archived record')} older than ${olderThan}\n`);
+    async run({ olderThanMs, olderThan, logEvery, json }, { opened, tables, io, signal }) {
+      const progress = progressReporter(io, { verb: 'purge', noun: 'archived records deleted', every: logEvery, json });
+      const { deleted, batches, elapsedMs, stopped } = await createDrizzleStore(opened.db, { tables })
+        .purge({ olderThanMs, signal, onBatch: progress.onBatch })
+        .finally(progress.end);
+      const interrupted = stopped === 'signal';
+      if (json)
+        io.stdout(
+          `${JSON.stringify({ command: 'purge', olderThan, olderThanMs, deleted, batches, elapsedMs, stopped })}\n`,
+        );
+      else if (interrupted)
+        io.stdout(
+          `interrupted: deleted ${plural(deleted, 'archived record')} older than ${olderThan} in ${plural(batches, 'batch', 'batches')} before Ctrl-C; run idem purge again for the rest\n`,
+        );
+      else io.stdout(`deleted ${plural(deleted, 'archived record')} older than ${olderThan}\n`);
+      return interrupted ? INTERRUPTED : undefined;
     },
   }),
   explain: command({
@@ -263,6 +316,9 @@ export type Invocation =
   | { [C in CommandName]: { command: C } & ArgsOf<C> & Target }[CommandName];
 
 const DEFAULT_BATCH_SIZE = 1000;
+const DEFAULT_LOG_EVERY = 100;
+/** The exit status of work stopped by Ctrl-C, as shells report a SIGINT (128 + 2). */
+const INTERRUPTED = 130;
 const MAX_BATCH_SIZE = 1_000_000;
 const FETCH_TIMEOUT_MS = 10_000;
 
@@ -273,12 +329,21 @@ export interface CliIo {
   env: Record<string, string | undefined>;
   /** Where `drizzle.config.ts` is looked for. Defaults to the process's working directory. */
   cwd?: string;
+  /** Whether stderr is a terminal (progress redrawn in place). Defaults to false. */
+  isTTY?: boolean;
+  /** Calls `stop` on Ctrl-C until the returned function is called. Defaults to never. */
+  onInterrupt?(stop: () => void): () => void;
 }
 
 const processIo: CliIo = {
   stdout: (text) => void process.stdout.write(text),
   stderr: (text) => void process.stderr.write(text),
   env: process.env,
+  isTTY: process.stderr.isTTY === true,
+  onInterrupt(stop) {
+    process.on('SIGINT', stop);
+    return () => void process.off('SIGINT', stop);
+  },
 };
 
 /** Runs `idem <argv…>` and answers the exit status; every error is reported as one line. */
@@ -287,7 +352,7 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
     const invocation = parseInvocation(argv);
     if (invocation.command === 'help') io.stdout(invocation.topic ? commandHelp(invocation.topic) : usage());
     else if (invocation.command === 'version') io.stdout(await versionText());
-    else await execute(invocation, io);
+    else return await execute(invocation, io);
     return 0;
   } catch (error) {
     const exitCode = error instanceof CliError ? error.exitCode : 1;
@@ -405,6 +470,14 @@ function batchSizeOf(value: string | boolean | undefined): number {
   const n = /^\s*\d+\s*$/.test(value) ? Number(value) : NaN;
   if (!Number.isSafeInteger(n) || n < 1 || n > MAX_BATCH_SIZE)
     throw usageError(`--batch-size must be a whole number from 1 to ${MAX_BATCH_SIZE}, got "${value}"`);
+  return n;
+}
+
+function logEveryOf(value: string | boolean | undefined): number {
+  if (typeof value !== 'string') return DEFAULT_LOG_EVERY;
+  const n = /^\s*\d+\s*$/.test(value) ? Number(value) : NaN;
+  if (!Number.isSafeInteger(n) || n < 1)
+    throw usageError(`--log-every must be a whole number of batches from 1, got "${value}"`);
   return n;
 }
 
@@ -529,11 +602,11 @@ async function versionText(): Promise<string> {
 
 type CommandInvocation = Exclude<Invocation, { command: 'help' } | { command: 'version' }>;
 
-async function execute(invocation: CommandInvocation, io: CliIo): Promise<void> {
+async function execute(invocation: CommandInvocation, io: CliIo): Promise<number> {
   const spec: CommandSpec<object> = COMMANDS[invocation.command];
   if (invocation.command === 'policy' && invocation.url !== undefined) {
     await publishedPolicy(invocation.url, invocation.json, io);
-    return;
+    return 0;
   }
   let plan: TablePlan;
   try {
@@ -545,13 +618,17 @@ async function execute(invocation: CommandInvocation, io: CliIo): Promise<void> 
   if (spec.tables === 'create') refuseOtherNames(plan);
   const location = locate(invocation, io.env);
   const opened = await connect(location, { create: spec.tables === 'create' });
+  const interrupt = new AbortController();
+  const forget = io.onInterrupt?.(() => interrupt.abort());
   try {
     const tables = spec.tables === 'find' ? await findTables(opened, plan) : DEFAULT_TABLE_NAMES;
-    await spec.run(invocation, { opened, tables, io });
+    const code = await spec.run(invocation, { opened, tables, io, signal: interrupt.signal });
+    return typeof code === 'number' ? code : 0;
   } catch (error) {
     if (error instanceof CliError) throw error;
     throw failure(oneLine(error));
   } finally {
+    forget?.();
     await opened.close().catch(() => {});
   }
 }
