@@ -14,7 +14,15 @@ import { isIdempotencyError, parseIdempotencyKey, toMilliseconds } from '@idem/c
 import { explainJson, renderExplain, type KeyTimelines } from './cli-explain.js';
 import { plural } from './cli-format.js';
 import { progressReporter } from './cli-progress.js';
-import { asPublishedPolicy, databasePolicyJson, renderDatabasePolicy, renderPublishedPolicy } from './cli-policy.js';
+import { diagnose, doctorJson, renderDoctor, renderStats, statsJson } from './cli-doctor.js';
+import { readStats } from './cli-health.js';
+import {
+  asPublishedPolicy,
+  databasePolicyJson,
+  renderDatabasePolicy,
+  renderPublishedPolicy,
+  type PublishedPolicy,
+} from './cli-policy.js';
 import { databaseNow, existingTables, findScopes, pingDatabase, scopeFigures } from './cli-queries.js';
 import {
   DRIZZLE_CONFIG_FILES,
@@ -97,6 +105,11 @@ const OPTIONS = {
   scope: { type: 'string', value: '<scope>', help: 'only this scope (faster on a large table)' },
   json: { type: 'boolean', help: 'print JSON instead of text' },
   url: { type: 'string', value: '<url>', help: 'the policy URL an app publishes (http:// or https://)' },
+  'sweep-lag': {
+    type: 'string',
+    value: '<duration>',
+    help: 'doctor: how long a record may stay expired and unswept before sweeping counts as overdue (default 1h)',
+  },
 } as const satisfies Record<string, OptionSpec>;
 
 type OptionName = keyof typeof OPTIONS;
@@ -302,6 +315,48 @@ const COMMANDS = {
       );
     },
   }),
+  stats: command({
+    synopsis: 'stats [--json]',
+    summary: 'records per state and per operation, stuck claims, takeovers, expired not swept, history',
+    description:
+      'Counts the live records per state and per operation (the scope after its principal), shows the oldest processing claim and whether its lease has passed, the takeovers of the last day, the records past their retention not swept yet (and since when), the archived records and the history rows. Each figure is one statement; the drizzle README shows which index each one reads on PostgreSQL.',
+    options: ['json'],
+    examples: ['npx idem stats', 'npx idem stats --json'],
+    tables: 'find',
+    parse: (positionals, values) => ({ ...noArguments('stats', positionals), json: values.json === true }),
+    async run({ json }, { opened, tables, io }) {
+      const now = await databaseNow(opened);
+      const stats = await readStats(opened, tables);
+      io.stdout(`${json ? statsJson(opened.description, now, stats) : renderStats(opened.description, now, stats)}\n`);
+    },
+  }),
+  doctor: command({
+    synopsis: 'doctor [--url <url>] [--sweep-lag <duration>] [--json]',
+    summary: 'check the store: migrations and expiry index, clock skew, retention vs lease, stuck claims, sweeping',
+    description:
+      "Checks, and names each finding with what to do: every migration applied and the expiry index present (the sweeper reads through it); the clock of this machine against the database's (more than 2 s apart: fix NTP; expiry is judged by the database clock, R1); with --url, endpoints of the published policy whose retention is shorter than their lease (R1); processing claims past their lease (E6); the oldest expired record not swept for longer than --sweep-lag (R3). Exits 1 when there is a finding, 0 when none.",
+    options: ['url', 'sweep-lag', 'json'],
+    examples: ['npx idem doctor', 'npx idem doctor --url https://api.example.com/idempotency --sweep-lag 30m'],
+    tables: 'find',
+    parse(positionals, values) {
+      noArguments('doctor', positionals);
+      const url = stringOf(values.url);
+      if (url !== undefined && !isHttpUrl(url))
+        throw usageError(`--url must be an http:// or https:// URL, got "${url}"`);
+      const lag = stringOf(values['sweep-lag']);
+      return {
+        url,
+        sweepLagMs: lag === undefined ? DEFAULT_SWEEP_LAG_MS : durationOf('--sweep-lag', lag),
+        json: values.json === true,
+      };
+    },
+    async run({ url, sweepLagMs, json }, { opened, tables, io }) {
+      const policy = url === undefined ? undefined : await fetchPolicy(url);
+      const findings = await diagnose(opened, tables, { policy, sweepLagMs });
+      io.stdout(`${json ? doctorJson(opened.description, findings) : renderDoctor(opened.description, findings)}\n`);
+      return findings.some((each) => !each.ok) ? 1 : undefined;
+    },
+  }),
 } satisfies Record<string, CommandSpec<object>>;
 
 type CommandName = keyof typeof COMMANDS;
@@ -321,6 +376,7 @@ const DEFAULT_LOG_EVERY = 100;
 const INTERRUPTED = 130;
 const MAX_BATCH_SIZE = 1_000_000;
 const FETCH_TIMEOUT_MS = 10_000;
+const DEFAULT_SWEEP_LAG_MS = 3_600_000;
 
 /** Where the CLI writes, the environment it reads (`DATABASE_URL`, `IDEM_TABLE_PREFIX`) and the folder it runs in. */
 export interface CliIo {
@@ -710,6 +766,13 @@ async function connect(location: DatabaseLocation, { create }: { create: boolean
 
 /** `idem policy --url`: the document an app publishes (`createPolicyDocument`, R4). */
 async function publishedPolicy(url: string, json: boolean, io: CliIo): Promise<void> {
+  const { document, policy } = await fetchPolicyDocument(url);
+  io.stdout(`${json ? JSON.stringify(document, null, 2) : renderPublishedPolicy(url, policy)}\n`);
+}
+
+const fetchPolicy = async (url: string) => (await fetchPolicyDocument(url)).policy;
+
+async function fetchPolicyDocument(url: string): Promise<{ document: unknown; policy: PublishedPolicy }> {
   let response: Response;
   try {
     response = await fetch(url, {
@@ -728,7 +791,7 @@ async function publishedPolicy(url: string, json: boolean, io: CliIo): Promise<v
   }
   const policy = asPublishedPolicy(document);
   if (!policy) throw failure(`${url} did not answer with a policy document (JSON with an "endpoints" list)`);
-  io.stdout(`${json ? JSON.stringify(document, null, 2) : renderPublishedPolicy(url, policy)}\n`);
+  return { document, policy };
 }
 
 /** The error and its causes, outermost first. */
