@@ -6,7 +6,7 @@
 import type { Server } from 'node:http';
 import { createDrizzleStore, migrate, startSweeper } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
-import type { IdempotencyEvent } from '@idem/core';
+import { formatDuration, type IdempotencyEvent } from '@idem/core';
 import { createPaymentsApp } from './app.ts';
 import { createCheckoutServer } from './checkout/server.ts';
 import { ConfigError, readConfig } from './config.ts';
@@ -73,13 +73,15 @@ async function main(): Promise<void> {
       : startSweeper(createDrizzleStore(database.db), {
           every: config.sweepEveryMs,
           onRound: (round) => {
-            if (round.skipped) console.log('[idem] sweep skipped: another process is sweeping');
-            else if (round.archived > 0) console.log(`[idem] swept ${round.archived} expired keys`);
+            if (round.skipped) console.log('[payments] sweep skipped: another process is sweeping');
+            else if (round.archived > 0) console.log(`[payments] swept ${round.archived} expired keys`);
           },
-          onError: (error) => console.error(`[idem] sweep failed: ${oneLine(error)}`),
+          onError: (error) => console.error(`[payments] sweep failed: ${oneLine(error)}`),
         });
-  if (sweeper)
-    console.log(`[payments] sweeping expired keys every ${config.sweepEveryMs! / 1000}s (IDEM_SWEEPER=off stops it)`);
+  if (config.sweepEveryMs !== undefined)
+    console.log(
+      `[payments] sweeping expired keys every ${formatDuration(config.sweepEveryMs)} (IDEM_SWEEPER=off turns it off)`,
+    );
 
   const shutdown = async () => {
     app.server.close();

@@ -4,6 +4,8 @@
  * done, 1 when the work failed (database unreachable, no idem tables, key not found, a query
  * failed), 2 for bad usage. Errors are one line on stderr, `idem: <reason>`, never a stack trace.
  *
+ * `sweep` and `purge` exit 130 when Ctrl-C stopped them, `doctor` 1 when it has a finding.
+ *
  * A new command is one more entry of {@link COMMANDS}: its options (declared in
  * {@link OPTIONS}), how it parses them, whether it reads the store's tables, and what it runs.
  */
@@ -599,8 +601,8 @@ database: the tables its schema defines with definePgTables / defineSqliteTables
 defineMysqlTables, then those under each tablesFilter prefix ("app_*" → app_idem_keys), then the
 default names.
 
-Exit status: 0 done; 1 failed (database unreachable, no idem tables, key not found, query failed);
-2 bad usage.
+Exit status: 0 done; 1 failed (database unreachable, no idem tables, key not found, query failed,
+a doctor finding); 130 sweep or purge stopped by Ctrl-C; 2 bad usage.
 `;
 }
 

@@ -173,7 +173,7 @@ describe('idem arguments', () => {
   });
 
   it('help <command> of every command shows its synopsis, its options and at least one example, each a line that parses', () => {
-    for (const name of ['migrate', 'sweep', 'purge', 'explain', 'policy'] as const) {
+    for (const name of ['migrate', 'sweep', 'purge', 'explain', 'policy', 'stats', 'doctor'] as const) {
       const text = commandHelp(name);
       expect(text).toMatch(new RegExp(`^Usage: idem ${name}`));
       const examples = text
