@@ -55,6 +55,7 @@ const EVERY_CALL: Record<string, (store: DrizzleStore) => Promise<unknown>> = {
   timeline: (store) => store.timeline(unused.scope, unused.key),
   sweep: (store) => store.sweep(),
   purge: (store) => store.purge({ olderThanMs: 0 }),
+  sweepExclusive: (store) => store.sweepExclusive(),
   ping: (store) => store.ping(),
 };
 
@@ -248,7 +249,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       const fresh = request();
       claimed(await store.claim(fresh));
       expect(await store.sweep({ batchSize: 2 })).toEqual({ archived: 2 });
-      expect(await sweepAll(store, { batchSize: 2 })).toEqual({ archived: 3 });
+      expect(await sweepAll(store, { batchSize: 2 })).toMatchObject({ archived: 3, batches: 2, stopped: 'done' });
       expect(await store.sweep()).toEqual({ archived: 0 });
       for (const { key } of expired) {
         const [row] = await harness.rows<{
@@ -290,7 +291,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       claimed(await store.claim(request({ key: reused.key })));
       const tombstone = await expiredKey();
       await sweepAll(store);
-      expect(await store.purge({ olderThanMs: 3_600_000 })).toEqual({ deleted: 0 });
+      expect(await store.purge({ olderThanMs: 3_600_000 })).toMatchObject({ deleted: 0, stopped: 'done' });
       expect(await store.timeline(scope, reused.key)).toHaveLength(2);
       await sleep(30);
       expect((await store.purge({ olderThanMs: 10 })).deleted).toBeGreaterThanOrEqual(2);

@@ -14,6 +14,7 @@ import {
   createDrizzleStore,
   migrate,
   startSweeper,
+  sweepAll,
   type DrizzleDatabase,
   type DrizzleStore,
   type SweepRound,
@@ -184,5 +185,40 @@ describe.each(TARGETS)('R3: startSweeper on $database', ({ open, skip }) => {
     expect(await first.sweepExclusive()).toEqual({ skipped: true });
     gate.resolve();
     expect(await running).toMatchObject({ skipped: false, archived: 2, stopped: 'done' });
+  });
+});
+
+describe('R3: sweepAll in batches, with a time budget and a stop signal', () => {
+  /** A store whose every batch comes back full: only the budget or the signal ends the sweep. */
+  const endless = { sweep: async ({ batchSize = 1000 }: { batchSize?: number } = {}) => ({ archived: batchSize }) };
+
+  it('stops after the batch during which the budget ran out, and reports every batch', async () => {
+    const seen: number[] = [];
+    const result = await sweepAll(endless, {
+      batchSize: 10,
+      budgetMs: 1,
+      async onBatch({ total }) {
+        seen.push(total);
+        await new Promise((resolve) => setTimeout(resolve, 5)); // the budget has passed once this resolves
+      },
+    });
+    expect(result).toMatchObject({ archived: 10, batches: 1, stopped: 'budget' });
+    expect(seen).toEqual([10]);
+  });
+
+  it('stops after the current batch once the signal is aborted', async () => {
+    const stop = new AbortController();
+    const result = await sweepAll(endless, {
+      batchSize: 3,
+      signal: stop.signal,
+      onBatch: ({ batches }) => {
+        if (batches === 2) stop.abort();
+      },
+    });
+    expect(result).toMatchObject({ archived: 6, batches: 2, stopped: 'signal' });
+  });
+
+  it('refuses a budget that is not a positive number of milliseconds', async () => {
+    await expect(sweepAll(endless, { budgetMs: 0 })).rejects.toThrow(RangeError);
   });
 });
