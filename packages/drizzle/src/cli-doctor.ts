@@ -4,7 +4,7 @@
  */
 import { formatDuration } from '@idem/core';
 import { iso, NONE, plural, renderTable } from './cli-format.js';
-import { claimsPastLease, hasExpiryIndex, migrationsBehind, readStats, type Stats } from './cli-health.js';
+import { claimsPastLease, expiredBacklog, hasExpiryIndex, migrationsBehind, type Stats } from './cli-health.js';
 import type { PublishedPolicy } from './cli-policy.js';
 import { databaseNow } from './cli-queries.js';
 import type { OpenedDatabase } from './connect.js';
@@ -161,7 +161,7 @@ export async function diagnose(
         },
   );
 
-  const stats: Pick<Stats, 'expiredNotSwept' | 'oldestExpiredAt'> = await readStats(opened, tables);
+  const stats = await expiredBacklog(opened, tables);
   const lagMs = stats.oldestExpiredAt ? dbNow - stats.oldestExpiredAt.getTime() : 0;
   checks.push(
     lagMs <= sweepLagMs

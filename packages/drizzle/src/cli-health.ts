@@ -109,6 +109,15 @@ export async function readStats(opened: OpenedDatabase, names: TableNames): Prom
   };
 }
 
+/** Records past their retention not swept yet, and when the oldest expired: through the expiry index. */
+export async function expiredBacklog(
+  opened: OpenedDatabase,
+  names: TableNames,
+): Promise<Pick<Stats, 'expiredNotSwept' | 'oldestExpiredAt'>> {
+  const [row] = await rows(opened, statsQueries(opened, names).expired);
+  return { expiredNotSwept: n(row?.n), oldestExpiredAt: toDate(row?.oldest) };
+}
+
 /** Processing claims whose lease has passed, and the oldest of them. */
 export async function claimsPastLease(
   opened: OpenedDatabase,
