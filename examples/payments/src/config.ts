@@ -26,6 +26,8 @@ export interface ExampleConfig {
   checkoutApiUrl: string | undefined;
   /** The token that opens `/admin/…` (a key's timeline); undefined: the admin pages do not exist (404). */
   adminToken: string | undefined;
+  /** How often the in-process sweeper archives expired keys (R3); undefined: it does not run (`IDEM_SWEEPER=off`). */
+  sweepEveryMs: number | undefined;
 }
 
 /** A payment is a few dozen bytes: a body near this is not one. */
@@ -41,7 +43,7 @@ export const DEFAULT_SQLITE_PATH = fileURLToPath(new URL('../.data/payments.db',
  * `PORT` (3000), `DATABASE_URL` (a SQLite file under examples/payments/.data/),
  * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only in the example, which opens SQLite with better-sqlite3),
  * `MAX_BODY_BYTES` (65536), `CORS_ORIGIN` (none), `CHECKOUT_PORT` (off), `CHECKOUT_API_URL`,
- * `ADMIN_TOKEN` (off).
+ * `ADMIN_TOKEN` (off), `IDEM_SWEEPER` (on), `IDEM_SWEEP_EVERY` (5m).
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig {
   const database = resolveFrom(parseDatabaseUrl(env.DATABASE_URL), env.INIT_CWD);
@@ -69,6 +71,9 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
         : integer('CHECKOUT_PORT', env.CHECKOUT_PORT, 0, { min: 0, max: 65535 }),
     checkoutApiUrl: apiUrl('CHECKOUT_API_URL', env.CHECKOUT_API_URL),
     adminToken: env.ADMIN_TOKEN === undefined || env.ADMIN_TOKEN.trim() === '' ? undefined : env.ADMIN_TOKEN.trim(),
+    sweepEveryMs: flag('IDEM_SWEEPER', env.IDEM_SWEEPER, true)
+      ? duration('IDEM_SWEEP_EVERY', env.IDEM_SWEEP_EVERY, '5m')
+      : undefined,
   };
 }
 
@@ -114,9 +119,10 @@ function resolveFrom(database: DatabaseLocation, initCwd: string | undefined): D
   return { ...database, path: resolve(initCwd, database.path) };
 }
 
-function flag(name: string, value: string | undefined): boolean {
+function flag(name: string, value: string | undefined, fallback = false): boolean {
   const normalized = value?.trim().toLowerCase() ?? '';
-  if (['', '0', 'false', 'off', 'no'].includes(normalized)) return false;
+  if (normalized === '') return fallback;
+  if (['0', 'false', 'off', 'no'].includes(normalized)) return false;
   if (['1', 'true', 'on', 'yes'].includes(normalized)) return true;
   throw new ConfigError(`${name} must be 1/true/on or 0/false/off, got "${value}"`);
 }

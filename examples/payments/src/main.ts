@@ -1,11 +1,12 @@
 /**
  * `npm start`: the payments example. Reads its configuration from the environment (see
- * config.ts), applies migrations, and serves tRPC at /trpc and GraphQL at /graphql.
+ * config.ts), applies migrations, serves tRPC at /trpc and GraphQL at /graphql, and sweeps
+ * expired keys every 5 minutes unless IDEM_SWEEPER=off (one process of a fleet at a time).
  */
 import type { Server } from 'node:http';
-import { migrate } from '@idem/drizzle';
+import { createDrizzleStore, migrate, startSweeper } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
-import type { IdempotencyEvent } from '@idem/core';
+import { formatDuration, type IdempotencyEvent } from '@idem/core';
 import { createPaymentsApp } from './app.ts';
 import { createCheckoutServer } from './checkout/server.ts';
 import { ConfigError, readConfig } from './config.ts';
@@ -65,9 +66,27 @@ async function main(): Promise<void> {
       `[payments] admin: http://localhost:${port}/admin/timeline?scope=<account>/payments.create&key=<key> (ADMIN_TOKEN)`,
     );
 
+  // R3: archive expired keys on a schedule; in a fleet only one process sweeps at a time.
+  const sweeper =
+    config.sweepEveryMs === undefined
+      ? undefined
+      : startSweeper(createDrizzleStore(database.db), {
+          every: config.sweepEveryMs,
+          onRound: (round) => {
+            if (round.skipped) console.log('[payments] sweep skipped: another process is sweeping');
+            else if (round.archived > 0) console.log(`[payments] swept ${round.archived} expired keys`);
+          },
+          onError: (error) => console.error(`[payments] sweep failed: ${oneLine(error)}`),
+        });
+  if (config.sweepEveryMs !== undefined)
+    console.log(
+      `[payments] sweeping expired keys every ${formatDuration(config.sweepEveryMs)} (IDEM_SWEEPER=off turns it off)`,
+    );
+
   const shutdown = async () => {
     app.server.close();
     checkout?.close();
+    await sweeper?.stop();
     await app.drain();
     await database.close();
     process.exit(0);

@@ -129,6 +129,24 @@ describe('npm start (src/main.ts) on SQLite', () => {
     expect(await stop(restarted)).toBe(0);
   });
 
+  it('R3: sweeps expired keys on its own (IDEM_SWEEP_EVERY), and not at all with IDEM_SWEEPER=off', async () => {
+    const file = join(temporaryDirectory(), 'payments.db');
+    const quiet = await start({ DATABASE_URL: `file:${file}`, IDEM_SWEEPER: 'off' });
+    expect(await stop(quiet)).toBe(0);
+    expect(quiet.stdout.join('\n')).not.toContain('sweep');
+
+    const server = await start({ DATABASE_URL: `file:${file}`, IDEM_TTL: '1ms', IDEM_SWEEP_EVERY: '100ms' });
+    // Waits for the lines (the test's timeout bounds a sweeper that never runs).
+    const line = async (text: string) => {
+      while (!server.stdout.includes(text)) await new Promise((resolve) => setTimeout(resolve, 50));
+    };
+    await line('[payments] sweeping expired keys every 100ms (IDEM_SWEEPER=off turns it off)');
+    const key = newKey();
+    expect((await mutate(server.url, 'payments.create', PAYMENT, { 'idempotency-key': key })).status).toBe(200);
+    await line('[payments] swept 1 expired keys');
+    expect(await stop(server)).toBe(0);
+  });
+
   it.concurrent.for([
     ['IDEM_TTL=abc', { IDEM_TTL: 'abc' }, /^IDEM_TTL must be a duration such as 2s, 30m, 24h or 7d, got "abc"$/],
     ['PORT=http', { PORT: 'http' }, /^PORT must be an integer from 0 to 65535, got "http"$/],

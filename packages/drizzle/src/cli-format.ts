@@ -27,7 +27,7 @@ export function renderTable(headers: readonly string[], rows: readonly (readonly
   return [line(headers), ...rows.map(line)].join('\n');
 }
 
-/** `1 record`, `2 records`. */
-export function plural(count: number, noun: string): string {
-  return `${count} ${noun}${count === 1 ? '' : 's'}`;
+/** `1 record`, `2 records` (`pluralNoun` where adding `s` is wrong: `batches`). */
+export function plural(count: number, noun: string, pluralNoun = `${noun}s`): string {
+  return `${count} ${count === 1 ? noun : pluralNoun}`;
 }

@@ -80,7 +80,7 @@ export function databasePolicyJson(description: string, now: Date, scopes: reado
 }
 
 /** The part of a published policy document (`createPolicyDocument` of `@idem/core`) the CLI shows. */
-interface PublishedEndpoint {
+export interface PublishedEndpoint {
   endpoint: string;
   retention?: string;
   retentionMs?: number;

@@ -13,10 +13,10 @@ import { definePgTables } from './pg-schema.js';
 import { defineSqliteTables } from './sqlite-schema.js';
 import type { TableNames } from './table-names.js';
 
-type Row = Record<string, unknown>;
+export type Row = Record<string, unknown>;
 
 /** Runs a read statement and answers its rows as plain objects (column name → raw value). */
-async function rows(opened: OpenedDatabase, query: SQL): Promise<Row[]> {
+export async function rows(opened: OpenedDatabase, query: SQL): Promise<Row[]> {
   if (opened.dialect === 'sqlite') return (await opened.db.all<Row>(query)) as Row[];
   // mysql2: `[rows, fields]`; `varbinary` columns (scope, key) come as Buffers, read with String().
   if (opened.dialect === 'mysql') return executedRows(await opened.db.execute(query));
@@ -26,12 +26,12 @@ async function rows(opened: OpenedDatabase, query: SQL): Promise<Row[]> {
 }
 
 /** The tables of the opened dialect under `names`. */
-function tablesOf(opened: OpenedDatabase, names: TableNames) {
+export function tablesOf(opened: OpenedDatabase, names: TableNames) {
   if (opened.dialect === 'mysql') return defineMysqlTables(names);
   return opened.dialect === 'sqlite' ? defineSqliteTables(names) : definePgTables(names);
 }
 
-function clockOf(opened: OpenedDatabase): DatabaseClock {
+export function clockOf(opened: OpenedDatabase): DatabaseClock {
   return opened.dialect === 'sqlite' ? sqliteClock : opened.dialect === 'mysql' ? mysqlClock : postgresClock;
 }
 
@@ -39,12 +39,12 @@ function clockOf(opened: OpenedDatabase): DatabaseClock {
  * A timestamp column as epoch milliseconds: SQLite stores them so, PostgreSQL as `timestamptz`,
  * MySQL as a UTC `datetime(3)` (not `UNIX_TIMESTAMP()`, which reads it in the session's time zone).
  */
-function epochMs(opened: OpenedDatabase, column: SQLWrapper): SQL {
+export function epochMs(opened: OpenedDatabase, column: SQLWrapper): SQL {
   if (opened.dialect === 'mysql') return sql`(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ${column}) DIV 1000)`;
   return opened.dialect === 'sqlite' ? sql`${column}` : sql`(extract(epoch from ${column}) * 1000)::float8`;
 }
 
-function toDate(value: unknown): Date | null {
+export function toDate(value: unknown): Date | null {
   return value === null || value === undefined ? null : new Date(Math.round(Number(value)));
 }
 

@@ -4,6 +4,8 @@
  * done, 1 when the work failed (database unreachable, no idem tables, key not found, a query
  * failed), 2 for bad usage. Errors are one line on stderr, `idem: <reason>`, never a stack trace.
  *
+ * `sweep` and `purge` exit 130 when Ctrl-C stopped them, `doctor` 1 when it has a finding.
+ *
  * A new command is one more entry of {@link COMMANDS}: its options (declared in
  * {@link OPTIONS}), how it parses them, whether it reads the store's tables, and what it runs.
  */
@@ -13,7 +15,16 @@ import { parseArgs } from 'node:util';
 import { isIdempotencyError, parseIdempotencyKey, toMilliseconds } from '@idem/core';
 import { explainJson, renderExplain, type KeyTimelines } from './cli-explain.js';
 import { plural } from './cli-format.js';
-import { asPublishedPolicy, databasePolicyJson, renderDatabasePolicy, renderPublishedPolicy } from './cli-policy.js';
+import { progressReporter } from './cli-progress.js';
+import { diagnose, doctorJson, renderDoctor, renderStats, statsJson } from './cli-doctor.js';
+import { readStats } from './cli-health.js';
+import {
+  asPublishedPolicy,
+  databasePolicyJson,
+  renderDatabasePolicy,
+  renderPublishedPolicy,
+  type PublishedPolicy,
+} from './cli-policy.js';
 import { databaseNow, existingTables, findScopes, pingDatabase, scopeFigures } from './cli-queries.js';
 import {
   DRIZZLE_CONFIG_FILES,
@@ -35,7 +46,7 @@ import {
   type DriverName,
   type OpenedDatabase,
 } from './connect.js';
-import { createDrizzleStore, sweepAll } from './drizzle-store.js';
+import { createDrizzleStore } from './drizzle-store.js';
 import { migrate } from './migrate.js';
 import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
 
@@ -87,10 +98,20 @@ const OPTIONS = {
   help: { type: 'boolean', short: 'h', help: 'this text; after a command, that command' },
   version: { type: 'boolean', help: "idem's version, and the drizzle-orm it loads" },
   'batch-size': { type: 'string', value: '<n>', help: 'records archived per statement (default 1000)' },
+  'log-every': {
+    type: 'string',
+    value: '<n>',
+    help: 'off a terminal, a progress line every <n> batches (default 100); on a terminal the line is redrawn in place',
+  },
   'older-than': { type: 'string', value: '<duration>', help: 'the audit horizon, e.g. 90d, 24h, 30m' },
   scope: { type: 'string', value: '<scope>', help: 'only this scope (faster on a large table)' },
   json: { type: 'boolean', help: 'print JSON instead of text' },
   url: { type: 'string', value: '<url>', help: 'the policy URL an app publishes (http:// or https://)' },
+  'sweep-lag': {
+    type: 'string',
+    value: '<duration>',
+    help: 'doctor: how long a record may stay expired and unswept before sweeping counts as overdue (default 1h)',
+  },
 } as const satisfies Record<string, OptionSpec>;
 
 type OptionName = keyof typeof OPTIONS;
@@ -111,6 +132,8 @@ interface CommandContext {
   opened: OpenedDatabase;
   tables: TableNames;
   io: CliIo;
+  /** Aborted by Ctrl-C (SIGINT): long work stops after its current batch. */
+  signal: AbortSignal;
 }
 
 interface CommandSpec<A extends object> {
@@ -128,7 +151,8 @@ interface CommandSpec<A extends object> {
   tables: 'find' | 'create' | 'none';
   /** Validates the positionals and values into the command's arguments; throws usage errors. */
   parse(positionals: readonly string[], values: Values): A;
-  run(args: A, context: CommandContext): Promise<void>;
+  /** Resolves with the exit status when it is not 0 (130: interrupted by Ctrl-C), else with nothing. */
+  run(args: A, context: CommandContext): Promise<unknown>;
 }
 
 const command = <A extends object>(spec: CommandSpec<A>): CommandSpec<A> => spec;
@@ -150,39 +174,83 @@ const COMMANDS = {
     },
   }),
   sweep: command({
-    synopsis: 'sweep [--batch-size N]',
+    synopsis: 'sweep [--batch-size N] [--json]',
     summary: 'archive records past their retention, N per statement (default 1000) (R3)',
     description:
-      'Archives every record past its retention, in batches: the body is dropped, status, fingerprint and timestamps are kept, so `idem explain` can still tell the story. Run it on a schedule (cron, a worker).',
-    options: ['batch-size'],
-    examples: ['npx idem sweep --batch-size 1000'],
+      'Archives every record past its retention, in batches: the body is dropped, status, fingerprint and timestamps are kept, so `idem explain` can still tell the story. Run it on a schedule (cron, a systemd timer) or let the app run startSweeper. Only one process sweeps a pair of tables at a time (an advisory lock on PostgreSQL and MySQL, a lease row on SQLite): when another is sweeping, sweep says so and exits 0. On a terminal a progress line shows records archived, batches and rate; elsewhere one line every --log-every batches, then the total; with --json one object at the end. Ctrl-C stops after the current batch, prints how far it got and exits 130.',
+    options: ['batch-size', 'log-every', 'json'],
+    examples: ['npx idem sweep --batch-size 1000', 'npx idem sweep --json'],
     tables: 'find',
     parse: (positionals, values) => ({
       ...noArguments('sweep', positionals),
       batchSize: batchSizeOf(values['batch-size']),
+      logEvery: logEveryOf(values['log-every']),
+      json: values.json === true,
     }),
-    async run({ batchSize }, { opened, tables, io }) {
-      const { archived } = await sweepAll(createDrizzleStore(opened.db, { tables }), { batchSize });
-      io.stdout(`archived ${plural(archived, 'expired record')}\n`);
+    async run({ batchSize, logEvery, json }, { opened, tables, io, signal }) {
+      const progress = progressReporter(io, { verb: 'sweep', noun: 'records archived', every: logEvery, json });
+      const round = await createDrizzleStore(opened.db, { tables })
+        .sweepExclusive({ batchSize, signal, onBatch: progress.onBatch })
+        .finally(progress.end);
+      if (round.skipped) {
+        io.stdout(
+          json
+            ? `${JSON.stringify({ command: 'sweep', skipped: true, archived: 0 })}\n`
+            : 'skipped: another process is sweeping these tables now\n',
+        );
+        return;
+      }
+      const { archived, batches, elapsedMs, stopped } = round;
+      const interrupted = stopped === 'signal';
+      if (json)
+        io.stdout(`${JSON.stringify({ command: 'sweep', skipped: false, archived, batches, elapsedMs, stopped })}\n`);
+      else if (interrupted)
+        io.stdout(
+          `interrupted: archived ${plural(archived, 'expired record')} in ${plural(batches, 'batch', 'batches')} before Ctrl-C; run idem sweep again for the rest\n`,
+        );
+      else if (stopped === 'lost-lock')
+        io.stdout(
+          `archived ${plural(archived, 'expired record')}, then stopped: another process took the sweep lease over\n`,
+        );
+      else io.stdout(`archived ${plural(archived, 'expired record')}\n`);
+      return interrupted ? INTERRUPTED : undefined;
     },
   }),
   purge: command({
-    synopsis: 'purge --older-than <duration>',
+    synopsis: 'purge --older-than <duration> [--json]',
     summary: 'delete records archived more than <duration> ago, e.g. 90d (R3)',
     description:
-      'Deletes, for good, the records archived before the audit horizon: history rows first, then archived live rows, 5000 per statement. Choose a horizon longer than your reconciliation window.',
-    options: ['older-than'],
+      'Deletes, for good, the records archived before the audit horizon: history rows first, then archived live rows, 5000 per statement. Choose a horizon longer than your reconciliation window. Progress, --json and Ctrl-C as for sweep.',
+    options: ['older-than', 'log-every', 'json'],
     examples: ['npx idem purge --older-than 90d'],
     tables: 'find',
     parse(positionals, values) {
       noArguments('purge', positionals);
       const olderThan = stringOf(values['older-than']);
       if (olderThan === undefined) throw usageError('purge needs --older-than <duration>, e.g. --older-than 90d');
-      return { olderThanMs: durationOf('--older-than', olderThan), olderThan: olderThan.trim() };
+      return {
+        olderThanMs: durationOf('--older-than', olderThan),
+        olderThan: olderThan.trim(),
+        logEvery: logEveryOf(values['log-every']),
+        json: values.json === true,
+      };
     },
-    async run({ olderThanMs, olderThan }, { opened, tables, io }) {
-      const { deleted } = await createDrizzleStore(opened.db, { tables }).purge({ olderThanMs });
-      io.stdout(`deleted ${plural(deleted, 'archived record')} older than ${olderThan}\n`);
+    async run({ olderThanMs, olderThan, logEvery, json }, { opened, tables, io, signal }) {
+      const progress = progressReporter(io, { verb: 'purge', noun: 'archived records deleted', every: logEvery, json });
+      const { deleted, batches, elapsedMs, stopped } = await createDrizzleStore(opened.db, { tables })
+        .purge({ olderThanMs, signal, onBatch: progress.onBatch })
+        .finally(progress.end);
+      const interrupted = stopped === 'signal';
+      if (json)
+        io.stdout(
+          `${JSON.stringify({ command: 'purge', olderThan, olderThanMs, deleted, batches, elapsedMs, stopped })}\n`,
+        );
+      else if (interrupted)
+        io.stdout(
+          `interrupted: deleted ${plural(deleted, 'archived record')} older than ${olderThan} in ${plural(batches, 'batch', 'batches')} before Ctrl-C; run idem purge again for the rest\n`,
+        );
+      else io.stdout(`deleted ${plural(deleted, 'archived record')} older than ${olderThan}\n`);
+      return interrupted ? INTERRUPTED : undefined;
     },
   }),
   explain: command({
@@ -249,6 +317,48 @@ const COMMANDS = {
       );
     },
   }),
+  stats: command({
+    synopsis: 'stats [--json]',
+    summary: 'records per state and per operation, stuck claims, takeovers, expired not swept, history',
+    description:
+      'Counts the live records per state and per operation (the scope after its principal), shows the oldest processing claim and whether its lease has passed, the takeovers of the last day, the records past their retention not swept yet (and since when), the archived records and the history rows. Each figure is one statement; the drizzle README shows which index each one reads on PostgreSQL.',
+    options: ['json'],
+    examples: ['npx idem stats', 'npx idem stats --json'],
+    tables: 'find',
+    parse: (positionals, values) => ({ ...noArguments('stats', positionals), json: values.json === true }),
+    async run({ json }, { opened, tables, io }) {
+      const now = await databaseNow(opened);
+      const stats = await readStats(opened, tables);
+      io.stdout(`${json ? statsJson(opened.description, now, stats) : renderStats(opened.description, now, stats)}\n`);
+    },
+  }),
+  doctor: command({
+    synopsis: 'doctor [--url <url>] [--sweep-lag <duration>] [--json]',
+    summary: 'check the store: migrations and expiry index, clock skew, retention vs lease, stuck claims, sweeping',
+    description:
+      "Checks, and names each finding with what to do: every migration applied and the expiry index present (the sweeper reads through it); the clock of this machine against the database's (more than 2 s apart: fix NTP; expiry is judged by the database clock, R1); with --url, endpoints of the published policy whose retention is shorter than their lease (R1); processing claims past their lease (E6); the oldest expired record not swept for longer than --sweep-lag (R3). Exits 1 when there is a finding, 0 when none.",
+    options: ['url', 'sweep-lag', 'json'],
+    examples: ['npx idem doctor', 'npx idem doctor --url https://api.example.com/idempotency --sweep-lag 30m'],
+    tables: 'find',
+    parse(positionals, values) {
+      noArguments('doctor', positionals);
+      const url = stringOf(values.url);
+      if (url !== undefined && !isHttpUrl(url))
+        throw usageError(`--url must be an http:// or https:// URL, got "${url}"`);
+      const lag = stringOf(values['sweep-lag']);
+      return {
+        url,
+        sweepLagMs: lag === undefined ? DEFAULT_SWEEP_LAG_MS : durationOf('--sweep-lag', lag),
+        json: values.json === true,
+      };
+    },
+    async run({ url, sweepLagMs, json }, { opened, tables, io }) {
+      const policy = url === undefined ? undefined : await fetchPolicy(url);
+      const findings = await diagnose(opened, tables, { policy, sweepLagMs });
+      io.stdout(`${json ? doctorJson(opened.description, findings) : renderDoctor(opened.description, findings)}\n`);
+      return findings.some((each) => !each.ok) ? 1 : undefined;
+    },
+  }),
 } satisfies Record<string, CommandSpec<object>>;
 
 type CommandName = keyof typeof COMMANDS;
@@ -263,8 +373,12 @@ export type Invocation =
   | { [C in CommandName]: { command: C } & ArgsOf<C> & Target }[CommandName];
 
 const DEFAULT_BATCH_SIZE = 1000;
+const DEFAULT_LOG_EVERY = 100;
+/** The exit status of work stopped by Ctrl-C, as shells report a SIGINT (128 + 2). */
+const INTERRUPTED = 130;
 const MAX_BATCH_SIZE = 1_000_000;
 const FETCH_TIMEOUT_MS = 10_000;
+const DEFAULT_SWEEP_LAG_MS = 3_600_000;
 
 /** Where the CLI writes, the environment it reads (`DATABASE_URL`, `IDEM_TABLE_PREFIX`) and the folder it runs in. */
 export interface CliIo {
@@ -273,12 +387,21 @@ export interface CliIo {
   env: Record<string, string | undefined>;
   /** Where `drizzle.config.ts` is looked for. Defaults to the process's working directory. */
   cwd?: string;
+  /** Whether stderr is a terminal (progress redrawn in place). Defaults to false. */
+  isTTY?: boolean;
+  /** Calls `stop` on Ctrl-C until the returned function is called. Defaults to never. */
+  onInterrupt?(stop: () => void): () => void;
 }
 
 const processIo: CliIo = {
   stdout: (text) => void process.stdout.write(text),
   stderr: (text) => void process.stderr.write(text),
   env: process.env,
+  isTTY: process.stderr.isTTY === true,
+  onInterrupt(stop) {
+    process.on('SIGINT', stop);
+    return () => void process.off('SIGINT', stop);
+  },
 };
 
 /** Runs `idem <argv…>` and answers the exit status; every error is reported as one line. */
@@ -287,7 +410,7 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
     const invocation = parseInvocation(argv);
     if (invocation.command === 'help') io.stdout(invocation.topic ? commandHelp(invocation.topic) : usage());
     else if (invocation.command === 'version') io.stdout(await versionText());
-    else await execute(invocation, io);
+    else return await execute(invocation, io);
     return 0;
   } catch (error) {
     const exitCode = error instanceof CliError ? error.exitCode : 1;
@@ -408,6 +531,14 @@ function batchSizeOf(value: string | boolean | undefined): number {
   return n;
 }
 
+function logEveryOf(value: string | boolean | undefined): number {
+  if (typeof value !== 'string') return DEFAULT_LOG_EVERY;
+  const n = /^\s*\d+\s*$/.test(value) ? Number(value) : NaN;
+  if (!Number.isSafeInteger(n) || n < 1)
+    throw usageError(`--log-every must be a whole number of batches from 1, got "${value}"`);
+  return n;
+}
+
 function durationOf(option: string, value: string): number {
   try {
     return toMilliseconds(value);
@@ -470,8 +601,8 @@ database: the tables its schema defines with definePgTables / defineSqliteTables
 defineMysqlTables, then those under each tablesFilter prefix ("app_*" → app_idem_keys), then the
 default names.
 
-Exit status: 0 done; 1 failed (database unreachable, no idem tables, key not found, query failed);
-2 bad usage.
+Exit status: 0 done; 1 failed (database unreachable, no idem tables, key not found, query failed,
+a doctor finding); 130 sweep or purge stopped by Ctrl-C; 2 bad usage.
 `;
 }
 
@@ -529,11 +660,11 @@ async function versionText(): Promise<string> {
 
 type CommandInvocation = Exclude<Invocation, { command: 'help' } | { command: 'version' }>;
 
-async function execute(invocation: CommandInvocation, io: CliIo): Promise<void> {
+async function execute(invocation: CommandInvocation, io: CliIo): Promise<number> {
   const spec: CommandSpec<object> = COMMANDS[invocation.command];
   if (invocation.command === 'policy' && invocation.url !== undefined) {
     await publishedPolicy(invocation.url, invocation.json, io);
-    return;
+    return 0;
   }
   let plan: TablePlan;
   try {
@@ -545,13 +676,17 @@ async function execute(invocation: CommandInvocation, io: CliIo): Promise<void> 
   if (spec.tables === 'create') refuseOtherNames(plan);
   const location = locate(invocation, io.env);
   const opened = await connect(location, { create: spec.tables === 'create' });
+  const interrupt = new AbortController();
+  const forget = io.onInterrupt?.(() => interrupt.abort());
   try {
     const tables = spec.tables === 'find' ? await findTables(opened, plan) : DEFAULT_TABLE_NAMES;
-    await spec.run(invocation, { opened, tables, io });
+    const code = await spec.run(invocation, { opened, tables, io, signal: interrupt.signal });
+    return typeof code === 'number' ? code : 0;
   } catch (error) {
     if (error instanceof CliError) throw error;
     throw failure(oneLine(error));
   } finally {
+    forget?.();
     await opened.close().catch(() => {});
   }
 }
@@ -633,6 +768,13 @@ async function connect(location: DatabaseLocation, { create }: { create: boolean
 
 /** `idem policy --url`: the document an app publishes (`createPolicyDocument`, R4). */
 async function publishedPolicy(url: string, json: boolean, io: CliIo): Promise<void> {
+  const { document, policy } = await fetchPolicyDocument(url);
+  io.stdout(`${json ? JSON.stringify(document, null, 2) : renderPublishedPolicy(url, policy)}\n`);
+}
+
+const fetchPolicy = async (url: string) => (await fetchPolicyDocument(url)).policy;
+
+async function fetchPolicyDocument(url: string): Promise<{ document: unknown; policy: PublishedPolicy }> {
   let response: Response;
   try {
     response = await fetch(url, {
@@ -651,7 +793,7 @@ async function publishedPolicy(url: string, json: boolean, io: CliIo): Promise<v
   }
   const policy = asPublishedPolicy(document);
   if (!policy) throw failure(`${url} did not answer with a policy document (JSON with an "endpoints" list)`);
-  io.stdout(`${json ? JSON.stringify(document, null, 2) : renderPublishedPolicy(url, policy)}\n`);
+  return { document, policy };
 }
 
 /** The error and its causes, outermost first. */

@@ -23,6 +23,8 @@ import { defineSqliteTables } from './sqlite-schema.js';
 import { DEFAULT_BUSY_RETRY_MS } from './sqlite-busy.js';
 import { sqliteStatements } from './sqlite-store.js';
 import type { StoreStatements } from './store-statements.js';
+import { sweepLock, type SweepLock } from './sweep-lock.js';
+import { inBatches, type BatchOptions, type BatchStop, type SweepRound } from './sweeper.js';
 import { resolveTableNames, type TableNames, type TableOptions } from './table-names.js';
 
 export interface DrizzleStoreOptions {
@@ -57,6 +59,27 @@ export interface DrizzleStore<TTx = unknown> extends IdempotencyStore<TTx> {
   /** The driver the drizzle instance wraps, as in drizzle's import path (`node-postgres`, `postgres-js`, `pglite`, `better-sqlite3`, `libsql`, `mysql2`). */
   readonly driver: string;
   readonly tables: TableNames;
+  /**
+   * R3: physically deletes records archived more than `olderThanMs` ago (history rows first,
+   * then archived live rows, 5000 per statement), reporting each batch to `onBatch`, and stopping
+   * early on `budgetMs` or `signal` (then `stopped` says which).
+   */
+  purge(options: { olderThanMs: number } & BatchOptions): Promise<PurgeResult>;
+  /**
+   * Sweeps every expired record, batch after batch (as {@link sweepAll}), if no other process is
+   * sweeping these tables now: `{ skipped: true }` when one is (the dialect's lock, taken
+   * without waiting: PostgreSQL's `pg_try_advisory_xact_lock`, MySQL's `GET_LOCK`, a lease row
+   * on SQLite). On PostgreSQL and MySQL the lock holds one pool connection for the round.
+   */
+  sweepExclusive(options?: SweepAllOptions): Promise<SweepRound>;
+}
+
+/** What a purge did: rows deleted, in how many batches, and why it ended. */
+export interface PurgeResult {
+  deleted: number;
+  batches: number;
+  elapsedMs: number;
+  stopped: BatchStop;
 }
 
 /** How many times a claim re-reads after losing a compare-and-set before it gives up. */
@@ -88,14 +111,26 @@ export function createDrizzleStore<TDb extends DrizzleDatabase>(
       : detected.dialect === 'mysql'
         ? mysqlStatements(detected.db, defineMysqlTables(tables))
         : sqliteStatements(detected.sqlite, defineSqliteTables(tables), busyRetryMs);
-  return storeOver<DrizzleTransaction<TDb>>(statements, detected.dialect, detected.driver.name, tables);
+  return storeOver<DrizzleTransaction<TDb>>(
+    statements,
+    detected.dialect,
+    detected.driver.name,
+    tables,
+    sweepLock(detected, tables),
+  );
 }
 
 /**
  * The store over a dialect's statements. Every method rejects with {@link withoutParameters}
  * of the failure (K5: drizzle's query errors list the statement's parameters).
  */
-function storeOver<TTx>(s: StoreStatements, dialect: Dialect, driver: string, tables: TableNames): DrizzleStore<TTx> {
+function storeOver<TTx>(
+  s: StoreStatements,
+  dialect: Dialect,
+  driver: string,
+  tables: TableNames,
+  lock: SweepLock,
+): DrizzleStore<TTx> {
   /** The write of the rule `decideClaim` chose, on the row it read; undefined when it lost a race. */
   async function write(request: ClaimRequest, decision: ClaimWrite): Promise<ClaimResult | undefined> {
     switch (decision.rule) {
@@ -176,19 +211,25 @@ function storeOver<TTx>(s: StoreStatements, dialect: Dialect, driver: string, ta
       assertPositiveInteger('batchSize', batchSize);
       return { archived: await s.sweep(batchSize) };
     }),
-    purge: guarded(async ({ olderThanMs }) => {
+    purge: guarded(async ({ olderThanMs, ...progress }) => {
       if (!Number.isFinite(olderThanMs) || olderThanMs < 0)
         throw new RangeError(`[idem] purge: olderThanMs must be a non-negative number, got ${olderThanMs}`);
-      let deleted = 0;
       // History first: a live tombstone is never archived earlier than the generations before it.
-      for (const purgeBatch of [s.purgeHistory, s.purgeLive]) {
-        let batch: number;
-        do {
-          batch = await purgeBatch(olderThanMs, PURGE_BATCH);
-          deleted += batch;
-        } while (batch === PURGE_BATCH);
-      }
-      return { deleted };
+      const { total, ...rest } = await inBatches(
+        [() => s.purgeHistory(olderThanMs, PURGE_BATCH), () => s.purgeLive(olderThanMs, PURGE_BATCH)],
+        PURGE_BATCH,
+        progress,
+      );
+      return { deleted: total, ...rest };
+    }),
+    sweepExclusive: guarded(async ({ batchSize = DEFAULT_SWEEP_BATCH, ...progress }: SweepAllOptions = {}) => {
+      assertPositiveInteger('batchSize', batchSize);
+      const round = await lock(async (stillHeld) =>
+        inBatches([() => s.sweep(batchSize)], batchSize, progress, stillHeld),
+      );
+      if (!round.ran) return { skipped: true };
+      const { total, ...rest } = round.value;
+      return { skipped: false, archived: total, ...rest };
     }),
     ping: guarded(() => s.ping()),
   };
@@ -202,25 +243,35 @@ function claimedAs(row: LiveRow | undefined): ClaimResult | undefined {
   return row && { outcome: 'claimed', record: toRecord(row) };
 }
 
-export interface SweepAllOptions {
+export interface SweepAllOptions extends BatchOptions {
   /** Records archived per statement (each batch is one short transaction). Defaults to 1000. */
   batchSize?: number;
 }
 
+/** What a sweep did: records archived, in how many batches, and why it ended. */
+export interface SweepAllResult {
+  archived: number;
+  batches: number;
+  elapsedMs: number;
+  stopped: BatchStop;
+}
+
 /**
- * Runs `store.sweep` until a batch comes back short, and returns how many records were
- * archived in total. Run it from a scheduled job (R3); any store of the contract works.
+ * Runs `store.sweep` until a batch comes back short (or the budget or signal stops it after a
+ * batch), and returns how many records were archived in total. Run it from a scheduled job
+ * (R3); any store of the contract works. It takes no lock: in a fleet, prefer
+ * `store.sweepExclusive` or {@link startSweeper}.
  */
 export async function sweepAll(
   store: Pick<IdempotencyStore, 'sweep'>,
-  { batchSize = DEFAULT_SWEEP_BATCH }: SweepAllOptions = {},
-): Promise<{ archived: number }> {
-  let archived = 0;
-  for (;;) {
-    const batch = (await store.sweep({ batchSize })).archived;
-    archived += batch;
-    if (batch < batchSize) return { archived };
-  }
+  { batchSize = DEFAULT_SWEEP_BATCH, ...progress }: SweepAllOptions = {},
+): Promise<SweepAllResult> {
+  const { total, ...rest } = await inBatches(
+    [async () => (await store.sweep({ batchSize })).archived],
+    batchSize,
+    progress,
+  );
+  return { archived: total, ...rest };
 }
 
 function assertPositiveInteger(name: string, value: number): void {

@@ -11,8 +11,20 @@ export {
   type DrizzleStore,
   type DrizzleStoreOptions,
   type DrizzleTransaction,
+  type PurgeResult,
   type SweepAllOptions,
+  type SweepAllResult,
 } from './drizzle-store.js';
+export {
+  startSweeper,
+  type BatchOptions,
+  type BatchProgress,
+  type BatchStop,
+  type ExclusiveSweeper,
+  type Sweeper,
+  type SweeperOptions,
+  type SweepRound,
+} from './sweeper.js';
 export { migrate, retryConcurrentDdl, type MigrateOptions } from './migrate.js';
 export type { Dialect, DrizzleDatabase } from './dialect.js';
 export { DEFAULT_TABLE_NAMES, type TableNames, type TableOptions } from './table-names.js';

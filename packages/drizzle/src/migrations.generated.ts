@@ -8,6 +8,12 @@ export const EMBEDDED_MIGRATIONS: Readonly<Record<'sqlite' | 'postgres' | 'mysql
       "when": 1796006533584,
       "breakpoints": true,
       "sql": "CREATE TABLE IF NOT EXISTS `idem_key_history` (\n\t`scope` text NOT NULL,\n\t`key` text NOT NULL,\n\t`generation` integer NOT NULL,\n\t`fingerprint` text,\n\t`state` text NOT NULL,\n\t`token` text NOT NULL,\n\t`created_at` integer NOT NULL,\n\t`lease_until` integer NOT NULL,\n\t`expires_at` integer NOT NULL,\n\t`completed_at` integer,\n\t`archived_at` integer NOT NULL,\n\t`takeovers` integer NOT NULL,\n\t`outcome_kind` text,\n\t`outcome_status` integer,\n\t`body` text,\n\t`reused_at` integer NOT NULL,\n\tPRIMARY KEY(`scope`, `key`, `generation`)\n);\n--> statement-breakpoint\nCREATE INDEX IF NOT EXISTS `idem_key_history_archived_at_idx` ON `idem_key_history` (`archived_at`);--> statement-breakpoint\nCREATE TABLE IF NOT EXISTS `idem_keys` (\n\t`scope` text NOT NULL,\n\t`key` text NOT NULL,\n\t`generation` integer NOT NULL,\n\t`fingerprint` text,\n\t`state` text NOT NULL,\n\t`token` text NOT NULL,\n\t`created_at` integer NOT NULL,\n\t`lease_until` integer NOT NULL,\n\t`expires_at` integer NOT NULL,\n\t`completed_at` integer,\n\t`archived_at` integer,\n\t`takeovers` integer DEFAULT 0 NOT NULL,\n\t`outcome_kind` text,\n\t`outcome_status` integer,\n\t`body` text,\n\tPRIMARY KEY(`scope`, `key`)\n);\n--> statement-breakpoint\nCREATE INDEX IF NOT EXISTS `idem_keys_expires_at_idx` ON `idem_keys` (`expires_at`) WHERE \"state\" <> 'archived';--> statement-breakpoint\nCREATE INDEX IF NOT EXISTS `idem_keys_archived_at_idx` ON `idem_keys` (`archived_at`) WHERE \"state\" = 'archived';"
+    },
+    {
+      "tag": "0001_processing_index",
+      "when": 1796155787851,
+      "breakpoints": true,
+      "sql": "CREATE INDEX IF NOT EXISTS `idem_keys_processing_idx` ON `idem_keys` (`created_at`) WHERE \"state\" = 'processing';"
     }
   ],
   "postgres": [
@@ -16,6 +22,12 @@ export const EMBEDDED_MIGRATIONS: Readonly<Record<'sqlite' | 'postgres' | 'mysql
       "when": 1796006534299,
       "breakpoints": true,
       "sql": "CREATE TABLE IF NOT EXISTS \"idem_key_history\" (\n\t\"scope\" text NOT NULL,\n\t\"key\" text NOT NULL,\n\t\"generation\" integer NOT NULL,\n\t\"fingerprint\" text,\n\t\"state\" text NOT NULL,\n\t\"token\" text NOT NULL,\n\t\"created_at\" timestamp (3) with time zone NOT NULL,\n\t\"lease_until\" timestamp (3) with time zone NOT NULL,\n\t\"expires_at\" timestamp (3) with time zone NOT NULL,\n\t\"completed_at\" timestamp (3) with time zone,\n\t\"archived_at\" timestamp (3) with time zone NOT NULL,\n\t\"takeovers\" integer NOT NULL,\n\t\"outcome_kind\" text,\n\t\"outcome_status\" integer,\n\t\"body\" text,\n\t\"reused_at\" timestamp (3) with time zone NOT NULL,\n\tCONSTRAINT \"idem_key_history_scope_key_generation_pk\" PRIMARY KEY(\"scope\",\"key\",\"generation\")\n);\n--> statement-breakpoint\nCREATE TABLE IF NOT EXISTS \"idem_keys\" (\n\t\"scope\" text NOT NULL,\n\t\"key\" text NOT NULL,\n\t\"generation\" integer NOT NULL,\n\t\"fingerprint\" text,\n\t\"state\" text NOT NULL,\n\t\"token\" text NOT NULL,\n\t\"created_at\" timestamp (3) with time zone NOT NULL,\n\t\"lease_until\" timestamp (3) with time zone NOT NULL,\n\t\"expires_at\" timestamp (3) with time zone NOT NULL,\n\t\"completed_at\" timestamp (3) with time zone,\n\t\"archived_at\" timestamp (3) with time zone,\n\t\"takeovers\" integer DEFAULT 0 NOT NULL,\n\t\"outcome_kind\" text,\n\t\"outcome_status\" integer,\n\t\"body\" text,\n\tCONSTRAINT \"idem_keys_scope_key_pk\" PRIMARY KEY(\"scope\",\"key\")\n);\n--> statement-breakpoint\nCREATE INDEX IF NOT EXISTS \"idem_key_history_archived_at_idx\" ON \"idem_key_history\" USING btree (\"archived_at\");--> statement-breakpoint\nCREATE INDEX IF NOT EXISTS \"idem_keys_expires_at_idx\" ON \"idem_keys\" USING btree (\"expires_at\") WHERE \"state\" <> 'archived';--> statement-breakpoint\nCREATE INDEX IF NOT EXISTS \"idem_keys_archived_at_idx\" ON \"idem_keys\" USING btree (\"archived_at\") WHERE \"state\" = 'archived';"
+    },
+    {
+      "tag": "0001_processing_index",
+      "when": 1796155786648,
+      "breakpoints": true,
+      "sql": "CREATE INDEX IF NOT EXISTS \"idem_keys_processing_idx\" ON \"idem_keys\" USING btree (\"created_at\") WHERE \"state\" = 'processing';"
     }
   ],
   "mysql": [

@@ -53,6 +53,8 @@ export function definePgTables(options: TableOptions = {}) {
       // planner can prove the partial index applies.
       index(`${keys}_expires_at_idx`).on(table.expiresAt).where(sql`"state" <> 'archived'`),
       index(`${keys}_archived_at_idx`).on(table.archivedAt).where(sql`"state" = 'archived'`),
+      // Operators' path (idem stats, doctor): the oldest claim, claims past their lease.
+      index(`${keys}_processing_idx`).on(table.createdAt).where(sql`"state" = 'processing'`),
     ],
   );
   const historyTable = pgTable(

@@ -49,6 +49,8 @@ export function defineSqliteTables(options: TableOptions = {}) {
       // query repeats the same literal, so the sweep query writes `state <> 'archived'` inline.
       index(`${keys}_expires_at_idx`).on(table.expiresAt).where(sql`"state" <> 'archived'`),
       index(`${keys}_archived_at_idx`).on(table.archivedAt).where(sql`"state" = 'archived'`),
+      // Operators' path (idem stats, doctor): the oldest claim, claims past their lease.
+      index(`${keys}_processing_idx`).on(table.createdAt).where(sql`"state" = 'processing'`),
     ],
   );
   const historyTable = sqliteTable(

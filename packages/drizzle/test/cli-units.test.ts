@@ -118,19 +118,32 @@ describe('openDatabase', () => {
 
 describe('idem arguments', () => {
   it('parses each command with its options and defaults', () => {
-    expect(parseInvocation(['sweep'])).toEqual({ command: 'sweep', database: undefined, tables: {}, batchSize: 1000 });
-    expect(parseInvocation(['sweep', '--batch-size=250', '--database', 'x.db'])).toEqual({
+    expect(parseInvocation(['sweep'])).toEqual({
       command: 'sweep',
-      database: 'x.db',
+      database: undefined,
       tables: {},
-      batchSize: 250,
+      batchSize: 1000,
+      logEvery: 100,
+      json: false,
     });
+    expect(parseInvocation(['sweep', '--batch-size=250', '--database', 'x.db', '--log-every', '10', '--json'])).toEqual(
+      {
+        command: 'sweep',
+        database: 'x.db',
+        tables: {},
+        batchSize: 250,
+        logEvery: 10,
+        json: true,
+      },
+    );
     expect(parseInvocation(['purge', '--older-than', '90d'])).toEqual({
       command: 'purge',
       database: undefined,
       tables: {},
       olderThanMs: 90 * 86_400_000,
       olderThan: '90d',
+      logEvery: 100,
+      json: false,
     });
     expect(parseInvocation(['explain', 'k', '--scope', 's', '--json'])).toEqual({
       command: 'explain',
@@ -160,7 +173,7 @@ describe('idem arguments', () => {
   });
 
   it('help <command> of every command shows its synopsis, its options and at least one example, each a line that parses', () => {
-    for (const name of ['migrate', 'sweep', 'purge', 'explain', 'policy'] as const) {
+    for (const name of ['migrate', 'sweep', 'purge', 'explain', 'policy', 'stats', 'doctor'] as const) {
       const text = commandHelp(name);
       expect(text).toMatch(new RegExp(`^Usage: idem ${name}`));
       const examples = text
@@ -189,9 +202,10 @@ describe('idem arguments', () => {
     [['explain', ''], /^explain needs a key/],
     [['explain', 'k', '--scope', ''], /^--scope needs a non-empty value$/],
     [['migrate', 'now'], /^migrate takes no arguments, got "now"$/],
-    [['purge', '--older-than', '1d', '--json'], /^--json does not apply to purge/],
+    [['purge', '--older-than', '1d', '--scope', 's'], /^--scope does not apply to purge/],
+    [['sweep', '--log-every', '0'], /^--log-every must be a whole number of batches from 1, got "0"$/],
     [['policy', '--url', 'ftp://x'], /^--url must be an http/],
-    [['sweep', '--json'], /^--json does not apply to sweep \(idem help sweep shows how\)$/],
+    [['sweep', '--url', 'https://x'], /^--url does not apply to sweep \(idem help sweep shows how\)$/],
     [['explain', 'k', '--json=yes'], /^--json takes no value$/],
     [['explain', 'k', '--scope', '--json'], /^--scope needs a value \(write --scope=<value>/],
     [['explain', 'k', '-q'], /^unknown option -q/],

@@ -12,6 +12,7 @@ import type { IdempotencyStore } from '@idem/core';
 import type { ClaimRequest, ClaimResult } from '@idem/core/store';
 import { fileURLToPath } from 'node:url';
 import { createDrizzleStore, migrate, sweepAll, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
+import { migrationsFor } from '../src/migration-files.ts';
 
 export interface StoreHarness {
   dialect: 'sqlite' | 'postgres' | 'mysql';
@@ -55,6 +56,7 @@ const EVERY_CALL: Record<string, (store: DrizzleStore) => Promise<unknown>> = {
   timeline: (store) => store.timeline(unused.scope, unused.key),
   sweep: (store) => store.sweep(),
   purge: (store) => store.purge({ olderThanMs: 0 }),
+  sweepExclusive: (store) => store.sweepExclusive(),
   ping: (store) => store.ping(),
 };
 
@@ -133,12 +135,14 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       expect(store.tables).toEqual({ keys: 'idem_keys', history: 'idem_key_history' });
     });
 
-    it('migrate() run again is harmless: the migration is recorded once and data survives', async () => {
+    it('migrate() run again is harmless: each migration is recorded once and data survives', async () => {
       const req = request();
       claimed(await store.claim(req));
       await migrate(harness.db);
       await migrate(harness.db);
-      expect(await count(sql`SELECT count(*) AS n FROM ${sql.identifier('__idem_migrations')}`)).toBe(1);
+      expect(await count(sql`SELECT count(*) AS n FROM ${sql.identifier('__idem_migrations')}`)).toBe(
+        migrationsFor(harness.dialect).length,
+      );
       expect((await store.get(scope, req.key))?.token).toBe(req.token);
     });
 
@@ -248,7 +252,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       const fresh = request();
       claimed(await store.claim(fresh));
       expect(await store.sweep({ batchSize: 2 })).toEqual({ archived: 2 });
-      expect(await sweepAll(store, { batchSize: 2 })).toEqual({ archived: 3 });
+      expect(await sweepAll(store, { batchSize: 2 })).toMatchObject({ archived: 3, batches: 2, stopped: 'done' });
       expect(await store.sweep()).toEqual({ archived: 0 });
       for (const { key } of expired) {
         const [row] = await harness.rows<{
@@ -290,7 +294,7 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
       claimed(await store.claim(request({ key: reused.key })));
       const tombstone = await expiredKey();
       await sweepAll(store);
-      expect(await store.purge({ olderThanMs: 3_600_000 })).toEqual({ deleted: 0 });
+      expect(await store.purge({ olderThanMs: 3_600_000 })).toMatchObject({ deleted: 0, stopped: 'done' });
       expect(await store.timeline(scope, reused.key)).toHaveLength(2);
       await sleep(30);
       expect((await store.purge({ olderThanMs: 10 })).deleted).toBeGreaterThanOrEqual(2);

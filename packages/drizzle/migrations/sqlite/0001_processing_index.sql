@@ -1,0 +1,1 @@
+CREATE INDEX IF NOT EXISTS `idem_keys_processing_idx` ON `idem_keys` (`created_at`) WHERE "state" = 'processing';
