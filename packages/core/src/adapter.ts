@@ -107,6 +107,12 @@ export interface AdapterKit<TContext, TTx = unknown> {
   /** K2: whether `operation` refuses to run without a key. */
   isRequired(operation: string): boolean;
   /**
+   * K2: reports an `unkeyed` event (a mutation without a key: `refused`, or run without
+   * idempotency) to `onEvent`. `chooseKey` reports its own; call it where a request is let
+   * through or refused without asking `chooseKey`.
+   */
+  unkeyed(operation: string, refused: boolean): void;
+  /**
    * S1: resolves the principal once, and returns the scope of each operation under it, with its
    * parts: spread it into the request (`{ ...scopeOf(operation), key, … }`), so that the events
    * carry `operation` and `principal` beside `scope`.
@@ -147,6 +153,14 @@ export function createAdapterKit<TContext, TTx>(
   if (atomic)
     atomicModeOf(options.store, { asking: `${adapter.name}: \`atomic: true\``, otherwise: 'leave `atomic` off' });
   const engine = createEngine(options);
+  const { onEvent } = options;
+  const unkeyed = (operation: string, refused: boolean) => {
+    try {
+      onEvent?.({ type: 'unkeyed', operation, refused });
+    } catch {
+      // A logging hook must never change the outcome of a request.
+    }
+  };
   const isRequired = (operation: string) =>
     typeof required === 'boolean'
       ? required
@@ -172,10 +186,15 @@ export function createAdapterKit<TContext, TTx>(
       if (sources.header !== undefined && sources.field !== undefined && sources.header !== sources.field)
         throw new AmbiguousKeyError();
       const key = sources.header ?? sources.field;
-      if (key === undefined && isRequired(operation)) throw new MissingKeyError();
+      if (key === undefined) {
+        const refused = isRequired(operation);
+        unkeyed(operation, refused);
+        if (refused) throw new MissingKeyError();
+      }
       return key;
     },
     isRequired,
+    unkeyed,
     async scopes(context) {
       const id = await principal(context);
       return (operation) => ({ scope: formatScope(operation, id), operation, principal: id });

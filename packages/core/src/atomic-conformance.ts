@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { createEngine, HandlerNotStartedError } from './engine.js';
 import { RequestInProgressError, StoreUnavailableError } from './errors.js';
-import type { IdempotencyEvent } from './events.js';
+import type { IdempotencyEvent, KeyedIdempotencyEvent } from './events.js';
 import type { ClaimRequest, ClaimResult, IdempotencyStore, StoreTransaction } from './store.js';
 
 /** How the suite writes through a store's transaction and sees what committed: an application table of the test's. */
@@ -57,10 +57,10 @@ export function describeAtomicMode<TTx>({ store, scope, atomic, request, storePa
         return after();
       };
     const events = () => {
-      const seen: IdempotencyEvent[] = [];
+      const seen: KeyedIdempotencyEvent[] = [];
       return {
         seen,
-        onEvent: (event: IdempotencyEvent) => void seen.push(event),
+        onEvent: (event: IdempotencyEvent) => void (event.type !== 'unkeyed' && seen.push(event)),
         types: () => seen.map((e) => e.type),
       };
     };

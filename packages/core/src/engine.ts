@@ -8,7 +8,7 @@ import {
   StoreUnavailableError,
   DEFAULT_DOCUMENTATION_URL,
 } from './errors.js';
-import type { IdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration, StoreOperation } from './events.js';
+import type { KeyedIdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration, StoreOperation } from './events.js';
 import {
   OutcomeNotStoredError,
   OutcomeTooLargeError,
@@ -561,7 +561,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     return new StoreUnavailableError(this.#unavailableRetryAfter, error);
   }
 
-  #emit(event: IdempotencyEvent): void {
+  #emit(event: KeyedIdempotencyEvent): void {
     if (!this.#onEvent) return;
     try {
       this.#onEvent(event);

@@ -44,8 +44,8 @@ export interface ExpiredGeneration {
 /** Which store call failed, in a `storeError` event. */
 export type StoreOperation = 'claim' | 'complete' | 'release';
 
-/** Everything the engine reports, through the one `onEvent` hook. */
-export type IdempotencyEvent =
+/** What the engine reports about a keyed request: every event but `unkeyed`. */
+export type KeyedIdempotencyEvent =
   | (EventBase & { type: 'claimed'; generation: number })
   | (EventBase & {
       type: 'completed';
@@ -98,6 +98,27 @@ export type IdempotencyEvent =
       error: unknown;
       willRetry: boolean;
     });
+
+/** Everything the `onEvent` hook receives: the engine's events of keyed requests, and the adapters' `unkeyed`. */
+export type IdempotencyEvent = KeyedIdempotencyEvent | UnkeyedEvent;
+
+/**
+ * K2: a mutation that came without an idempotency key, reported by the adapters (`@idem/trpc`,
+ * `@idem/envelop`, `@idem/fetch`) before any scope exists: `refused` when the operation requires
+ * a key (400 `idempotency_key_missing`, nothing executed), otherwise it ran without idempotency.
+ * It has no `scope`, `principal`, `key` or `requestId`: no key was sent, and the principal is not
+ * resolved for a request idem does not handle: they read as `undefined` (narrow on `type` first).
+ */
+export interface UnkeyedEvent {
+  type: 'unkeyed';
+  operation: string;
+  refused: boolean;
+  /** Absent: no scope is formed for a request idem does not handle (read as `undefined` without narrowing). */
+  scope?: undefined;
+  principal?: undefined;
+  key?: undefined;
+  requestId?: undefined;
+}
 
 export type IdempotencyEventType = IdempotencyEvent['type'];
 

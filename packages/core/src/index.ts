@@ -29,6 +29,8 @@ export {
   type IdempotencyEvent,
   type IdempotencyEventHandler,
   type IdempotencyEventType,
+  type KeyedIdempotencyEvent,
+  type UnkeyedEvent,
   type ExpiredGeneration,
   type StoreOperation,
 } from './events.js';

@@ -41,7 +41,11 @@ export type IdempotencyOutcome =
   | 'expired_rejected'
   | 'not_started'
   | 'fenced'
-  | 'store_error';
+  | 'store_error'
+  /** K2: no key was sent and the operation requires one (400, nothing executed). */
+  | 'key_missing'
+  /** K2: no key was sent and the operation ran without idempotency (`required` lets it). */
+  | 'unkeyed';
 
 const OUTCOMES: Partial<Record<IdempotencyEventType, IdempotencyOutcome>> = {
   completed: 'executed',
@@ -95,12 +99,14 @@ function loadApi(): OpenTelemetryApi {
  *
  * - counter `idempotency.events` (`{event}`): one per event, attributes `idempotency.event` (the
  *   event's `type`: `claimed`, `completed`, `replayed`, `conflict`, `mismatch`, `expiredKeyReused`,
- *   `staleTakeover`, `storeError`, …) and `idempotency.operation`; a `storeError` adds
- *   `idempotency.store_operation` (`claim`, `complete`, `release`);
+ *   `staleTakeover`, `storeError`, `unkeyed`, …) and `idempotency.operation`; a `storeError` adds
+ *   `idempotency.store_operation` (`claim`, `complete`, `release`), an `unkeyed` adds
+ *   `idempotency.refused` (whether the mutation was refused for want of a key, K2);
  * - histogram `idempotency.handler.duration` (`s`): each `completed`'s handler run time
  *   (`durationMs`), attributes `idempotency.operation` and `idempotency.outcome_kind`
  *   (`success`, `error`);
- * - on the active span: `idempotency.key_present` (`true`: idem only sees requests with a key),
+ * - on the active span: `idempotency.key_present` (`false` on an `unkeyed` event: a mutation
+ *   sent without a key, refused or run without idempotency; `true` on every other),
  *   `idempotency.operation`, `idempotency.replayed` and `idempotency.outcome` (see
  *   {@link IdempotencyOutcome}).
  *
@@ -136,10 +142,18 @@ export function idempotencyTelemetry(options: IdempotencyTelemetryOptions = {}):
 function countEvent(counter: Counter, event: IdempotencyEvent): void {
   const attributes: Attributes = { 'idempotency.event': event.type, 'idempotency.operation': event.operation };
   if (event.type === 'storeError') attributes['idempotency.store_operation'] = event.storeOperation;
+  if (event.type === 'unkeyed') attributes['idempotency.refused'] = event.refused;
   counter.add(1, attributes);
 }
 
 function spanAttributes(event: IdempotencyEvent): Attributes {
+  if (event.type === 'unkeyed')
+    return {
+      'idempotency.key_present': false,
+      'idempotency.operation': event.operation,
+      'idempotency.replayed': false,
+      'idempotency.outcome': event.refused ? 'key_missing' : 'unkeyed',
+    };
   const attributes: Attributes = { 'idempotency.key_present': true, 'idempotency.operation': event.operation };
   if (event.type === 'claimed' || event.type === 'completed') attributes['idempotency.replayed'] = false;
   if (event.type === 'replayed') attributes['idempotency.replayed'] = true;

@@ -60,7 +60,7 @@ export type KeyPlan =
   | { unit: 'unexecutable'; result: { errors: readonly GraphQLError[]; data?: null } };
 
 export interface KeySources {
-  kit: Pick<AdapterKit<unknown>, 'key' | 'fieldKey' | 'chooseKey' | 'isRequired'>;
+  kit: Pick<AdapterKit<unknown>, 'key' | 'fieldKey' | 'chooseKey' | 'isRequired' | 'unkeyed'>;
   /** The parsed `Idempotency-Key` header, if it is read and was sent. */
   header: string | undefined;
   /** The `@idempotent` directive, when directive keys are on and the schema declares it. */
@@ -119,13 +119,15 @@ function planKeys(operation: OperationDefinitionNode, rootFields: RootField[], p
   const { kit, header, rootTypeName, fragments, variables } = planning;
   const ownKeys = rootFields.map((field) => ownKey(field, planning));
   if (ownKeys.every((key) => key === undefined)) {
+    const names = [...new Set(rootFields.filter((field) => field.definition).map((field) => field.fieldName))];
+    names.sort();
     if (header === undefined) {
+      // K2, reported under the operation a header key would have made it.
       const unkeyed = rootFields.find((field) => field.definition && kit.isRequired(field.fieldName));
+      if (names.length > 0) kit.unkeyed(`mutation:${names.join(',')}`, unkeyed !== undefined);
       if (unkeyed) throw missingKey(unkeyed, planning);
       return { unit: 'none' };
     }
-    const names = [...new Set(rootFields.filter((field) => field.definition).map((field) => field.fieldName))];
-    names.sort();
     const input: FingerprintInput = {
       unit: 'operation',
       document: normalizedOperation(operation, fragments),
@@ -142,7 +144,10 @@ function planKeys(operation: OperationDefinitionNode, rootFields: RootField[], p
   const fields = rootFields.map((field, index) => {
     if (!field.definition) return { field };
     const own = ownKeys[index];
-    if (own === undefined && header === undefined) throw missingKey(field, planning);
+    if (own === undefined && header === undefined) {
+      kit.unkeyed(`${rootTypeName}.${field.fieldName}`, true);
+      throw missingKey(field, planning);
+    }
     const key = kit.chooseKey(field.fieldName, { header, field: own })!;
     // E4: one key identifies one unit — two root fields never share a stored outcome.
     const record = JSON.stringify([field.fieldName, key]);

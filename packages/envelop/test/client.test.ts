@@ -333,7 +333,7 @@ describe('createIdempotentFetch against a real GraphQL Yoga server', () => {
     // What the helper refused to do: past the retention the server recorded, the same key runs again.
     held.release();
     const claimed = await untilEvent(shop.events, (event) => event.type === 'claimed' && event.key === exceeded.key);
-    const record = await untilExpired(shop.store, claimed.scope, exceeded.key);
+    const record = await untilExpired(shop.store, claimed.scope!, exceeded.key);
     expect(record.expiresAt.getTime() - record.completedAt!.getTime()).toBe(2000);
     const late = await fetch(shop.graphql, {
       method: 'POST',

@@ -95,4 +95,43 @@ describe('@idem/core/otel with @idem/envelop through GraphQL Yoga (SQLite)', () 
     expect(exported).not.toContain('principal-42');
     expect(exported).not.toContain(key);
   });
+
+  it('K2: a mutation without a key says key_present false on its span, refused (key_missing) or run without idempotency (unkeyed)', async () => {
+    const opened = await sqlite.open();
+    cleanups.push(opened.close);
+    const seen: Record<string, unknown> = {};
+    for (const required of [true, false]) {
+      const shop = createShop();
+      const yoga = createYoga({
+        schema: shop.schema,
+        logging: false,
+        plugins: [
+          useYogaIdempotency({
+            store: opened.store,
+            principal: () => 'principal-42',
+            required,
+            onEvent: idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }),
+          }),
+        ],
+      });
+      const post = graphqlClient((url, init) => yoga.fetch(url, init));
+      const span = await sdk.inRequestSpan(`unkeyed-${required}`, async () => {
+        const answer = await post({ query: CREATE_ORDER, variables: { input: { amount: 10, currency: 'EUR' } } });
+        seen[`status-${required}`] = answer.status;
+      });
+      seen[`runs-${required}`] = shop.calls.createOrder ?? 0;
+      expect(span).toEqual({
+        'idempotency.key_present': false,
+        'idempotency.operation': 'mutation:createOrder',
+        'idempotency.replayed': false,
+        'idempotency.outcome': required ? 'key_missing' : 'unkeyed',
+      });
+    }
+    expect(seen).toEqual({ 'status-true': 400, 'runs-true': 0, 'status-false': 200, 'runs-false': 1 });
+    const metrics = await sdk.collected();
+    expect(counted(metrics.get(IDEMPOTENCY_EVENTS_METRIC))).toEqual([
+      'unkeyed mutation:createOrder = 1',
+      'unkeyed mutation:createOrder = 1',
+    ]);
+  });
 });

@@ -119,7 +119,10 @@ export function createHttpPipeline<TContext, TTx>(
     const op = operation(context);
     const header = kit.headerKey(request.headers.get(IDEMPOTENCY_KEY_HEADER));
     // No key can come and none is needed: the request runs as it is, its body unread.
-    if (header === undefined && keyField === false && !kit.isRequired(op)) return { kind: 'passThrough' };
+    if (header === undefined && keyField === false && !kit.isRequired(op)) {
+      kit.unkeyed(op, false);
+      return { kind: 'passThrough' };
+    }
     const read = readBody(request.headers.get('content-type'), await body(maxBodyBytes));
     const field =
       keyField !== false && 'json' in read && isPlainObject(read.json) ? kit.fieldKey(read.json[keyField]) : undefined;

@@ -214,11 +214,22 @@ describe.each(STORE_TARGETS)('@idem/fetch/hono on $name: the cases of hono-idemp
     expect(calls).toBe(2);
   });
 
-  it('K2: with required: false a request without a key runs without idempotency', async () => {
-    const { request, calls } = createApp({ required: false });
+  it('K2: with required: false a request without a key runs without idempotency, reported as unkeyed', async () => {
+    const events: IdempotencyEvent[] = [];
+    const { request, calls } = createApp({ required: false, onEvent: (event) => void events.push(event) });
     expect((await read(await request('/api/text'))).text).toBe('hello');
     expect((await read(await request('/api/text'))).replayed).toBe(false);
     expect(calls.count).toBe(2);
+    const unkeyed = { type: 'unkeyed', operation: 'POST /api/text', refused: false };
+    expect(events).toEqual([unkeyed, unkeyed]);
+  });
+
+  it('K2: a request without a key where one is required is refused (400), reported as unkeyed and refused', async () => {
+    const events: IdempotencyEvent[] = [];
+    const { request, calls } = createApp({ onEvent: (event) => void events.push(event) });
+    expect((await request('/api/text')).status).toBe(400);
+    expect(calls.count).toBe(0);
+    expect(events).toEqual([{ type: 'unkeyed', operation: 'POST /api/text', refused: true }]);
   });
 
   it('GET passes through untouched, even with a key', async () => {
@@ -470,7 +481,7 @@ describe.each(STORE_TARGETS)('@idem/fetch/hono on $name: the cases of hono-idemp
     expect(calls.count).toBe(2);
   });
 
-  it('events (hono-idempotency’s onCacheHit / onCacheMiss): claimed on the first request, replayed on the retry, none without a key or on GET; a throwing hook changes nothing', async () => {
+  it('events (hono-idempotency’s onCacheHit / onCacheMiss): claimed on the first request, replayed on the retry, only unkeyed without a key, none on GET; a throwing hook changes nothing', async () => {
     const events: IdempotencyEvent[] = [];
     const { request, app } = createApp({
       required: false,
@@ -486,7 +497,9 @@ describe.each(STORE_TARGETS)('@idem/fetch/hono on $name: the cases of hono-idemp
     await app.request('/api/get', { headers: { 'idempotency-key': newKey() } });
     const mine = events.filter((event) => event.key === key).map((event) => event.type);
     expect(mine).toEqual(['claimed', 'completed', 'replayed']);
-    expect(events.every((event) => event.key === key)).toBe(true);
+    expect(events.filter((event) => event.key !== key)).toEqual([
+      { type: 'unkeyed', operation: 'POST /api/text', refused: false },
+    ]);
   });
 
   it('F3: no replayed event on a fingerprint mismatch, a mismatch event instead', async () => {

@@ -28,7 +28,7 @@ afterEach(async () => {
   while (cleanups.length > 0) await cleanups.pop()!();
 });
 
-async function startApp() {
+async function startApp({ required = true }: { required?: boolean } = {}) {
   const { store, close } = await sqliteTarget.open();
   cleanups.push(close);
   let gate: Promise<void> = Promise.resolve();
@@ -38,6 +38,7 @@ async function startApp() {
   const idempotent = idempotency({
     store,
     principal: (ctx: Context) => ctx.user,
+    required,
     onEvent: idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }),
   });
   const router = t.router({
@@ -80,12 +81,12 @@ async function startApp() {
       const running = new Promise<void>((resolve) => (started = resolve));
       return { running, release };
     },
-    call: (name: string, key: string, amount: number) =>
+    call: (name: string, key: string | undefined, amount: number) =>
       mutate(
         url,
         'createOrder',
         { amount },
-        { 'idempotency-key': key, 'x-user': 'principal-42', 'x-test-request': name },
+        { ...(key === undefined ? {} : { 'idempotency-key': key }), 'x-user': 'principal-42', 'x-test-request': name },
       ),
   };
 }
@@ -146,5 +147,29 @@ describe('@idem/core/otel with @idem/trpc over HTTP (SQLite)', () => {
     ]);
     expect(exported).not.toContain('principal-42');
     expect(exported).not.toContain(key);
+  });
+
+  it('K2: a mutation without a key says key_present false on its span, refused (key_missing) or run without idempotency (unkeyed)', async () => {
+    for (const required of [true, false]) {
+      sdk.spans.reset();
+      const app = await startApp({ required });
+      const answer = await app.call(`unkeyed-${required}`, undefined, 10);
+      expect(answer.status).toBe(required ? 400 : 200);
+      expect(app.runs.count).toBe(required ? 0 : 1);
+      expect(spanAttributes(`unkeyed-${required}`)).toEqual({
+        'idempotency.key_present': false,
+        'idempotency.operation': 'createOrder',
+        'idempotency.replayed': false,
+        'idempotency.outcome': required ? 'key_missing' : 'unkeyed',
+      });
+    }
+    const metrics = await sdk.collected();
+    const points = metrics
+      .get(IDEMPOTENCY_EVENTS_METRIC)!
+      .dataPoints.map(({ attributes, value }) => [attributes, value]);
+    expect(points).toEqual([
+      [{ 'idempotency.event': 'unkeyed', 'idempotency.operation': 'createOrder', 'idempotency.refused': true }, 1],
+      [{ 'idempotency.event': 'unkeyed', 'idempotency.operation': 'createOrder', 'idempotency.refused': false }, 1],
+    ]);
   });
 });
