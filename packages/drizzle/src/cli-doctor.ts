@@ -18,6 +18,7 @@ export function renderStats(description: string, now: Date, s: Stats): string {
   return [
     `idem records in ${description} (database clock ${iso(now)})`,
     '',
+    ...countsNote(s.counts),
     renderTable(
       ['state', 'records'],
       (['processing', 'completed', 'released', 'archived'] as const).map((state) => [state, String(s.states[state])]),
@@ -48,6 +49,20 @@ export function renderStats(description: string, now: Date, s: Stats): string {
   ].join('\n');
 }
 
+/** Says, above the counts, that they are the planner's estimates, and what is missing for them. */
+function countsNote(counts: Stats['counts']): string[] {
+  if (counts.kind === 'count') return [];
+  const when = counts.analyzedAt ? `analyzed ${iso(counts.analyzedAt)}` : 'analyzed at an unknown time';
+  const lines = [
+    `counts by state and operation: estimated from PostgreSQL's planner statistics (~${counts.rows} rows, ${when}); idem stats --exact counts them (a scan of the table)`,
+  ];
+  if (counts.missingStatistics)
+    lines.push(
+      `no per-operation statistics on this table (created by your own migrations?): add this statement to a migration, then the operations show: ${counts.missingStatistics}`,
+    );
+  return [...lines, ''];
+}
+
 export function statsJson(description: string, now: Date, s: Stats): string {
   return JSON.stringify(
     {
@@ -59,6 +74,10 @@ export function statsJson(description: string, now: Date, s: Stats): string {
         firstSeenAt: iso(s.oldestProcessing.firstSeenAt),
         leaseUntil: iso(s.oldestProcessing.leaseUntil),
       },
+      counts:
+        s.counts.kind === 'count'
+          ? s.counts
+          : { ...s.counts, analyzedAt: s.counts.analyzedAt && iso(s.counts.analyzedAt) },
       oldestExpiredAt: s.oldestExpiredAt && iso(s.oldestExpiredAt),
     },
     null,

@@ -19,10 +19,44 @@ export interface StateCounts {
   archived: number;
 }
 
+/**
+ * How `stats` gets the counts by state and operation: `exact` counts every live row (a scan of
+ * the table); `estimate` reads PostgreSQL's planner statistics (`ANALYZE`: the row estimate, the
+ * `state` column's and the statistics object `<keys>_operation_state`'s most common values), no
+ * scan at all; `auto` counts exactly below {@link EXACT_BELOW_ROWS} estimated rows and estimates
+ * above (SQLite and MySQL always count).
+ */
+export type CountsMode = 'auto' | 'exact' | 'estimate';
+
+/** Below this many rows (PostgreSQL's estimate) `auto` counts exactly: a scan of well under a second. */
+export const EXACT_BELOW_ROWS = 1_000_000;
+
+/** Where the counts by state and operation come from. */
+export type CountsSource =
+  | { kind: 'count' }
+  | {
+      kind: 'statistics';
+      /** When the table was last analyzed (`ANALYZE` or autovacuum), from `pg_stat_user_tables`. */
+      analyzedAt: Date | null;
+      /** The planner's row estimate the frequencies were multiplied by. */
+      rows: number;
+      /**
+       * Null when the per-operation statistics object is missing (tables created by your own
+       * drizzle-kit migrations): the SQL that creates it, for a migration of yours.
+       */
+      missingStatistics: string | null;
+    };
+
 export interface Stats {
+  /** How the two figures below were obtained. */
+  counts: CountsSource;
   /** Live records by state. */
   states: StateCounts;
-  /** Live records by state per operation (the scope after its `<principal>/`), sorted by operation. */
+  /**
+   * Live records by state per operation (the scope after its `<principal>/`), sorted by
+   * operation. Estimated: the operations among the statistics' most common values, then one row
+   * `(other operations)` with the rest of each state.
+   */
   operations: Array<{ operation: string } & StateCounts>;
   /** The processing claim seen first, and whether its lease has passed (its owner likely died, E6). */
   oldestProcessing: { scope: string; firstSeenAt: Date; leaseUntil: Date; pastLease: boolean } | null;
@@ -72,25 +106,143 @@ export function statsQueries(opened: OpenedDatabase, names: TableNames) {
 }
 
 const n = (value: unknown) => Number(value ?? 0);
+const STATES = ['processing', 'completed', 'released', 'archived'] as const;
+const noCounts = (): StateCounts => ({ processing: 0, completed: 0, released: 0, archived: 0 });
 
-export async function readStats(opened: OpenedDatabase, names: TableNames): Promise<Stats> {
-  const q = statsQueries(opened, names);
-  const operations = (await rows(opened, q.byOperation)).map((row) => ({
+/** The name of the statistics object migration 0002 creates on PostgreSQL 14+, for `keys`. */
+export const operationStatisticsName = (keys: string) => `${keys}_operation_state`;
+
+/** The statement that creates the statistics object behind the per-operation estimates. */
+export function operationStatisticsSql(keys: string): string {
+  const table = `"${keys.replaceAll('"', '""')}"`;
+  return `CREATE STATISTICS IF NOT EXISTS "${operationStatisticsName(keys).replaceAll('"', '""')}" (mcv) ON "state", (substr("scope", strpos("scope", '/') + 1)) FROM ${table}; ANALYZE ${table};`;
+}
+
+/** Thrown for `estimate` where no estimate can be read: `usage` when the dialect has none at all. */
+export class EstimateUnavailableError extends Error {
+  constructor(
+    message: string,
+    readonly usage: boolean,
+  ) {
+    super(message);
+  }
+}
+
+async function exactCounts(opened: OpenedDatabase, names: TableNames) {
+  const operations = (await rows(opened, statsQueries(opened, names).byOperation)).map((row) => ({
     operation: String(row.operation),
     processing: n(row.processing),
     completed: n(row.completed),
     released: n(row.released),
     archived: n(row.archived),
   }));
-  const states: StateCounts = { processing: 0, completed: 0, released: 0, archived: 0 };
-  for (const each of operations)
-    for (const state of Object.keys(states) as (keyof StateCounts)[]) states[state] += each[state];
+  const states = noCounts();
+  for (const each of operations) for (const state of STATES) states[state] += each[state];
+  return { counts: { kind: 'count' } as const, states, operations };
+}
+
+/**
+ * PostgreSQL's planner statistics of the live table, read from the catalog only (no row of the
+ * table is read): undefined when it has never been analyzed.
+ */
+async function estimatedCounts(opened: OpenedDatabase, names: TableNames) {
+  const table = sql`to_regclass(quote_ident(${names.keys}))`;
+  const [about] = await rows(
+    opened,
+    sql`SELECT c.reltuples::float8 AS estimate, n.nspname AS schema,
+          extract(epoch FROM greatest(s.last_analyze, s.last_autoanalyze)) * 1000 AS analyzed
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid
+        WHERE c.oid = ${table}`,
+  );
+  if (!about || n(about.estimate) < 0) return undefined;
+  const estimate = n(about.estimate);
+  const schema = String(about.schema);
+  const byState = await rows(
+    opened,
+    sql`SELECT v.value AS state, v.freq FROM pg_stats s,
+          unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v (value, freq)
+        WHERE s.schemaname = ${schema} AND s.tablename = ${names.keys} AND s.attname = 'state'`,
+  );
+  if (byState.length === 0 && estimate > 0) return undefined;
+  const states = noCounts();
+  for (const row of byState) {
+    const state = String(row.state) as keyof StateCounts;
+    if (state in states) states[state] = Math.round(n(row.freq) * estimate);
+  }
+  const byOperation = await rows(
+    opened,
+    sql`SELECT x.most_common_vals[i][1] AS state, x.most_common_vals[i][2] AS operation, x.most_common_freqs[i] AS freq
+        FROM pg_stats_ext x, generate_subscripts(x.most_common_vals, 1) AS i
+        WHERE x.statistics_schemaname = ${schema} AND x.statistics_name = ${operationStatisticsName(names.keys)}`,
+  );
+  const [defined] = await rows(
+    opened,
+    sql`SELECT count(*) AS n FROM pg_statistic_ext WHERE stxrelid = ${table} AND stxname = ${operationStatisticsName(names.keys)}`,
+  );
+  const found = new Map<string, { operation: string } & StateCounts>();
+  for (const row of byOperation) {
+    const operation = String(row.operation);
+    const state = String(row.state) as keyof StateCounts;
+    if (!(state in states)) continue;
+    const each = found.get(operation) ?? { operation, ...noCounts() };
+    each[state] += Math.round(n(row.freq) * estimate);
+    found.set(operation, each);
+  }
+  const operations = [...found.values()].sort((a, b) => (a.operation < b.operation ? -1 : 1));
+  // The most common values cover every combination unless the table has more of them than the
+  // statistics target keeps (100 by default): then the rest is one row.
+  const covered = byOperation.reduce((sum, row) => sum + n(row.freq), 0);
+  if (operations.length > 0 && covered < 0.99) {
+    const other = { operation: '(other operations)', ...noCounts() };
+    for (const state of STATES)
+      other[state] = Math.max(0, states[state] - operations.reduce((sum, each) => sum + each[state], 0));
+    if (STATES.some((state) => other[state] > 0)) operations.push(other);
+  }
+  const counts: CountsSource = {
+    kind: 'statistics',
+    analyzedAt: toDate(about.analyzed),
+    rows: Math.round(estimate),
+    missingStatistics: n(defined?.n) > 0 ? null : operationStatisticsSql(names.keys),
+  };
+  return { counts, states, operations };
+}
+
+/** The counts by state and operation under `mode` (see {@link CountsMode}). */
+async function countRecords(opened: OpenedDatabase, names: TableNames, mode: CountsMode) {
+  if (mode === 'exact') return exactCounts(opened, names);
+  if (opened.dialect !== 'postgres') {
+    if (mode === 'estimate')
+      throw new EstimateUnavailableError(
+        `--estimate reads PostgreSQL's planner statistics; on ${opened.dialect === 'mysql' ? 'MySQL' : 'SQLite'} stats counts every record`,
+        true,
+      );
+    return exactCounts(opened, names);
+  }
+  const estimated = await estimatedCounts(opened, names);
+  if (mode === 'estimate') {
+    if (!estimated)
+      throw new EstimateUnavailableError(
+        `${names.keys} has no planner statistics yet: run ANALYZE ${names.keys} (autovacuum does, after enough writes), or idem stats --exact`,
+        false,
+      );
+    return estimated;
+  }
+  return estimated && estimated.counts.kind === 'statistics' && estimated.counts.rows >= EXACT_BELOW_ROWS
+    ? estimated
+    : exactCounts(opened, names);
+}
+
+export async function readStats(opened: OpenedDatabase, names: TableNames, mode: CountsMode = 'auto'): Promise<Stats> {
+  const q = statsQueries(opened, names);
+  const { counts, states, operations } = await countRecords(opened, names, mode);
   const [oldest] = await rows(opened, q.oldestProcessing);
   const [takeovers] = await rows(opened, q.takeovers);
   const [expired] = await rows(opened, q.expired);
   const [archived] = await rows(opened, q.archived);
   const [history] = await rows(opened, q.history);
   return {
+    counts,
     states,
     operations,
     oldestProcessing: oldest

@@ -14,6 +14,12 @@ export const EMBEDDED_MIGRATIONS: Readonly<Record<'sqlite' | 'postgres' | 'mysql
       "when": 1796155787851,
       "breakpoints": true,
       "sql": "CREATE INDEX IF NOT EXISTS `idem_keys_processing_idx` ON `idem_keys` (`created_at`) WHERE \"state\" = 'processing';"
+    },
+    {
+      "tag": "0002_takeover_index",
+      "when": 1796173715606,
+      "breakpoints": true,
+      "sql": "CREATE INDEX IF NOT EXISTS `idem_keys_takeover_idx` ON `idem_keys` (`lease_until`) WHERE \"takeovers\" > 0;"
     }
   ],
   "postgres": [
@@ -28,6 +34,12 @@ export const EMBEDDED_MIGRATIONS: Readonly<Record<'sqlite' | 'postgres' | 'mysql
       "when": 1796155786648,
       "breakpoints": true,
       "sql": "CREATE INDEX IF NOT EXISTS \"idem_keys_processing_idx\" ON \"idem_keys\" USING btree (\"created_at\") WHERE \"state\" = 'processing';"
+    },
+    {
+      "tag": "0002_takeover_index",
+      "when": 1796173713391,
+      "breakpoints": true,
+      "sql": "CREATE INDEX IF NOT EXISTS \"idem_keys_takeover_idx\" ON \"idem_keys\" USING btree (\"lease_until\") WHERE \"takeovers\" > 0;--> statement-breakpoint\nDO $$ BEGIN IF current_setting('server_version_num')::int >= 140000 THEN EXECUTE 'CREATE STATISTICS IF NOT EXISTS \"idem_keys_operation_state\" (mcv) ON \"state\", (substr(\"scope\", strpos(\"scope\", ''/'') + 1)) FROM \"idem_keys\"'; END IF; END $$;\n"
     }
   ],
   "mysql": [

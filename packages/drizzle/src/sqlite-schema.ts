@@ -51,6 +51,8 @@ export function defineSqliteTables(options: TableOptions = {}) {
       index(`${keys}_archived_at_idx`).on(table.archivedAt).where(sql`"state" = 'archived'`),
       // Operators' path (idem stats, doctor): the oldest claim, claims past their lease.
       index(`${keys}_processing_idx`).on(table.createdAt).where(sql`"state" = 'processing'`),
+      // idem stats' takeovers of the last day: only the rows ever taken over (E6) are in it.
+      index(`${keys}_takeover_idx`).on(table.leaseUntil).where(sql`"takeovers" > 0`),
     ],
   );
   const historyTable = sqliteTable(

@@ -14,6 +14,10 @@ import { join } from 'node:path';
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, migrate, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
+import { statsQueries } from '../src/cli-health.ts';
+import type { OpenedDatabase } from '../src/connect.ts';
+import type { AnyPgDatabase } from '../src/dialect.ts';
+import { DEFAULT_TABLE_NAMES } from '../src/table-names.ts';
 import { idemCli } from './cli-run.ts';
 import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 import { isServerReachable, openPostgresTarget, postgresRequired } from './pg-target.ts';
@@ -145,6 +149,7 @@ describe.each(TARGETS)('idem stats and doctor on $database', ({ open, skip }) =>
       expect(json.code).toBe(0);
       const stats = JSON.parse(json.stdout);
       expect(stats).toMatchObject({
+        counts: { kind: 'count' }, // a small table: counted, on every dialect
         states: { processing: 1, completed: 3, released: 0, archived: 0 },
         operations: [
           { operation: 'payments.create', processing: 0, completed: 2, released: 0, archived: 0 },
@@ -161,6 +166,41 @@ describe.each(TARGETS)('idem stats and doctor on $database', ({ open, skip }) =>
       expect(text.stdout).toContain(`oldest processing claim: ${stuck}, first seen `);
       expect(text.stdout).toContain('(past its lease: idem doctor)');
       expect(text.stdout).toMatch(/^expired, not swept: 1 \(the oldest expired at \S+Z\)$/m);
+    },
+  );
+
+  it.skipIf(skip)(
+    'doctor: an application clock 10 minutes ahead of the database is a clock-skew finding, exit 1',
+    async () => {
+      // The bin's own clock is moved (Date.now), as on a machine whose NTP has drifted; the database keeps its.
+      const ahead = `data:text/javascript,${encodeURIComponent('const now = Date.now; Date.now = () => now() + 600000;')}`;
+      const run = await idemCli(['doctor'], target.url, { env: { NODE_OPTIONS: `--import=${ahead}` } });
+      expect(run.stderr).toBe('');
+      expect(run.code, run.stdout).toBe(1);
+      expect(run.stdout).toMatch(/^FAIL {2}clock-skew: the database clock is (9m 59s|10m) behind this machine's$/m);
+      expect(run.stdout).toMatch(/^ {6}fix: synchronise both with NTP/m);
+    },
+  );
+
+  it.skipIf(skip)(
+    'stats --exact with --estimate is a usage error; --estimate without statistics says why (exit 2 outside PostgreSQL, 1 before ANALYZE)',
+    async () => {
+      const both = await idemCli(['stats', '--exact', '--estimate'], target.url);
+      expect(both.code).toBe(2);
+      expect(both.stderr).toMatch(/^idem: stats: --exact and --estimate exclude each other/);
+      const estimate = await idemCli(['stats', '--estimate'], target.url);
+      if (target.url.startsWith('postgres')) {
+        // Fresh tables, never analyzed: no statistics to read yet (the estimate test below runs ANALYZE).
+        expect(estimate.code).toBe(1);
+        expect(estimate.stderr).toMatch(
+          /idem_keys has no planner statistics yet: run ANALYZE idem_keys .* or idem stats --exact/,
+        );
+      } else {
+        expect(estimate.code).toBe(2);
+        expect(estimate.stderr).toMatch(
+          /--estimate reads PostgreSQL's planner statistics; on (SQLite|MySQL) stats counts/,
+        );
+      }
     },
   );
 
@@ -212,4 +252,108 @@ describe.each(TARGETS)('idem stats and doctor on $database', ({ open, skip }) =>
       }
     },
   );
+});
+
+/**
+ * PostgreSQL at scale: the counts by state and operation from the planner statistics (no row of
+ * the table read), and the takeovers through their partial index. 40,000 rows, so that ANALYZE's
+ * sample (30,000 rows at the default target) is not the whole table.
+ */
+describe.skipIf(!postgresServer)('idem stats on PostgreSQL from the planner statistics', () => {
+  let target: Target;
+  const ROWS = 40_000;
+  beforeAll(async () => {
+    target = await postgresTarget();
+    await migrate(target.db);
+    // Three operations × four states in fixed proportions, 40 of the rows taken over recently.
+    await target.run(`INSERT INTO idem_keys (scope, key, generation, state, token, created_at, lease_until, expires_at, takeovers)
+      SELECT 'acct_' || (i % 97) || '/' || (ARRAY['payments.create', 'payments.create', 'refunds.create', 'payouts.create'])[1 + i % 4],
+             'k' || i, 1,
+             (ARRAY['completed', 'completed', 'completed', 'processing', 'released', 'archived'])[1 + i % 6],
+             md5(i::text), now(), now() + interval '1 minute', now() + interval '1 day',
+             CASE WHEN i % 1000 = 0 THEN 1 ELSE 0 END
+      FROM generate_series(1, ${ROWS}) AS i`);
+    await target.run('ANALYZE idem_keys');
+  });
+  afterAll(async () => {
+    await target?.close();
+  });
+
+  it('--estimate: states and operations within 3% of --exact, said to be estimates; auto counts below 1,000,000 rows', async () => {
+    const [estimated, exact, auto, text] = await Promise.all([
+      idemCli(['stats', '--estimate', '--json'], target.url),
+      idemCli(['stats', '--exact', '--json'], target.url),
+      idemCli(['stats', '--json'], target.url),
+      idemCli(['stats', '--estimate'], target.url),
+    ]);
+    for (const run of [estimated, exact, auto, text]) expect(run.code, run.stderr).toBe(0);
+    const e = JSON.parse(estimated.stdout);
+    const x = JSON.parse(exact.stdout);
+    expect(x.counts).toEqual({ kind: 'count' });
+    expect(JSON.parse(auto.stdout).counts).toEqual({ kind: 'count' });
+    expect(e.counts).toMatchObject({ kind: 'statistics', rows: ROWS, missingStatistics: null });
+    expect(Date.parse(e.counts.analyzedAt)).toBeGreaterThan(Date.now() - 600_000);
+    expect(x.states).toEqual({ processing: 6667, completed: 20000, released: 6667, archived: 6666 });
+    const near = (a: number, b: number) => Math.abs(a - b) <= Math.max(20, b * 0.03);
+    for (const state of ['processing', 'completed', 'released', 'archived'])
+      expect(near(e.states[state], x.states[state]), `${state}: ${e.states[state]} vs ${x.states[state]}`).toBe(true);
+    expect(e.operations.map((o: { operation: string }) => o.operation)).toEqual(
+      x.operations.map((o: { operation: string }) => o.operation),
+    );
+    for (const [index, each] of x.operations.entries())
+      for (const state of ['processing', 'completed', 'released', 'archived'])
+        expect(near(e.operations[index][state], each[state]), `${each.operation} ${state}`).toBe(true);
+    expect(e.takeoversLastDay).toBe(40);
+    expect(text.stdout).toContain(
+      `counts by state and operation: estimated from PostgreSQL's planner statistics (~${ROWS} rows`,
+    );
+  });
+
+  it('without the statistics object (tables from your own migrations): states estimated, operations missing, the SQL to add said', async () => {
+    await target.run('DROP STATISTICS idem_keys_operation_state');
+    try {
+      const run = await idemCli(['stats', '--estimate', '--json'], target.url);
+      expect(run.code, run.stderr).toBe(0);
+      const stats = JSON.parse(run.stdout);
+      expect(stats.operations).toEqual([]);
+      expect(stats.counts.missingStatistics).toMatch(
+        /^CREATE STATISTICS IF NOT EXISTS "idem_keys_operation_state" \(mcv\) ON "state"/,
+      );
+      expect(stats.states.completed).toBeGreaterThan(19_000);
+    } finally {
+      await target.run(
+        `CREATE STATISTICS IF NOT EXISTS idem_keys_operation_state (mcv) ON state, (substr(scope, strpos(scope, '/') + 1)) FROM idem_keys`,
+      );
+      await target.run('ANALYZE idem_keys');
+    }
+  });
+
+  it('more operations than the statistics keep: the rest of each state is one row, (other operations)', async () => {
+    // 240 more (operation, state) combinations than the default statistics target's 100 values.
+    await target.run(`INSERT INTO idem_keys (scope, key, generation, state, token, created_at, lease_until, expires_at)
+      SELECT 'acct_1/op' || (i % 60) || '.create', 'many' || i, 1,
+             (ARRAY['completed', 'processing', 'released', 'archived'])[1 + (i / 60) % 4],
+             md5(i::text), now(), now() + interval '1 minute', now() + interval '1 day'
+      FROM generate_series(1, 24000) AS i`);
+    await target.run('ANALYZE idem_keys');
+    const run = await idemCli(['stats', '--estimate', '--json'], target.url);
+    expect(run.code, run.stderr).toBe(0);
+    const stats = JSON.parse(run.stdout);
+    const other = stats.operations.at(-1);
+    expect(other.operation).toBe('(other operations)');
+    for (const state of ['processing', 'completed', 'released', 'archived']) {
+      const sum = stats.operations.reduce((total: number, each: Record<string, number>) => total + each[state]!, 0);
+      expect(Math.abs(sum - stats.states[state]), state).toBeLessThanOrEqual(stats.operations.length);
+    }
+  });
+
+  it('the takeovers of the last day read the partial index idem_keys_takeover_idx (EXPLAIN), not the table', async () => {
+    // The statement stats sends, as it sends it.
+    const db = target.db as AnyPgDatabase;
+    const { takeovers } = statsQueries({ dialect: 'postgres', db } as OpenedDatabase, DEFAULT_TABLE_NAMES);
+    const plan = await db.execute(sql`EXPLAIN (FORMAT JSON) ${takeovers}`);
+    const text = JSON.stringify(plan);
+    expect(text).toContain('idem_keys_takeover_idx');
+    expect(text).not.toContain('Seq Scan');
+  });
 });

@@ -1,0 +1,1 @@
+CREATE INDEX IF NOT EXISTS `idem_keys_takeover_idx` ON `idem_keys` (`lease_until`) WHERE "takeovers" > 0;
