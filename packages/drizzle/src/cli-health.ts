@@ -68,7 +68,10 @@ export interface Stats {
   oldestExpiredAt: Date | null;
   /** Live records archived in place by the sweeper (R3). */
   archived: number;
-  /** Earlier generations of reused keys (R2). */
+  /**
+   * Earlier generations of reused keys (R2): counted, or on PostgreSQL the planner's row estimate
+   * of the history table when the counts are estimated and it holds 1,000,000 rows or more.
+   */
   history: number;
 }
 
@@ -233,6 +236,13 @@ async function countRecords(opened: OpenedDatabase, names: TableNames, mode: Cou
     : exactCounts(opened, names);
 }
 
+/** The history table's count, or its row estimate where the live counts are estimated and it is large. */
+function historyCount(opened: OpenedDatabase, names: TableNames, counts: CountsSource, count: SQL): SQL {
+  if (counts.kind !== 'statistics') return count;
+  return sql`SELECT CASE WHEN c.reltuples >= ${EXACT_BELOW_ROWS} THEN c.reltuples::bigint ELSE (${count}) END AS n
+    FROM pg_class c WHERE c.oid = to_regclass(quote_ident(${names.history}))`;
+}
+
 export async function readStats(opened: OpenedDatabase, names: TableNames, mode: CountsMode = 'auto'): Promise<Stats> {
   const q = statsQueries(opened, names);
   const { counts, states, operations } = await countRecords(opened, names, mode);
@@ -240,7 +250,7 @@ export async function readStats(opened: OpenedDatabase, names: TableNames, mode:
   const [takeovers] = await rows(opened, q.takeovers);
   const [expired] = await rows(opened, q.expired);
   const [archived] = await rows(opened, q.archived);
-  const [history] = await rows(opened, q.history);
+  const [history] = await rows(opened, historyCount(opened, names, counts, q.history));
   return {
     counts,
     states,
