@@ -84,6 +84,19 @@ export class PaymentChannel {
   }
 
   /**
+   * {@link charge} for the request idem claimed: under the key it derives from the claim's key
+   * and generation (`deriveKey('channel')`: a re-execution after a lease takeover charges once),
+   * and in atomic mode through idem's transaction (`claim.tx`), so the ledger row commits with
+   * the claim. Without a claim, a plain charge.
+   */
+  chargeFor(
+    payment: { account: string; amount: number; currency: string },
+    claim: { deriveKey(label: string): string; tx?: DrizzleDatabase | undefined } | undefined,
+  ): Promise<Charge> {
+    return this.charge({ ...payment, downstreamKey: claim?.deriveKey('channel') }, claim?.tx);
+  }
+
+  /**
    * Charges, as a provider with idempotency keys does: a charge whose `downstreamKey` the
    * channel already saw is not charged again — the earlier charge is answered instead. idem
    * derives that key from the request's key and generation (`deriveKey('channel')`), so a

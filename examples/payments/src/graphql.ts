@@ -134,14 +134,13 @@ export function createPaymentsYoga({
             // The claim, with the store's transaction typed (atomic mode): `idempotencyClaim(context)` for the plugin's store.
             const claim = idempotency.claim(context);
             try {
-              return await channel.charge(
+              return await channel.chargeFor(
                 {
                   account: accountOf(context.request.headers.get('authorization')),
                   amount: input.amount,
                   currency: input.currency,
-                  downstreamKey: claim?.deriveKey('channel'),
                 },
-                claim?.tx,
+                claim,
               );
             } catch (error) {
               // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.

@@ -78,14 +78,9 @@ export function createPaymentsRest({
       // charges once); in atomic mode its ledger row is written in idem's transaction.
       let charge;
       try {
-        charge = await channel.charge(
-          {
-            account: c.get('account'),
-            amount: input.amount,
-            currency: input.currency,
-            downstreamKey: claim?.deriveKey('channel'),
-          },
-          claim?.tx,
+        charge = await channel.chargeFor(
+          { account: c.get('account'), amount: input.amount, currency: input.currency },
+          claim,
         );
       } catch (error) {
         // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.

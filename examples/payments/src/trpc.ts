@@ -95,14 +95,9 @@ export function createPaymentsRouter({
           // The channel deduplicates by a key derived from ours (a re-execution after a lease
           // takeover charges once); in atomic mode its ledger row is written in idem's transaction.
           try {
-            return await channel.charge(
-              {
-                account: ctx.account,
-                amount: input.amount,
-                currency: input.currency,
-                downstreamKey: claim?.deriveKey('channel'),
-              },
-              claim?.tx,
+            return await channel.chargeFor(
+              { account: ctx.account, amount: input.amount, currency: input.currency },
+              claim,
             );
           } catch (error) {
             // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
