@@ -189,6 +189,11 @@ function storeOver<TTx>(
       if (first && 'inserted' in first) return { outcome: 'claimed', record: toRecord(first.inserted) };
       let seen = first ? first.live : await s.readLive(request.scope, request.key);
       for (let round = 0; round < MAX_CLAIM_ROUNDS; round++) {
+        // This request's own claim (its token is unique to it): a group whose statement committed
+        // but whose answer was lost, retried alone, finds the row it wrote. It owns it, as the
+        // first answer would have said; answering 409 would hold its own client off until the lease.
+        if (seen?.row.token === request.token && seen.row.state === 'processing')
+          return { outcome: 'claimed', record: toRecord(seen.row) };
         const decision = decideClaim(seen?.row, request, seen ? seen.now.getTime() : 0);
         if (decision.rule !== 'existing') {
           const result = await write(request, decision);

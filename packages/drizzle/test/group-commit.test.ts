@@ -113,6 +113,19 @@ for (const spec of DRIVERS.filter((each) => each.dialect === 'postgres')) {
       expect(groupedAnswers).toEqual(aloneAnswers);
     });
 
+    it('E1: a group that committed but whose answer was lost, retried alone, owns its claim (not a 409 on itself)', async () => {
+      const s = pgStatements(target.db as AnyPgDatabase, definePgTables());
+      const scope = `lost-${randomUUID()}`;
+      const [mine, other] = [request(scope, 'a'), request(scope, 'b')];
+      // The group's statement commits; its answer never reaches the batcher (a connection lost after the commit).
+      await s.claimOrReadMany!([mine, other]);
+      const store = createDrizzleStore(target.db);
+      const retried = await store.claim(mine);
+      expect(retried).toMatchObject({ outcome: 'claimed', record: { token: mine.token, state: 'processing' } });
+      // Anyone else's request for that key still finds the claim in progress.
+      expect(await store.claim({ ...mine, token: randomUUID() })).toMatchObject({ outcome: 'existing' });
+    });
+
     it('E1: a key claimed twice inside one group is inserted once; the duplicate comes back undefined, and a key that exists comes back live', async () => {
       const s = pgStatements(target.db as AnyPgDatabase, definePgTables());
       const scope = `dup-${randomUUID()}`;
