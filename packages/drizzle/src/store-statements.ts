@@ -5,8 +5,9 @@
  * the statements only perform the write it names, each a compare-and-set guarded by the helpers
  * of `row-writes.ts`.
  *
- * The fresh path is `claimOrRead` and then `complete`, one answer per request: the two statements
- * a group commit would send for several requests at once.
+ * The fresh path is `claimOrRead` and then `complete`, one answer per request; where a dialect has
+ * their many forms (`claimOrReadMany`, `completeMany`), the store groups concurrent requests'
+ * first steps and completions into one statement or transaction each (group commit).
  */
 import type { AtomicMode, ClaimOwner, ClaimRequest, StoredOutcome } from '@idem/core/store';
 import type { HistoryRow, LiveRead, LiveRow } from './record-rows.js';
@@ -37,6 +38,23 @@ export interface StoreStatements {
    */
   reuseExpired(request: ClaimRequest, seen: LiveRow): Promise<{ record: LiveRow; archived: HistoryRow } | undefined>;
   complete(args: ClaimOwner & { outcome: StoredOutcome }): Promise<boolean>;
+  /**
+   * Group commit: the first step of several claims in one statement/transaction; results in input
+   * order, each meaning exactly what `claimOrRead` of that request means (undefined: the insert
+   * conflicted with a row this step could not read, e.g. a duplicate key inside the same group;
+   * the store's loop then reads again). One rejection = the whole group failed (nothing of it was
+   * written).
+   */
+  claimOrReadMany?(requests: ClaimRequest[]): Promise<Array<FirstStep | undefined>>;
+  /** Group commit: several completions in one statement/transaction; `true` where that owner's row was completed, in input order. */
+  completeMany?(args: Array<ClaimOwner & { outcome: StoredOutcome }>): Promise<boolean[]>;
+  /**
+   * How a group forms (`group-commit.ts`): 'inFlight' (async drivers: requests that arrive while
+   * earlier writes are in flight go together as the next group) or 'tick' (synchronous
+   * better-sqlite3: the first call runs at once; calls made while that tick's group is open join
+   * one transaction flushed by setImmediate).
+   */
+  groupMode?: 'inFlight' | 'tick';
   release(args: ClaimOwner): Promise<boolean>;
   getLive(scope: string, key: string): Promise<LiveRow | undefined>;
   /** History rows of (scope, key), oldest generation first. */
