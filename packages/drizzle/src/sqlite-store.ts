@@ -7,7 +7,7 @@
  * `await`s, so the store has no atomic mode there. A statement that finds the database locked by
  * another connection is retried without blocking the event loop (`sqlite-busy.ts`).
  */
-import type { ClaimRequest, StoreTransaction } from '@idem/core/store';
+import type { ClaimOwner, ClaimRequest, StoredOutcome, StoreTransaction } from '@idem/core/store';
 import { and, eq, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { savepointOn, transactionEndingAs } from './atomic-transaction.js';
 import { sqliteClock as clock } from './database-clock.js';
@@ -23,6 +23,7 @@ import {
   archiving,
   claimParameters,
   claimPlaceholders as b,
+  claimValues,
   completion,
   expiredAt,
   freshClaim,
@@ -37,9 +38,23 @@ import {
 } from './row-writes.js';
 import type { SqliteTables } from './sqlite-schema.js';
 import { isSqliteBusy, whileBusy } from './sqlite-busy.js';
-import type { StoreStatements } from './store-statements.js';
+import type { FirstStep, StoreStatements } from './store-statements.js';
 
 const param = sql.placeholder;
+
+/**
+ * The most requests one group statement takes. A claim binds 6 values per row, a completion 6:
+ * far below the 32,766 bound parameters of the SQLite builds better-sqlite3 and libsql bundle.
+ * The batcher's groups are smaller (`group-commit.ts`); a longer one is refused before anything
+ * is written, and the batcher then sends its requests one at a time.
+ */
+export const SQLITE_MAX_GROUP = 2000;
+
+/** One string per (scope, key), for matching a group's rows to its requests. */
+const keyOf = (scope: string, key: string): string => `${scope.length}:${scope}${key}`;
+
+/** A group's completions, as the `VALUES` rows `UPDATE … FROM` joins on (`column1` … `column6`). */
+type Completion = ClaimOwner & { outcome: StoredOutcome };
 
 /** The transaction libsql's `db.transaction(…)` hands its callback. */
 type AsyncSQLiteTransaction = Parameters<Parameters<AsyncSQLiteDatabase['transaction']>[0]>[0];
@@ -268,8 +283,122 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
           })
       : undefined;
 
+  /** `(VALUES (…), (…))` of a group's rows, each a list of bound values. */
+  const valuesOf = (rows: unknown[][]) =>
+    sql`(VALUES ${sql.join(
+      rows.map(
+        (row) =>
+          sql`(${sql.join(
+            row.map((value) => sql`${value}`),
+            sql`, `,
+          )})`,
+      ),
+      sql`, `,
+    )})`;
+  const assertGroupFits = (length: number) => {
+    if (length > SQLITE_MAX_GROUP)
+      throw new RangeError(`[idem] SQLite store: a group of ${length} requests; at most ${SQLITE_MAX_GROUP}`);
+  };
+
+  /**
+   * Group commit's first step: one read of the live rows of the whole group (a WAL reader: no
+   * lock, as `claimOrRead`'s read), then one multi-row `INSERT … ON CONFLICT DO NOTHING
+   * RETURNING` of the misses. That insert is one statement, hence one transaction on its own:
+   * all of the group's claims are written in one commit or none is, and a `SQLITE_BUSY` answer
+   * means it did nothing, so it is retried as any write. A key twice in the group: the first
+   * request inserts, a later one gets the row the first inserted as its live row (the clock of
+   * that statement is the row's `created_at`).
+   */
+  async function claimOrReadMany(requests: ClaimRequest[]): Promise<Array<FirstStep | undefined>> {
+    assertGroupFits(requests.length);
+    const liveMany = db
+      .select(liveSelection)
+      .from(keys)
+      .where(sql`(${keys.scope}, ${keys.key}) IN ${valuesOf(requests.map(({ scope, key }) => [scope, key]))}`);
+    const found = new Map<string, LiveRead>();
+    for (const values of await read(() => liveMany.values())) {
+      const live = liveRead([values]);
+      if (live) found.set(keyOf(live.row.scope, live.row.key), live);
+    }
+    const misses = new Map<string, ClaimRequest>();
+    const winners = new Set<number>();
+    for (const [i, request] of requests.entries()) {
+      const id = keyOf(request.scope, request.key);
+      if (found.has(id) || misses.has(id)) continue;
+      misses.set(id, request);
+      winners.add(i);
+    }
+    const inserted = new Map<string, LiveRow>();
+    if (misses.size > 0) {
+      const insertMany = db
+        .insert(keys)
+        .values(
+          [...misses.values()].map((request) => {
+            const v = claimValues(request, '');
+            return { scope: v.scope, key: v.key, generation: sql`1`, ...freshClaim(clock, v) };
+          }),
+        )
+        .onConflictDoNothing({ target: [keys.scope, keys.key] })
+        .returning();
+      for (const values of await write(() => insertMany.values())) {
+        const row = liveRowOfValues(values);
+        inserted.set(keyOf(row.scope, row.key), row);
+      }
+    }
+    return requests.map((request, i): FirstStep | undefined => {
+      const id = keyOf(request.scope, request.key);
+      const live = found.get(id);
+      if (live) return { live };
+      const row = inserted.get(id);
+      if (!row) return undefined;
+      return winners.has(i) && row.token === request.token ? { inserted: row } : { live: { row, now: row.createdAt } };
+    });
+  }
+
+  /**
+   * Group commit's completions: one `UPDATE … FROM (VALUES …)`, each row guarded as `complete`
+   * (`ownedClaim`: that owner's `processing` claim), one statement and so one commit. `RETURNING`
+   * names the owners it completed; the others (a stale token, a claim taken over) answer false.
+   */
+  async function completeMany(completions: Completion[]): Promise<boolean[]> {
+    assertGroupFits(completions.length);
+    const v = (column: number) => sql.raw(`"v"."column${column}"`);
+    const update = db
+      .update(keys)
+      .set(completion(clock, keys, { kind: v(4), status: v(5), body: v(6) }))
+      .from(
+        sql`${valuesOf(
+          completions.map(({ scope, key, token, outcome }) => [
+            scope,
+            key,
+            token,
+            outcome.kind,
+            outcome.status,
+            outcome.body,
+          ]),
+        )} AS "v"`,
+      )
+      .where(
+        and(
+          sql`${keys.scope} = ${v(1)}`,
+          sql`${keys.key} = ${v(2)}`,
+          sql`${keys.token} = ${v(3)}`,
+          sql`${keys.state} = 'processing'`,
+        ),
+      )
+      .returning({ scope: keys.scope, key: keys.key, token: keys.token });
+    const completed = new Set<string>();
+    for (const row of await write(() => update.all())) completed.add(`${keyOf(row.scope, row.key)}\u0000${row.token}`);
+    // A completion twice in the group: the first one completed the row, a later one finds it done.
+    return completions.map(({ scope, key, token }) => completed.delete(`${keyOf(scope, key)}\u0000${token}`));
+  }
+
   return {
     transaction,
+    claimOrReadMany,
+    completeMany,
+    // better-sqlite3 answers synchronously: nothing is ever in flight, so a group is the calls of one tick.
+    groupMode: sqlite.transactions === 'synchronous' ? 'tick' : 'inFlight',
     insertClaim: insertClaimRow,
     // Read first: a replay is this one SELECT; a new key adds a miss of a few µs to a claim of
     // ≈80 µs (two WAL writes). The loop in the store settles an insert that lost to another process.
