@@ -16,6 +16,7 @@ import type {
   AsyncSQLiteDatabase,
   SQLiteDatabaseOf as SqliteOf,
   SqliteDatabase,
+  SyncSQLiteDatabase,
 } from './dialect.js';
 import { assertLiveReadOrder, liveRowOfValues, nowOfValues } from './drizzle-seams.js';
 import { toRecord, type LiveRead, type LiveRow } from './record-rows.js';
@@ -301,7 +302,69 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
   };
 
   /**
-   * Group commit's first step: one read of the live rows of the whole group (a WAL reader: no
+   * better-sqlite3's group commit: the one-request statements, prepared once, run for each
+   * request of the group inside one synchronous `BEGIN IMMEDIATE` transaction, so the group
+   * costs one commit; each request sees the rows the ones before it wrote (a key twice in the
+   * group: the later one reads the first one's claim, as it would one at a time). On a driver
+   * that answers synchronously a prepared statement costs a few µs, less than building and
+   * preparing one multi-row statement per group (bench/README.md). A busy `BEGIN` did nothing
+   * and is retried; once the body has begun, a failure rolls the whole group back and is not.
+   */
+  const synchronousGroups = (on: SyncSQLiteDatabase) => {
+    const readLiveOn = on.select(liveSelection).from(keys).where(thisKey(keys, b)).prepare();
+    const insertClaimOn = on
+      .insert(keys)
+      .values({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
+      .onConflictDoNothing({ target: [keys.scope, keys.key] })
+      .returning()
+      .prepare();
+    const completeOnSync = on
+      .update(keys)
+      .set(completion(clock, keys))
+      .where(ownedClaim(keys, b))
+      .returning({ token: keys.token })
+      .prepare();
+    const immediately = <T>(body: () => T): Promise<T> => {
+      let started = false;
+      return whileBusy(
+        () =>
+          on.transaction(
+            () => {
+              started = true;
+              return body();
+            },
+            { behavior: 'immediate' },
+          ),
+        busyRetryMs,
+        (error) => !started && isSqliteBusy(error),
+      );
+    };
+    return {
+      claimOrReadMany: async (requests: ClaimRequest[]) => {
+        assertGroupFits(requests.length);
+        return immediately(() =>
+          requests.map((request): FirstStep | undefined => {
+            const live = liveRead(readLiveOn.values({ scope: request.scope, key: request.key }));
+            if (live) return { live };
+            const [inserted] = insertClaimOn.values(claimParameters(request));
+            return inserted && { inserted: liveRowOfValues(inserted) };
+          }),
+        );
+      },
+      completeMany: async (completions: Completion[]) => {
+        assertGroupFits(completions.length);
+        return immediately(() =>
+          completions.map(
+            ({ scope, key, token, outcome }) =>
+              completeOnSync.all({ scope, key, token, ...outcomeParameters(outcome) }).length === 1,
+          ),
+        );
+      },
+    };
+  };
+
+  /**
+   * libsql's group commit: one read of the live rows of the whole group (a WAL reader: no
    * lock, as `claimOrRead`'s read), then one multi-row `INSERT … ON CONFLICT DO NOTHING
    * RETURNING` of the misses. That insert is one statement, hence one transaction on its own:
    * all of the group's claims are written in one commit or none is, and a `SQLITE_BUSY` answer
@@ -356,7 +419,7 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
   }
 
   /**
-   * Group commit's completions: one `UPDATE … FROM (VALUES …)`, each row guarded as `complete`
+   * libsql's group completions: one `UPDATE … FROM (VALUES …)`, each row guarded as `complete`
    * (`ownedClaim`: that owner's `processing` claim), one statement and so one commit. `RETURNING`
    * names the owners it completed; the others (a stale token, a claim taken over) answer false.
    */
@@ -393,12 +456,17 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
     return completions.map(({ scope, key, token }) => completed.delete(`${keyOf(scope, key)}\u0000${token}`));
   }
 
+  // libsql answers through promises, and each of its commits costs more than building one
+  // multi-row statement: a group is the writes that queued meanwhile. better-sqlite3 answers
+  // synchronously, so nothing is ever in flight: a group is the calls of one tick.
+  const groups =
+    sqlite.transactions === 'synchronous'
+      ? { ...synchronousGroups(sqlite.db), groupMode: 'tick' as const }
+      : { claimOrReadMany, completeMany, groupMode: 'inFlight' as const };
+
   return {
     transaction,
-    claimOrReadMany,
-    completeMany,
-    // better-sqlite3 answers synchronously: nothing is ever in flight, so a group is the calls of one tick.
-    groupMode: sqlite.transactions === 'synchronous' ? 'tick' : 'inFlight',
+    ...groups,
     insertClaim: insertClaimRow,
     // Read first: a replay is this one SELECT; a new key adds a miss of a few µs to a claim of
     // ≈80 µs (two WAL writes). The loop in the store settles an insert that lost to another process.
