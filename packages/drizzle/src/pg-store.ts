@@ -10,6 +10,7 @@ import { and, eq, getTableColumns, getTableName, sql, type Placeholder, type SQL
 import { savepointOn, transactionEndingAs } from './atomic-transaction.js';
 import { postgresClock as clock, postgresStatementClock } from './database-clock.js';
 import type { AnyPgDatabase } from './dialect.js';
+import { pgGroupStatements } from './pg-group.js';
 import type { PgTables } from './pg-schema.js';
 import { columnsReadFrom, toRecord } from './record-rows.js';
 import {
@@ -229,6 +230,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   });
 
   return {
+    ...pgGroupStatements(db, tables),
     transaction: (work) =>
       transactionEndingAs(
         (body: (tx: AnyPgTransaction) => Promise<void>) => db.transaction(body),

@@ -217,14 +217,17 @@ async function connectMysql(
 }
 
 /** A store in another process on the database `target` names (race-child.ts), and how to close it. */
-export async function openChildStore(target: ChildTarget): Promise<{ store: DrizzleStore; close(): Promise<void> }> {
+export async function openChildStore(
+  target: ChildTarget,
+  { groupCommit = true }: { groupCommit?: boolean } = {},
+): Promise<{ store: DrizzleStore; close(): Promise<void> }> {
   const opened =
     'file' in target
       ? await connectSqlite(target.driver, target.file)
       : target.driver === 'mysql2'
         ? await connectMysql(target.url, target.connections)
         : await connectPostgres(target.driver, target.url, target.connections);
-  const store = createDrizzleStore(opened.db);
+  const store = createDrizzleStore(opened.db, { groupCommit });
   if (!('file' in target)) {
     // Open every connection before the race, so that claims race, not handshakes.
     await Promise.all(Array.from({ length: target.connections }, () => store.ping()));

@@ -16,6 +16,8 @@ export interface RaceChildConfig {
   scope: string;
   key: string;
   claims: number;
+  /** The store's group commit (default on). */
+  groupCommit?: boolean;
 }
 
 export interface RaceChildReport {
@@ -31,7 +33,7 @@ export interface RaceChildReport {
 const SPREAD_MS = 100;
 
 const config = JSON.parse(process.argv[2] ?? '{}') as RaceChildConfig;
-const { store, close } = await openChildStore(config.target);
+const { store, close } = await openChildStore(config.target, { groupCommit: config.groupCommit });
 await store.ping();
 
 const lines = createInterface({ input: process.stdin });

@@ -109,6 +109,21 @@ function describeRaces(
     }
   });
 
+  if (label === 'node-postgres') {
+    it(`E1: exactly one of ${claims} concurrent claims from ${PROCESSES} processes wins with groupCommit: false (${label})`, {
+      timeout: RACE_TIMEOUT_MS,
+    }, async () => {
+      const target = await open();
+      try {
+        await migrate(target.db);
+        const total = await race({ target: target.child, scope: 'race', key: randomUUID(), groupCommit: false });
+        expectOneWinner(total, claims, 1);
+      } finally {
+        await target.close();
+      }
+    });
+  }
+
   const reuses = PROCESSES * 10;
   it(`R2: exactly one of ${reuses} concurrent reuses of an expired key from ${PROCESSES} processes makes generation 2, with one history row (${label})`, {
     timeout: RACE_TIMEOUT_MS,
