@@ -8,14 +8,15 @@ import type { ClaimRequest } from '@idem/core/store';
 import type { Logger } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/mysql2';
 import { afterEach, describe, expect, it } from 'vitest';
-import { migrate } from '../src/index.ts';
+import { migrate, type DrizzleDatabase } from '../src/index.ts';
 import { defineMysqlTables } from '../src/mysql-schema.ts';
 import { MYSQL_MAX_GROUP, mysqlStatements } from '../src/mysql-store.ts';
 import type { FirstStep, StoreStatements } from '../src/store-statements.ts';
 import { resolveTableNames } from '../src/table-names.ts';
+import { CONCURRENT, groupCommitThroughTheStore } from './group-commit-behaviour.ts';
 import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 
-const GROUP = 64;
+const GROUP = CONCURRENT;
 
 /** Every statement drizzle sends, in order (drizzle logs a transaction's `begin` and `commit` too). */
 class Counting implements Logger {
@@ -40,15 +41,21 @@ afterEach(async () => {
   for (const each of opened.splice(0)) await each.close();
 });
 
-async function open(): Promise<Opened> {
+async function open(): Promise<Opened & { db: DrizzleDatabase }> {
   const target = await openMysqlTarget({ prefix: 'idem_group_test' });
   await migrate(target.db);
   const logger = new Counting();
   const db = drizzle(target.pool, { logger });
+  let closed = false;
   const each = {
+    db,
     statements: mysqlStatements(db, defineMysqlTables(resolveTableNames({}))),
     logger,
-    close: () => target.close(),
+    close: async () => {
+      if (closed) return;
+      closed = true;
+      await target.close();
+    },
   };
   opened.push(each);
   return each;
@@ -199,5 +206,28 @@ describe.skipIf(!(await mysqlSuitesRun()))('MySQL group commit (mysql2)', () => 
     const requests = Array.from({ length: MYSQL_MAX_GROUP + 1 }, () => request());
     const sent = await logger.during(() => expect(s.claimOrReadMany!(requests)).rejects.toThrow(RangeError));
     expect(sent).toEqual([]);
+  });
+});
+
+describe.skipIf(!(await mysqlSuitesRun()))('MySQL group commit through the store (mysql2)', () => {
+  groupCommitThroughTheStore({
+    label: 'mysql2',
+    async open() {
+      const { db, logger, close } = await open();
+      let seen = 0;
+      return {
+        db,
+        sent() {
+          const since = logger.statements.length - seen;
+          seen = logger.statements.length;
+          return since;
+        },
+        close,
+      };
+    },
+    // Alone: the read, the insert and the read back; grouped, the first four go alone (one per lane).
+    counted: 'statements',
+    alone: [3, 1],
+    most: CONCURRENT / 2,
   });
 });

@@ -16,8 +16,26 @@ import { defineSqliteTables } from '../src/sqlite-schema.ts';
 import { SQLITE_MAX_GROUP, sqliteStatements } from '../src/sqlite-store.ts';
 import type { FirstStep, StoreStatements } from '../src/store-statements.ts';
 import { resolveTableNames } from '../src/table-names.ts';
+import { CONCURRENT, groupCommitThroughTheStore } from './group-commit-behaviour.ts';
 
-const GROUP = 64;
+const GROUP = CONCURRENT;
+
+/**
+ * The commits among `statements` (what SQLite ran, better-sqlite3's verbose hook): a
+ * transaction is one, and so is each write outside one (autocommit); reads commit nothing.
+ */
+function commits(statements: string[]): number {
+  let count = 0;
+  let inTransaction = false;
+  for (const statement of statements) {
+    if (/^begin\b/i.test(statement)) {
+      inTransaction = true;
+      count++;
+    } else if (/^(commit|rollback|end)\b/i.test(statement)) inTransaction = false;
+    else if (!inTransaction && /^(insert|update|delete)\b/i.test(statement)) count++;
+  }
+  return count;
+}
 
 /** Every statement sent, in order. */
 class Counting implements Logger {
@@ -73,11 +91,14 @@ async function open(driver: 'better-sqlite3' | 'libsql'): Promise<Opened> {
   const detected = detectDialect(db);
   if (detected.dialect !== 'sqlite') throw new Error('expected SQLite');
   const statements = sqliteStatements(detected.sqlite, defineSqliteTables(resolveTableNames({})), 5000);
+  let closed = false;
   const each: Opened = {
     db,
     statements,
     logger,
     async close() {
+      if (closed) return;
+      closed = true;
       await end();
       rmSync(directory, { recursive: true, force: true });
     },
@@ -229,3 +250,30 @@ for (const driver of ['better-sqlite3', 'libsql'] as const) {
     });
   });
 }
+
+describe('SQLite group commit through the store', () => {
+  for (const driver of ['better-sqlite3', 'libsql'] as const) {
+    const synchronous = driver === 'better-sqlite3';
+    groupCommitThroughTheStore({
+      label: driver,
+      async open() {
+        const { db, logger, close } = await open(driver);
+        let seen = 0;
+        return {
+          db,
+          sent() {
+            const since = logger.statements.slice(seen);
+            seen = logger.statements.length;
+            return synchronous ? commits(since) : since.length;
+          },
+          close,
+        };
+      },
+      // better-sqlite3: one transaction for the claims of a tick (the first of them goes alone).
+      // libsql: the claims that queue while up to four are in flight.
+      counted: synchronous ? 'commits' : 'statements',
+      alone: synchronous ? [1, 1] : [2, 1],
+      most: synchronous ? 2 : CONCURRENT / 4,
+    });
+  }
+});
