@@ -5,7 +5,9 @@
  * a row the read finds is the one this claim wrote. Rule 1 is a plain `INSERT`, and a
  * duplicate-key error (`ER_DUP_ENTRY`) says that the key exists: not `INSERT IGNORE`, which
  * would also turn a truncation into a warning, nor `ON DUPLICATE KEY UPDATE`, whose affected
- * rows depend on the connection's `CLIENT_FOUND_ROWS` flag. The reuse of an expired key is a
+ * rows depend on the connection's `CLIENT_FOUND_ROWS` flag (a group of claims, where one
+ * existing key must not fail the statement, uses it as a no-op and reads its rows back instead
+ * of counting them: `claimOrReadMany`). The reuse of an expired key is a
  * short transaction that locks the live row (`SELECT … FOR UPDATE`). Atomic mode holds a named
  * lock (`GET_LOCK(name, 0)`) on the key while its transaction claims and runs the handler, so
  * that a duplicate is answered at once instead of waiting for the uncommitted row.
