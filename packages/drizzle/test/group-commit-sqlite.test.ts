@@ -10,12 +10,13 @@ import { join } from 'node:path';
 import type { ClaimRequest } from '@idem/core/store';
 import type { Logger } from 'drizzle-orm';
 import { afterEach, describe, expect, it } from 'vitest';
-import { migrate, type DrizzleDatabase } from '../src/index.ts';
+import { createDrizzleStore, migrate, type DrizzleDatabase } from '../src/index.ts';
 import { detectDialect } from '../src/dialect.ts';
 import { defineSqliteTables } from '../src/sqlite-schema.ts';
 import { SQLITE_MAX_GROUP, sqliteStatements } from '../src/sqlite-store.ts';
 import type { FirstStep, StoreStatements } from '../src/store-statements.ts';
 import { resolveTableNames } from '../src/table-names.ts';
+import { holdSqliteWriteLock } from './sqlite-lock.ts';
 import { CONCURRENT, groupCommitThroughTheStore } from './group-commit-behaviour.ts';
 
 const GROUP = CONCURRENT;
@@ -53,6 +54,7 @@ class Counting implements Logger {
 
 interface Opened {
   db: DrizzleDatabase;
+  file: string;
   statements: StoreStatements;
   logger: Counting;
   close(): Promise<void>;
@@ -94,6 +96,7 @@ async function open(driver: 'better-sqlite3' | 'libsql'): Promise<Opened> {
   let closed = false;
   const each: Opened = {
     db,
+    file,
     statements,
     logger,
     async close() {
@@ -276,4 +279,39 @@ describe('SQLite group commit through the store', () => {
       most: synchronous ? 2 : CONCURRENT / 4,
     });
   }
+});
+
+describe('SQLite group commit while another process writes', () => {
+  // better-sqlite3 only: it opens with busy_timeout = 0, so a locked file answers SQLITE_BUSY at
+  // once and the store retries without blocking; libsql waits in its own busy handler.
+  it('SQLITE_BUSY: claims and completions grouped while another process holds the write lock wait for it, then all succeed (better-sqlite3)', {
+    timeout: 60_000,
+  }, async () => {
+    const { db, file } = await open('better-sqlite3');
+    const store = createDrizzleStore(db);
+    const requests = Array.from({ length: 16 }, () => request());
+    const lock = await holdSqliteWriteLock(file);
+    try {
+      let settled = 0;
+      const claims = Promise.all(requests.map((r) => store.claim(r).finally(() => settled++)));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      // The event loop ran (this line), and no claim got past the other process's lock.
+      expect(settled).toBe(0);
+      await lock.release();
+      const results = await claims;
+      expect(results.map((r) => r.outcome)).toEqual(requests.map(() => 'claimed'));
+    } finally {
+      lock.kill();
+    }
+    const again = await holdSqliteWriteLock(file);
+    try {
+      const done = Promise.all(
+        requests.map((r, i) => store.complete({ scope: r.scope, key: r.key, token: r.token, outcome: outcome(i) })),
+      );
+      await again.release();
+      expect(await done).toEqual(requests.map(() => true));
+    } finally {
+      again.kill();
+    }
+  });
 });
