@@ -93,6 +93,11 @@ function writeQueue() {
   };
 }
 
+/** Whether a libsql drizzle instance wraps a client of a local file (`@libsql/client`'s `protocol`). */
+function isLocalLibsql(db: AsyncSQLiteDatabase): boolean {
+  return (db as { $client?: { protocol?: unknown } }).$client?.protocol === 'file';
+}
+
 /** The store's statements; each one retried for up to `busyRetryMs` while another connection holds the write lock. */
 export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, busyRetryMs: number): StoreStatements {
   const db: AnySQLiteDatabase = sqlite.db;
@@ -457,13 +462,18 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
     return completions.map(({ scope, key, token }) => completed.delete(`${keyOf(scope, key)}\u0000${token}`));
   }
 
-  // libsql answers through promises, and each of its commits costs more than building one
-  // multi-row statement: a group is the writes that queued meanwhile. better-sqlite3 answers
-  // synchronously, so nothing is ever in flight: a group is the calls of one tick.
+  // better-sqlite3 answers synchronously, so nothing is ever in flight: a group is the calls of
+  // one tick. libsql on a local file runs each statement synchronously too, behind a promise:
+  // grouped by tick as well (its groups by in-flight writes came out smaller and slower). Over the
+  // network (`libsql://`, `http(s)://`, `ws(s)://`) a statement is in flight for a round trip.
   const groups =
     sqlite.transactions === 'synchronous'
       ? { ...synchronousGroups(sqlite.db), groupMode: 'tick' as const }
-      : { claimOrReadMany, completeMany, groupMode: 'inFlight' as const };
+      : {
+          claimOrReadMany,
+          completeMany,
+          groupMode: isLocalLibsql(sqlite.db) ? ('tick' as const) : ('inFlight' as const),
+        };
 
   return {
     transaction,
