@@ -21,8 +21,10 @@ const GROUP = CONCURRENT;
 /** Every statement drizzle sends, in order (drizzle logs a transaction's `begin` and `commit` too). */
 class Counting implements Logger {
   statements: string[] = [];
-  logQuery(query: string) {
+  parameters: unknown[][] = [];
+  logQuery(query: string, params: unknown[]) {
     this.statements.push(query);
+    this.parameters.push(params);
   }
   async during(run: () => Promise<unknown>): Promise<string[]> {
     const start = this.statements.length;
@@ -32,6 +34,7 @@ class Counting implements Logger {
 }
 
 interface Opened {
+  pool: import('mysql2/promise').Pool;
   statements: StoreStatements;
   logger: Counting;
   close(): Promise<void>;
@@ -49,6 +52,7 @@ async function open(): Promise<Opened & { db: DrizzleDatabase }> {
   let closed = false;
   const each = {
     db,
+    pool: target.pool,
     statements: mysqlStatements(db, defineMysqlTables(resolveTableNames({}))),
     logger,
     close: async () => {
@@ -199,6 +203,31 @@ describe.skipIf(!(await mysqlSuitesRun()))('MySQL group commit (mysql2)', () => 
     expect(await s.completeMany!([twice, twice])).toEqual([true, false]);
     // Nothing of the group left to complete: no update is sent.
     expect(await s.completeMany!([twice, { ...twice, token: randomUUID() }])).toEqual([false, false]);
+  });
+
+  it("reads, locks and completes a group's rows by primary-key ranges, not by a scan (a scan FOR UPDATE would lock every row it reads)", async () => {
+    const { statements: s, logger, pool } = await open();
+    // A table of some size, so that the optimizer weighs a scan against the index as in production.
+    for (let round = 0; round < 4; round++) await s.claimOrReadMany!(Array.from({ length: 500 }, () => request()));
+    await pool.query('ANALYZE TABLE idem_keys');
+    const requests = Array.from({ length: 32 }, () => request());
+    for (const r of requests.slice(0, 16)) await s.claimOrRead(r);
+    const start = logger.statements.length;
+    await s.claimOrReadMany!(requests);
+    await s.completeMany!(
+      requests.map((r, i) => ({ scope: r.scope, key: r.key, token: r.token, outcome: outcome(i) })),
+    );
+    const sent = logger.statements.slice(start).map((query, i) => ({ query, params: logger.parameters[start + i]! }));
+    const reads = sent.filter(({ query }) => /^(select|update) /i.test(query));
+    expect(reads).toHaveLength(4); // the live read, the read back, the locking read, the update
+    for (const { query, params } of reads) {
+      const [plan] = await pool.query(`EXPLAIN ${query}`, params);
+      const keysTable = (plan as Array<{ table: string; key: string | null; type: string }>).find(
+        (row) => row.table === 'idem_keys',
+      );
+      expect([query.slice(0, 40), keysTable?.key]).toEqual([query.slice(0, 40), 'PRIMARY']);
+      expect(['range', 'eq_ref', 'const']).toContain(keysTable?.type);
+    }
   });
 
   it('refuses a group over the placeholder cap before writing anything', async () => {
