@@ -3,8 +3,8 @@
  * an asynchronous one (libsql) alike. SQLite has a single writer, so each statement is atomic on
  * its own; the reuse of an expired key is two guarded statements in one `BEGIN IMMEDIATE`
  * transaction. Group commit: on better-sqlite3 a group is the single statements in one
- * `BEGIN IMMEDIATE` transaction, on libsql multi-row statements, each its own transaction. Atomic mode runs on libsql, whose transaction holds a connection of its own and
- * may await; better-sqlite3's transaction is one synchronous call that cannot span the handler's
+ * `BEGIN IMMEDIATE` transaction, on libsql multi-row statements, each its own transaction.
+ * Atomic mode runs on libsql, whose transaction holds a connection of its own and may await; better-sqlite3's transaction is one synchronous call that cannot span the handler's
  * `await`s, so the store has no atomic mode there. A statement that finds the database locked by
  * another connection is retried without blocking the event loop (`sqlite-busy.ts`).
  */
@@ -313,8 +313,8 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
    * costs one commit; each request sees the rows the ones before it wrote (a key twice in the
    * group: the later one reads the first one's claim, as it would one at a time). On a driver
    * that answers synchronously a prepared statement costs a few µs, less than building and
-   * preparing one multi-row statement per group. A busy `BEGIN` did nothing
-   * and is retried; once the body has begun, a failure rolls the whole group back and is not.
+   * preparing one multi-row statement per group. A busy `BEGIN` did nothing and is retried;
+   * once the body has begun, a failure rolls the whole group back and is not retried here.
    */
   const synchronousGroups = (on: SyncSQLiteDatabase) => {
     const readLiveOn = on.select(liveSelection).from(keys).where(thisKey(keys, b)).prepare();
