@@ -10,6 +10,7 @@ const DRIZZLE_VERSION_SUITES = [
   'sqlite.conformance',
   'postgres.store',
   'sqlite.store',
+  'group-commit',
 ].map((name) => `packages/drizzle/test/${name}.test.ts`);
 const onDrizzle = (name: string, alias: string, version: string) => ({
   extends: true as const,

@@ -33,7 +33,7 @@ import {
   parseIdempotencyKey,
   IDEMPOTENT_REPLAYED_HEADER,
 } from '@idem/core';
-import { createDrizzleStore } from '@idem/drizzle';
+import { createDrizzleStore, type DrizzleStoreOptions } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
 import { accountOf } from '../examples/payments/src/account.ts';
 import { createPaymentsApp } from '../examples/payments/src/app.ts';
@@ -45,6 +45,7 @@ export const HTTP_VARIANTS = [
   'bare',
   'idem engine, SQLite',
   'idem engine, PostgreSQL',
+  'idem engine, PostgreSQL, groupCommit: false',
   'powertools, Redis',
   'node-idempotency, memory',
   'node-idempotency, Redis',
@@ -96,6 +97,8 @@ export async function createVariantServer(config: ServerConfig): Promise<Variant
       return idemEngine(config.sqliteUrl);
     case 'idem engine, PostgreSQL':
       return idemEngine(config.postgresUrl);
+    case 'idem engine, PostgreSQL, groupCommit: false':
+      return idemEngine(config.postgresUrl, { groupCommit: false });
     case 'powertools, Redis':
       return powertools(config);
     case 'node-idempotency, memory':
@@ -164,9 +167,9 @@ function plain(
 }
 
 /** idem's engine called directly, as the adapters call it: key (K1–K3), scope (S1), fingerprint (F1). */
-async function idemEngine(url: string): Promise<VariantServer> {
+async function idemEngine(url: string, options: DrizzleStoreOptions = {}): Promise<VariantServer> {
   const database = await openDatabase(url);
-  const engine = createEngine({ store: createDrizzleStore(database.db) });
+  const engine = createEngine({ store: createDrizzleStore(database.db, options) });
   return plain(
     async ({ account, keyHeader, input }) => {
       try {

@@ -20,6 +20,7 @@ const HEADERS = { 'content-type': 'application/json', authorization: 'Bearer acc
 const REPLAY_VARIANTS: readonly HttpVariant[] = [
   'idem engine, SQLite',
   'idem engine, PostgreSQL',
+  'idem engine, PostgreSQL, groupCommit: false',
   'powertools, Redis',
   'node-idempotency, memory',
   'node-idempotency, Redis',

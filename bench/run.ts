@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --only floor,http,scale,memory,commits,status] [-- --quick]`: runs the parts in sequence,
+ * `npm run bench [-- --only floor,http,scale,memory,commits,status,pgbench] [-- --quick]`: runs the parts in sequence,
  * (`--stores sqlite,postgres` narrows the floor's drivers; `--baseline <dir>` times another build
  * beside this one in the floor's rounds, see bench/README.md),
  * prints their tables and writes everything to bench/results/<date>.json.
@@ -25,12 +25,13 @@ import {
 import { renderCommits, runCommits } from './commits.ts';
 import { runFloor, type FloorStore } from './floor.ts';
 import { runHttp } from './http.ts';
+import { renderPgbench, runPgbench } from './pgbench.ts';
 import { renderKeyStatus, runKeyStatus } from './key-status.ts';
 import { runMemory } from './memory.ts';
 import { renderFloor, renderHttp, renderMachine, renderMemory, renderScale, type MachineNotes } from './report.ts';
 import { runScale } from './scale.ts';
 
-const PARTS = ['floor', 'http', 'scale', 'memory', 'commits', 'status'] as const;
+const PARTS = ['floor', 'http', 'scale', 'memory', 'commits', 'status', 'pgbench'] as const;
 type Part = (typeof PARTS)[number];
 const STORES = ['sqlite', 'postgres'] as const;
 /** The floor also runs on the other drivers: libsql (a SQLite file) and postgres-js (and mysql2 when MySQL answers). */
@@ -113,6 +114,12 @@ for (const part of parts) {
       const result = await runCommits({ quick });
       results.commits = result;
       section = renderCommits(result);
+      break;
+    }
+    case 'pgbench': {
+      const result = runPgbench({ quick });
+      results.pgbench = result;
+      section = renderPgbench(result);
       break;
     }
     case 'status': {

@@ -30,14 +30,13 @@ export interface GroupOptions {
 
 /**
  * Lanes per batcher. A `pg.Pool` has 10 connections by default and the store runs two batchers
- * (claims, completions): 4 lanes each leave the pool room for the other statements, and at 64
- * concurrent requests a lane's group is ~8–16 calls. Measured with `npm run bench -- --only http
- * --quick` (bench/README.md): 1 lane serializes the store, 8+ lanes make groups too small to pay.
+ * (claims, completions): 4 lanes each leave the pool room for the other statements (reads,
+ * compare-and-sets, sweeps). Chosen by measurement: bench/README.md, "Group commit: lanes".
  */
 export const DEFAULT_MAX_IN_FLIGHT = 4;
 /**
- * Calls per group: 256 rows × 6 bound values (claims) or 6 (completions) stays far below
- * PostgreSQL's 65,535 bind parameters and MySQL's limit alike, and keeps a statement short.
+ * Calls per group: 256 rows × 7 bound values stays far below PostgreSQL's 65,535 bind parameters
+ * and MySQL's limit alike, and keeps a statement short.
  */
 export const DEFAULT_MAX_GROUP = 256;
 

@@ -10,7 +10,10 @@
  * - `completeMany`: `UPDATE … SET … FROM (VALUES …) WHERE` (the owner matches, as `ownedClaim`)
  *   `RETURNING` the index.
  *
- * Every value is bound and cast to its column's type in the VALUES list. The clocks are the
+ * Every value is bound and cast to its column's type in the VALUES list. The claims' statement is
+ * built with drizzle's query builder (a `$with` of the insert, a select over a subquery, as
+ * `claimOrRead`), so that drizzle maps its rows as it maps the single statement's, on every
+ * supported drizzle-orm (1.0 maps driver values by codecs, not by the column). The clocks are the
  * single statements' (`postgresClock` for claims, `postgresStatementClock` for completions).
  * A statement's read sees the snapshot taken when it started: a key inserted twice in one group
  * is inserted once (`DO NOTHING`), and the duplicate finds no row it can read, so it comes back
@@ -21,7 +24,7 @@ import { getTableColumns, sql, type Column, type SQL } from 'drizzle-orm';
 import { postgresClock, postgresStatementClock } from './database-clock.js';
 import type { AnyPgDatabase } from './dialect.js';
 import type { PgTables } from './pg-schema.js';
-import type { LiveRow } from './record-rows.js';
+import { columnsReadFrom, type LiveRow } from './record-rows.js';
 import { completion, freshClaim, ownedClaim } from './row-writes.js';
 import type { FirstStep, StoreStatements } from './store-statements.js';
 
@@ -31,11 +34,6 @@ type Row = Record<string, unknown>;
 function rowsOf(result: unknown): Row[] {
   if (Array.isArray(result)) return result as Row[];
   return ((result as { rows?: Row[] }).rows ?? []) as Row[];
-}
-
-/** A driver value as the column maps it (drizzle's query builder does the same). */
-function fromDriver(column: Column, value: unknown): unknown {
-  return value === null || value === undefined ? null : column.mapFromDriverValue(value);
 }
 
 export function pgGroupStatements(
@@ -48,9 +46,10 @@ export function pgGroupStatements(
   const list = (items: SQL[]) => sql.join(items, sql`, `);
   /** A column of the VALUES list `idem_v`. */
   const v = (name: string) => sql`idem_v.${id(name)}`;
+  const column = (alias: string, c: Column) => sql`${id(alias)}.${id(c.name)}`;
 
-  // The insert's columns and values, as `claimInsert` writes them, from the VALUES list.
-  const inserted: Partial<Record<keyof LiveRow, SQL>> = {
+  // The insert's values, as `claimInsert` writes them, from the VALUES list, in the table's column order.
+  const inserted: Record<keyof LiveRow, SQL> = {
     scope: v('scope'),
     key: v('key'),
     generation: sql`1`,
@@ -64,29 +63,44 @@ export function pgGroupStatements(
       previousToken: sql`''`,
     }),
   };
-  const insertColumns = list(Object.keys(inserted).map((field) => sql`${id(columns[field as keyof LiveRow].name)}`));
-  const insertValues = list(Object.values(inserted) as SQL[]);
-  const readFrom = (alias: string) => list(entries.map(([, column]) => sql`${id(alias)}.${id(column.name)}`));
-  const sameRequest = (alias: string) =>
-    sql`${id(alias)}.${id(columns.scope.name)} = idem_v.scope AND ${id(alias)}.${id(columns.key.name)} = idem_v.key`;
+  const insertValues = list(entries.map(([field]) => inserted[field]));
+  /** The request `idem_r` matches the row `alias` (its key; with `token`, its own claim). */
+  const matches = (alias: string, token: boolean) =>
+    sql`${column(alias, columns.scope)} = idem_r.scope AND ${column(alias, columns.key)} = idem_r.key${token ? sql` AND ${column(alias, columns.token)} = idem_r.token` : sql``}`;
 
-  function claimStatement(requests: ClaimRequest[]): SQL {
+  function claimQuery(requests: ClaimRequest[]) {
     const rows = requests.map(
       (r, i) =>
         sql`(${i}::integer, ${r.scope}::text, ${r.key}::text, ${r.fingerprint}::text, ${r.token}::text, ${r.leaseMs}::double precision, ${r.retentionMs}::double precision)`,
     );
-    return sql`WITH idem_v (i, scope, key, fingerprint, token, lease_ms, retention_ms) AS (VALUES ${list(rows)}),
-idem_claimed AS (
-  INSERT INTO ${keys} (${insertColumns}) SELECT ${insertValues} FROM idem_v
-  ON CONFLICT (${id(columns.scope.name)}, ${id(columns.key.name)}) DO NOTHING
-  RETURNING *
-)
-SELECT idem_v.i AS idem_i, true AS idem_inserted, ${readFrom('c')}, ${postgresClock.now} AS idem_now
-  FROM idem_v JOIN idem_claimed AS c ON ${sameRequest('c')} AND c.${id(columns.token.name)} = idem_v.token
-UNION ALL
-SELECT idem_v.i, false, ${readFrom('k')}, ${postgresClock.now}
-  FROM idem_v JOIN ${keys} AS k ON ${sameRequest('k')}
-  WHERE NOT EXISTS (SELECT 1 FROM idem_claimed AS c WHERE ${sameRequest('c')} AND c.${id(columns.token.name)} = idem_v.token)`;
+    const requested = requests.map((r, i) => sql`(${i}::integer, ${r.scope}::text, ${r.key}::text, ${r.token}::text)`);
+    const claimed = db.$with('idem_claimed').as(
+      db
+        .insert(keys)
+        .select(
+          sql`SELECT ${insertValues} FROM (VALUES ${list(rows)}) AS idem_v (i, scope, key, fingerprint, token, lease_ms, retention_ms)`,
+        )
+        .onConflictDoNothing({ target: [keys.scope, keys.key] })
+        .returning(),
+    );
+    // Per request: its own inserted row (c), else the live row of its key (k) as the snapshot shows it.
+    const pick = (c: Column) =>
+      sql`CASE WHEN c.${id(columns.token.name)} IS NOT NULL THEN ${column('c', c)} ELSE ${column('k', c)} END AS ${id(c.name)}`;
+    return db
+      .with(claimed)
+      .select({
+        i: sql<number>`r.idem_i`.mapWith(Number),
+        inserted: sql<boolean>`r.idem_inserted`,
+        ...columnsReadFrom(columns, (c) => sql`r.${id(c.name)}`),
+        now: sql`r.idem_now`.mapWith(keys.createdAt),
+      })
+      .from(
+        sql`(SELECT idem_r.i AS idem_i, c.${id(columns.token.name)} IS NOT NULL AS idem_inserted, ${list(entries.map(([, c]) => pick(c)))}, ${postgresClock.now} AS idem_now
+             FROM (VALUES ${list(requested)}) AS idem_r (i, scope, key, token)
+             LEFT JOIN ${claimed} AS c ON ${matches('c', true)}
+             LEFT JOIN ${keys} AS k ON c.${id(columns.token.name)} IS NULL AND ${matches('k', false)}
+             WHERE c.${id(columns.token.name)} IS NOT NULL OR k.${id(columns.token.name)} IS NOT NULL) AS r`,
+      );
   }
 
   function completeStatement(args: Array<ClaimOwner & { outcome: StoredOutcome }>): SQL {
@@ -110,18 +124,12 @@ RETURNING idem_v.i AS idem_i`;
     async claimOrReadMany(requests) {
       const results: Array<FirstStep | undefined> = requests.map(() => undefined);
       const insertedKeys = new Set<string>();
-      for (const found of rowsOf(await db.execute(claimStatement(requests)))) {
-        const i = Number(found.idem_i);
-        const isInsert = found.idem_inserted === true || found.idem_inserted === 't';
+      for (const { i, inserted: isInsert, now, ...row } of await claimQuery(requests)) {
         // Two requests of one key with one token (never from the engine) get one insert, answered once.
         const request = requests[i] as ClaimRequest;
         const which = JSON.stringify([request.scope, request.key]);
         if (isInsert && insertedKeys.has(which)) continue;
         if (isInsert) insertedKeys.add(which);
-        const row = Object.fromEntries(
-          entries.map(([field, column]) => [field, fromDriver(column, found[column.name])]),
-        ) as LiveRow;
-        const now = fromDriver(columns.createdAt, found.idem_now) as Date;
         results[i] = isInsert ? { inserted: row } : { live: { row, now } };
       }
       return results;

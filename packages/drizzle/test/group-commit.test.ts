@@ -173,6 +173,25 @@ for (const spec of DRIVERS.filter((each) => each.dialect === 'postgres')) {
       expect(c!.expiresAt.getTime() - c!.completedAt!.getTime()).toBe(3_600_000);
     });
 
+    it('E5: a group that fails is retried one request at a time: the poisoned claim rejects alone, the others claim, none is half-claimed', async () => {
+      const { db, counter } = await counting(spec.name, target.db);
+      const store = createDrizzleStore(db);
+      const scope = `poison-${randomUUID()}`;
+      const requests = Array.from({ length: 24 }, (_, i) => request(scope, `k${i}`));
+      // PostgreSQL refuses a NUL character in text: the statement carrying this row fails.
+      const poisoned = 13;
+      requests[poisoned] = { ...requests[poisoned]!, fingerprint: 'bad\u0000fingerprint' };
+      counter.statements = 0;
+      const results = await Promise.allSettled(requests.map((r) => store.claim(r)));
+      expect(results.map((r) => r.status)).toEqual(requests.map((_, i) => (i === poisoned ? 'rejected' : 'fulfilled')));
+      for (const [i, result] of results.entries()) {
+        if (i !== poisoned && result.status === 'fulfilled') expect(result.value.outcome).toBe('claimed');
+      }
+      // The poisoned claim wrote nothing; a group, its failure and the retries alone were sent.
+      expect(await store.get(scope, `k${poisoned}`)).toBeNull();
+      expect(counter.statements).toBeGreaterThan(requests.length);
+    });
+
     it('E6: through the store, concurrent completions of which one is stale: only that one returns false', async () => {
       const store = createDrizzleStore(target.db);
       const scope = `fence-store-${randomUUID()}`;

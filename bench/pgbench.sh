@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The database's own limit for idem's fresh path (issue 24): pgbench running the store's two
+# statements — the claim's INSERT … ON CONFLICT DO NOTHING RETURNING and the completion's
+# UPDATE … WHERE owner RETURNING — as one pair per simulated request, prepared (-M prepared, as
+# the store prepares them), at 1 and 64 clients, on the migrated tables in a fresh schema
+# (dropped at the end). Compare its pairs/s with the fresh req/s of `npm run bench -- --only http`.
+#
+#   bash bench/pgbench.sh                 # DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test)
+#   SECONDS_PER_RUN=10 bash bench/pgbench.sh
+set -euo pipefail
+url="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
+seconds="${SECONDS_PER_RUN:-5}"
+here="$(cd "$(dirname "$0")" && pwd)"
+schema="idem_pgbench_$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
+work="$(mktemp -d)"
+cleanup() {
+  psql "$url" -q -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+psql "$url" -q -v ON_ERROR_STOP=1 -c "CREATE SCHEMA $schema"
+for migration in "$here"/../packages/drizzle/migrations/postgres/*.sql; do
+  { echo "SET search_path TO $schema;"; cat "$migration"; } | psql "$url" -q -v ON_ERROR_STOP=1 >/dev/null
+done
+
+# The store's statements (pg-store.ts: claimInsert, completeUpdate), with the values a request binds.
+cat >"$work/pair.sql" <<'SQL'
+\set lease 30000
+\set retention 86400000
+INSERT INTO idem_keys (scope, key, generation, fingerprint, state, token, created_at, lease_until, expires_at, completed_at, archived_at, takeovers, outcome_kind, outcome_status, body)
+  VALUES ('bench', gen_random_uuid()::text, 1, 'fingerprint', 'processing', gen_random_uuid()::text,
+          date_trunc('milliseconds', now()),
+          date_trunc('milliseconds', now()) + :lease::double precision * interval '1 millisecond',
+          date_trunc('milliseconds', now()) + :retention::double precision * interval '1 millisecond',
+          NULL, NULL, 0, NULL, NULL, NULL)
+  ON CONFLICT (scope, key) DO NOTHING
+  RETURNING key AS k, token AS t \gset
+UPDATE idem_keys SET state = 'completed', completed_at = date_trunc('milliseconds', statement_timestamp()),
+    expires_at = date_trunc('milliseconds', statement_timestamp()) + (expires_at - created_at),
+    outcome_kind = 'success', outcome_status = 200, body = '{"id":"charge"}'
+  WHERE scope = 'bench' AND key = :k AND token = :t AND state = 'processing'
+  RETURNING token;
+SQL
+
+options="-c search_path=$schema"
+for clients in 1 64; do
+  threads=$((clients < 2 ? 1 : 2))
+  out="$(PGOPTIONS="$options" pgbench "$url" -n -M prepared -f "$work/pair.sql" -c "$clients" -j "$threads" -T "$seconds" 2>&1)" || {
+    echo "$out" >&2
+    exit 1
+  }
+  tps="$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p')"
+  latency="$(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms/\1/p')"
+  printf '| pgbench, claim INSERT + completion UPDATE | %s | %.0f pairs/s | %s ms avg |\n' "$clients" "$tps" "$latency"
+done
+# Every pair completed its own claim: no row is left processing.
+left="$(psql "$url" -Atc "SELECT count(*) FILTER (WHERE state <> 'completed') || ' of ' || count(*) FROM $schema.idem_keys")"
+echo "rows not completed: $left" >&2
