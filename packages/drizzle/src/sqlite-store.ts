@@ -4,8 +4,9 @@
  * its own; the reuse of an expired key is two guarded statements in one `BEGIN IMMEDIATE`
  * transaction. Group commit: on better-sqlite3 a group is the single statements in one
  * `BEGIN IMMEDIATE` transaction, on libsql multi-row statements, each its own transaction.
- * Atomic mode runs on libsql, whose transaction holds a connection of its own and may await; better-sqlite3's transaction is one synchronous call that cannot span the handler's
- * `await`s, so the store has no atomic mode there. A statement that finds the database locked by
+ * Atomic mode runs on libsql, whose transaction holds a connection of its own and may await;
+ * better-sqlite3's transaction is one synchronous call that cannot span the handler's `await`s,
+ * so the store has no atomic mode there. A statement that finds the database locked by
  * another connection is retried without blocking the event loop (`sqlite-busy.ts`).
  */
 import type { ClaimOwner, ClaimRequest, StoredOutcome, StoreTransaction } from '@idem/core/store';
