@@ -80,6 +80,18 @@ interface RunningServer {
   port: number;
 }
 
+/**
+ * Development only: `BENCH_HTTP_VARIANTS='idem engine, PostgreSQL|powertools, Redis'` runs those
+ * variants (and `bare`, every ratio's base) instead of all of them.
+ */
+function chosenVariants(): readonly HttpVariant[] {
+  const chosen = process.env.BENCH_HTTP_VARIANTS?.split('|').map((name) => name.trim());
+  if (!chosen) return HTTP_VARIANTS;
+  const unknown = chosen.filter((name) => !(HTTP_VARIANTS as readonly string[]).includes(name));
+  if (unknown.length > 0) throw new Error(`[bench] unknown HTTP variant(s): ${unknown.join(', ')}`);
+  return HTTP_VARIANTS.filter((variant) => variant === 'bare' || chosen.includes(variant));
+}
+
 export async function runHttp({ quick }: HttpOptions): Promise<HttpResult> {
   const durationSeconds = quick ? 2 : 3;
   const warmupSeconds = 1;
@@ -91,7 +103,7 @@ export async function runHttp({ quick }: HttpOptions): Promise<HttpResult> {
   const databases: Array<BenchSqlite | BenchPostgres> = [];
   const servers: RunningServer[] = [];
   try {
-    for (const variant of HTTP_VARIANTS) {
+    for (const variant of chosenVariants()) {
       const sqlite = variant.includes('SQLite') ? await openBenchSqlite() : undefined;
       const postgres = variant.includes('PostgreSQL') ? await openBenchPostgres() : undefined;
       if (sqlite) databases.push(sqlite);

@@ -17,7 +17,10 @@
  * single statements' (`postgresClock` for claims, `postgresStatementClock` for completions).
  * A statement's read sees the snapshot taken when it started: a key inserted twice in one group
  * is inserted once (`DO NOTHING`), and the duplicate finds no row it can read, so it comes back
- * undefined and the store's loop reads again, after the commit.
+ * undefined and the store's loop reads again, after the commit. The claims are inserted in key
+ * order: two groups holding the same keys (two processes, retries) that inserted them in their
+ * arrival orders could each wait for the other's uncommitted row, a deadlock PostgreSQL breaks only
+ * after `deadlock_timeout` by failing one of them.
  */
 import type { ClaimOwner, ClaimRequest, StoredOutcome } from '@idem/core/store';
 import { getTableColumns, sql, type Column, type SQL } from 'drizzle-orm';
@@ -78,7 +81,7 @@ export function pgGroupStatements(
       db
         .insert(keys)
         .select(
-          sql`SELECT ${insertValues} FROM (VALUES ${list(rows)}) AS idem_v (i, scope, key, fingerprint, token, lease_ms, retention_ms)`,
+          sql`SELECT ${insertValues} FROM (VALUES ${list(rows)}) AS idem_v (i, scope, key, fingerprint, token, lease_ms, retention_ms) ORDER BY idem_v.scope, idem_v.key`,
         )
         .onConflictDoNothing({ target: [keys.scope, keys.key] })
         .returning(),

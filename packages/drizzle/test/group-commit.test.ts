@@ -148,6 +148,33 @@ for (const spec of DRIVERS.filter((each) => each.dialect === 'postgres')) {
       }
     });
 
+    it('E1: two groups of the same keys in opposite orders, at once, never deadlock (rows are inserted in key order)', async () => {
+      const s = pgStatements(target.db as AnyPgDatabase, definePgTables());
+      for (let round = 0; round < 20; round++) {
+        const scope = `order-${randomUUID()}`;
+        const keys = Array.from({ length: 50 }, (_, i) => `k${String(i).padStart(2, '0')}`);
+        const forward = keys.map((key) => request(scope, key));
+        const backward = [...keys].reverse().map((key) => request(scope, key));
+        const [a, b] = await Promise.all([s.claimOrReadMany!(forward), s.claimOrReadMany!(backward)]);
+        // Each key has one owner: whichever group inserted it; the other saw it or must read again.
+        const inserted = [...a, ...b].filter((step) => step && 'inserted' in step).length;
+        expect(inserted).toBe(keys.length);
+      }
+    });
+
+    it('F1/E1: inside one group, a claim of an existing key with another fingerprint finds that record, and the fresh claims beside it are claimed', async () => {
+      const store = createDrizzleStore(target.db);
+      const scope = `mismatch-${randomUUID()}`;
+      const first = request(scope, 'taken');
+      expect((await store.claim(first)).outcome).toBe('claimed');
+      const requests = Array.from({ length: 16 }, (_, i) =>
+        i === 11 ? { ...request(scope, 'taken'), fingerprint: 'other' } : request(scope, `k${i}`),
+      );
+      const results = await Promise.all(requests.map((r) => store.claim(r)));
+      expect(results.map((r) => r.outcome)).toEqual(requests.map((_, i) => (i === 11 ? 'existing' : 'claimed')));
+      expect(results[11]?.record).toMatchObject({ token: first.token, fingerprint: 'fp', state: 'processing' });
+    });
+
     it('E6: inside one group, a completion by a stale token returns false while the others return true', async () => {
       const s = pgStatements(target.db as AnyPgDatabase, definePgTables());
       const scope = `fence-${randomUUID()}`;
