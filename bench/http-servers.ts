@@ -44,6 +44,7 @@ import { paymentInput } from '../examples/payments/src/trpc.ts';
 export const HTTP_VARIANTS = [
   'bare',
   'idem engine, SQLite',
+  'idem engine, SQLite, groupCommit: false',
   'idem engine, PostgreSQL',
   'idem engine, PostgreSQL, groupCommit: false',
   'powertools, Redis',
@@ -95,6 +96,8 @@ export async function createVariantServer(config: ServerConfig): Promise<Variant
       return plain(async ({ account, input }) => ({ status: 200, body: charge(account, input) }));
     case 'idem engine, SQLite':
       return idemEngine(config.sqliteUrl);
+    case 'idem engine, SQLite, groupCommit: false':
+      return idemEngine(config.sqliteUrl, { groupCommit: false });
     case 'idem engine, PostgreSQL':
       return idemEngine(config.postgresUrl);
     case 'idem engine, PostgreSQL, groupCommit: false':

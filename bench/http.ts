@@ -19,6 +19,7 @@ const HEADERS = { 'content-type': 'application/json', authorization: 'Bearer acc
 /** Variants whose replay is measured (bare has nothing to replay; tRPC's replay is the engine's). */
 const REPLAY_VARIANTS: readonly HttpVariant[] = [
   'idem engine, SQLite',
+  'idem engine, SQLite, groupCommit: false',
   'idem engine, PostgreSQL',
   'idem engine, PostgreSQL, groupCommit: false',
   'powertools, Redis',

@@ -5,13 +5,15 @@
  * a row the read finds is the one this claim wrote. Rule 1 is a plain `INSERT`, and a
  * duplicate-key error (`ER_DUP_ENTRY`) says that the key exists: not `INSERT IGNORE`, which
  * would also turn a truncation into a warning, nor `ON DUPLICATE KEY UPDATE`, whose affected
- * rows depend on the connection's `CLIENT_FOUND_ROWS` flag. The reuse of an expired key is a
+ * rows depend on the connection's `CLIENT_FOUND_ROWS` flag (a group of claims, where one
+ * existing key must not fail the statement, uses it as a no-op and reads its rows back instead
+ * of counting them: `claimOrReadMany`). The reuse of an expired key is a
  * short transaction that locks the live row (`SELECT … FOR UPDATE`). Atomic mode holds a named
  * lock (`GET_LOCK(name, 0)`) on the key while its transaction claims and runs the handler, so
  * that a duplicate is answered at once instead of waiting for the uncommitted row.
  */
 import { createHash } from 'node:crypto';
-import type { ClaimRequest, StoreTransaction } from '@idem/core/store';
+import type { ClaimOwner, ClaimRequest, StoredOutcome, StoreTransaction } from '@idem/core/store';
 import { and, eq, getTableColumns, getTableName, inArray, sql, type SQL } from 'drizzle-orm';
 import { savepointOn, transactionEndingAs } from './atomic-transaction.js';
 import { mysqlClock as clock } from './database-clock.js';
@@ -40,7 +42,7 @@ import {
   type OutcomeBindings,
   type OwnerBindings,
 } from './row-writes.js';
-import type { StoreStatements } from './store-statements.js';
+import type { FirstStep, StoreStatements } from './store-statements.js';
 
 const param = sql.placeholder;
 
@@ -82,14 +84,37 @@ export function executedRows(result: unknown): Array<Record<string, unknown>> {
   return rows as Array<Record<string, unknown>>;
 }
 
-/** ER_DUP_ENTRY (1062), somewhere in drizzle's error chain. */
-function isDuplicateKey(error: unknown): boolean {
+/** Whether the MySQL error `code` (`errno`) is somewhere in drizzle's error chain. */
+function hasErrorCode(error: unknown, name: string, errno: number): boolean {
   for (let cause: unknown = error; cause instanceof Error; cause = cause.cause) {
-    const { code, errno } = cause as { code?: unknown; errno?: unknown };
-    if (code === 'ER_DUP_ENTRY' || errno === 1062) return true;
+    const found = cause as { code?: unknown; errno?: unknown };
+    if (found.code === name || found.errno === errno) return true;
   }
   return false;
 }
+
+/** ER_DUP_ENTRY (1062), somewhere in drizzle's error chain. */
+const isDuplicateKey = (error: unknown) => hasErrorCode(error, 'ER_DUP_ENTRY', 1062);
+/** ER_LOCK_DEADLOCK (1213): InnoDB rolled the whole transaction back, so it did nothing. */
+const isDeadlock = (error: unknown) => hasErrorCode(error, 'ER_LOCK_DEADLOCK', 1213);
+/** How many times a group transaction that InnoDB chose as a deadlock victim is run again. */
+const DEADLOCK_RETRIES = 3;
+
+/** `run()`, again while it fails as a deadlock victim (rolled back whole) up to {@link DEADLOCK_RETRIES} times. */
+async function retryingDeadlocks<T>(run: () => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await run();
+    } catch (error) {
+      if (attempt >= DEADLOCK_RETRIES || !isDeadlock(error)) throw error;
+    }
+  }
+}
+
+/** One string per (scope, key), for matching a group's rows to its requests. */
+const keyOf = (scope: string, key: string): string => `${scope.length}:${scope}${key}`;
+/** The bytes of a string as MySQL's `varbinary` columns compare them. */
+const byBytes = (a: string, b: string) => Buffer.compare(Buffer.from(a), Buffer.from(b));
 
 /**
  * The `varbinary` columns hold a bounded number of bytes. A longer value is refused here rather
@@ -106,6 +131,23 @@ function assertFits(request: Pick<ClaimRequest, 'scope' | 'key' | 'token'>): voi
       );
   }
 }
+
+/** Whether {@link assertFits} lets `request` through. */
+function fits(request: Pick<ClaimRequest, 'scope' | 'key' | 'token'>): boolean {
+  return (['scope', 'key', 'token'] as const).every(
+    (field) => Buffer.byteLength(request[field], 'utf8') <= MYSQL_COLUMN_BYTES[field],
+  );
+}
+
+/**
+ * The most requests one group statement takes: a claim binds 8 values per row, a completion 6,
+ * far below the 65,535 placeholders of MySQL's protocol. The batcher's groups are smaller
+ * (`group-commit.ts`); a longer one is refused before anything is written, and the batcher then
+ * sends its requests one at a time.
+ */
+export const MYSQL_MAX_GROUP = 2000;
+
+type Completion = ClaimOwner & { outcome: StoredOutcome };
 
 export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): StoreStatements {
   const { keys, history } = tables;
@@ -267,7 +309,153 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
     return { statements, releaseLock };
   };
 
+  const assertGroupFits = (length: number) => {
+    if (length > MYSQL_MAX_GROUP)
+      throw new RangeError(`[idem] MySQL store: a group of ${length} requests; at most ${MYSQL_MAX_GROUP}`);
+  };
+  const liveSelection = { ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) };
+  /** The live rows of a group's keys with the clock, by {@link keyOf}. */
+  const readLiveMany = async (on: AnyMysqlDatabase | AnyMysqlTransaction, pairs: Array<[string, string]>) => {
+    const found = new Map<string, { row: LiveRow; now: Date }>();
+    const rows = await on
+      .select(liveSelection)
+      .from(keys)
+      .where(primaryKeyIn([sql`${keys.scope}`, sql`${keys.key}`], pairs));
+    for (const { now, ...row } of rows) found.set(keyOf(row.scope, row.key), { row, now });
+    return found;
+  };
+
+  /**
+   * Group commit's first step. One read of the live rows (no lock, as `claimOrRead`'s); then, for
+   * the misses, one transaction: a multi-row `INSERT … ON DUPLICATE KEY UPDATE scope = scope`
+   * (a no-op on a key that exists meanwhile, whichever `CLIENT_FOUND_ROWS` says; unlike `INSERT
+   * IGNORE`, a value too long for its column stays an error), and one read of those keys. The
+   * read is the transaction's first consistent read, so under REPEATABLE READ as under READ
+   * COMMITTED it sees every row the insert collided with (the insert waited for its lock, so it
+   * is committed); a row holding the request's own token is the one this group wrote (tokens are
+   * never shared), any other is the live row the request found. In one transaction, a failed
+   * group wrote nothing: no claim is left behind without its answer. Rows go in primary-key
+   * order, so two groups lock shared keys in one order; a deadlock victim rolled back whole and
+   * is run again. A key twice in the group: the first request inserts, a later one reads the
+   * first one's row. A request whose scope, key or token does not fit its column is left to the
+   * one-request path (undefined: the store reads again and then inserts it alone), which refuses
+   * it alone.
+   */
+  async function claimOrReadMany(requests: ClaimRequest[]): Promise<Array<FirstStep | undefined>> {
+    assertGroupFits(requests.length);
+    const admitted = requests.filter(fits);
+    const found =
+      admitted.length > 0
+        ? await readLiveMany(
+            db,
+            admitted.map((r) => [r.scope, r.key]),
+          )
+        : new Map();
+    const misses = new Map<string, ClaimRequest>();
+    const winners = new Set<number>();
+    for (const [i, request] of requests.entries()) {
+      const id = keyOf(request.scope, request.key);
+      if (!fits(request) || found.has(id) || misses.has(id)) continue;
+      misses.set(id, request);
+      winners.add(i);
+    }
+    const written =
+      misses.size === 0
+        ? new Map<string, { row: LiveRow; now: Date }>()
+        : await retryingDeadlocks(() =>
+            db.transaction(async (tx) => {
+              const rows = [...misses.values()].sort((a, b) => byBytes(a.scope, b.scope) || byBytes(a.key, b.key));
+              await tx
+                .insert(keys)
+                .values(
+                  rows.map((request) => {
+                    const v = claimValues(request, '');
+                    return { scope: v.scope, key: v.key, generation: sql`1`, ...freshClaim(clock, v) };
+                  }),
+                )
+                .onDuplicateKeyUpdate({ set: { scope: sql`${keys.scope}` } });
+              return readLiveMany(
+                tx,
+                rows.map((r) => [r.scope, r.key]),
+              );
+            }),
+          );
+    return requests.map((request, i): FirstStep | undefined => {
+      const id = keyOf(request.scope, request.key);
+      if (!fits(request)) return undefined;
+      const live = found.get(id);
+      if (live) return { live };
+      const mine = written.get(id);
+      if (!mine) return undefined;
+      return winners.has(i) && mine.row.token === request.token ? { inserted: mine.row } : { live: mine };
+    });
+  }
+
+  /**
+   * Group commit's completions, in one transaction: a locking read (`FOR UPDATE`) of the group's
+   * rows still owned as `complete` asks (`ownedClaim`: that token's `processing` claim), then one
+   * `UPDATE … JOIN (SELECT … UNION ALL …)` of exactly those rows. The lock keeps every row the
+   * read found owned until the commit, so the rows it found are the rows completed: MySQL answers
+   * a multi-table update with one affected-rows count, not which rows. Locked in primary-key
+   * order (the read's range scan); a deadlock victim rolled back whole and is run again.
+   */
+  async function completeMany(completions: Completion[]): Promise<boolean[]> {
+    assertGroupFits(completions.length);
+    const owned = (scope: string, key: string, token: string) => `${keyOf(scope, key)}\u0000${token}`;
+    const completed = await retryingDeadlocks(() =>
+      db.transaction(async (tx) => {
+        const locked = await tx
+          .select({ scope: keys.scope, key: keys.key, token: keys.token })
+          .from(keys)
+          .where(
+            and(
+              primaryKeyIn(
+                [sql`${keys.scope}`, sql`${keys.key}`, sql`${keys.token}`],
+                completions.map(({ scope, key, token }) => [scope, key, token]),
+              ),
+              sql`${keys.state} = 'processing'`,
+            ),
+          )
+          .for('update');
+        const mine = new Set(locked.map((row) => owned(row.scope, row.key, row.token)));
+        const rows = completions.filter(({ scope, key, token }) => mine.has(owned(scope, key, token)));
+        if (rows.length === 0) return mine;
+        // One row per owner: a completion twice in the group completes once (the first).
+        const once = [...new Map(rows.map((row) => [owned(row.scope, row.key, row.token), row])).values()];
+        const source = sql.join(
+          once.map(({ scope, key, token, outcome }, i) =>
+            i === 0
+              ? sql`SELECT ${scope} AS ${sql.identifier('scope')}, ${key} AS ${sql.identifier('key')}, ${token} AS ${sql.identifier('token')}, ${outcome.kind} AS ${sql.identifier('kind')}, ${outcome.status} AS ${sql.identifier('status')}, ${outcome.body} AS ${sql.identifier('body')}`
+              : sql`SELECT ${scope}, ${key}, ${token}, ${outcome.kind}, ${outcome.status}, ${outcome.body}`,
+          ),
+          sql` UNION ALL `,
+        );
+        const v = (name: string) => sql`${sql.identifier('v')}.${sql.identifier(name)}`;
+        const assignments = completion(clock, keys, { kind: v('kind'), status: v('status'), body: v('body') });
+        const columns = getTableColumns(keys);
+        const set = sql.join(
+          Object.entries(assignments).map(
+            ([name, value]) => sql`${columns[name as keyof typeof assignments]} = ${value}`,
+          ),
+          sql`, `,
+        );
+        const updated = affectedRows(
+          await tx.execute(
+            sql`UPDATE ${keys} JOIN (${source}) AS ${sql.identifier('v')} ON ${keys.scope} = ${v('scope')} AND ${keys.key} = ${v('key')} AND ${keys.token} = ${v('token')} SET ${set} WHERE ${keys.state} = 'processing'`,
+          ),
+        );
+        if (updated !== once.length)
+          throw new Error(`[idem] MySQL store: ${once.length} locked claims, but ${updated} were completed`);
+        return mine;
+      }),
+    );
+    return completions.map(({ scope, key, token }) => completed.delete(owned(scope, key, token)));
+  }
+
   return {
+    claimOrReadMany,
+    completeMany,
+    groupMode: 'inFlight',
     transaction: (work) =>
       transactionEndingAs(
         (body: (tx: AnyMysqlTransaction) => Promise<void>) => db.transaction(body),

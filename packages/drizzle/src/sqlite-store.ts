@@ -2,12 +2,14 @@
  * The SQLite statements, prepared once per store, for a synchronous driver (better-sqlite3) and
  * an asynchronous one (libsql) alike. SQLite has a single writer, so each statement is atomic on
  * its own; the reuse of an expired key is two guarded statements in one `BEGIN IMMEDIATE`
- * transaction. Atomic mode runs on libsql, whose transaction holds a connection of its own and
- * may await; better-sqlite3's transaction is one synchronous call that cannot span the handler's
- * `await`s, so the store has no atomic mode there. A statement that finds the database locked by
+ * transaction. Group commit: on better-sqlite3 a group is the single statements in one
+ * `BEGIN IMMEDIATE` transaction, on libsql multi-row statements, each its own transaction.
+ * Atomic mode runs on libsql, whose transaction holds a connection of its own and may await;
+ * better-sqlite3's transaction is one synchronous call that cannot span the handler's `await`s,
+ * so the store has no atomic mode there. A statement that finds the database locked by
  * another connection is retried without blocking the event loop (`sqlite-busy.ts`).
  */
-import type { ClaimRequest, StoreTransaction } from '@idem/core/store';
+import type { ClaimOwner, ClaimRequest, StoredOutcome, StoreTransaction } from '@idem/core/store';
 import { and, eq, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { savepointOn, transactionEndingAs } from './atomic-transaction.js';
 import { sqliteClock as clock } from './database-clock.js';
@@ -16,6 +18,7 @@ import type {
   AsyncSQLiteDatabase,
   SQLiteDatabaseOf as SqliteOf,
   SqliteDatabase,
+  SyncSQLiteDatabase,
 } from './dialect.js';
 import { assertLiveReadOrder, liveRowOfValues, nowOfValues } from './drizzle-seams.js';
 import { toRecord, type LiveRead, type LiveRow } from './record-rows.js';
@@ -23,6 +26,7 @@ import {
   archiving,
   claimParameters,
   claimPlaceholders as b,
+  claimValues,
   completion,
   expiredAt,
   freshClaim,
@@ -37,9 +41,23 @@ import {
 } from './row-writes.js';
 import type { SqliteTables } from './sqlite-schema.js';
 import { isSqliteBusy, whileBusy } from './sqlite-busy.js';
-import type { StoreStatements } from './store-statements.js';
+import type { FirstStep, StoreStatements } from './store-statements.js';
 
 const param = sql.placeholder;
+
+/**
+ * The most requests one group statement takes. A claim binds 6 values per row, a completion 6:
+ * far below the 32,766 bound parameters of the SQLite builds better-sqlite3 and libsql bundle.
+ * The batcher's groups are smaller (`group-commit.ts`); a longer one is refused before anything
+ * is written, and the batcher then sends its requests one at a time.
+ */
+export const SQLITE_MAX_GROUP = 2000;
+
+/** One string per (scope, key), for matching a group's rows to its requests. */
+const keyOf = (scope: string, key: string): string => `${scope.length}:${scope}${key}`;
+
+/** A group's completions, as the `VALUES` rows `UPDATE … FROM` joins on (`column1` … `column6`). */
+type Completion = ClaimOwner & { outcome: StoredOutcome };
 
 /** The transaction libsql's `db.transaction(…)` hands its callback. */
 type AsyncSQLiteTransaction = Parameters<Parameters<AsyncSQLiteDatabase['transaction']>[0]>[0];
@@ -74,6 +92,11 @@ function writeQueue() {
     );
     return result;
   };
+}
+
+/** Whether a libsql drizzle instance wraps a client of a local file (`@libsql/client`'s `protocol`). */
+function isLocalLibsql(db: AsyncSQLiteDatabase): boolean {
+  return (db as { $client?: { protocol?: unknown } }).$client?.protocol === 'file';
 }
 
 /** The store's statements; each one retried for up to `busyRetryMs` while another connection holds the write lock. */
@@ -268,8 +291,194 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
           })
       : undefined;
 
+  /** `(VALUES (…), (…))` of a group's rows, each a list of bound values. */
+  const valuesOf = (rows: unknown[][]) =>
+    sql`(VALUES ${sql.join(
+      rows.map(
+        (row) =>
+          sql`(${sql.join(
+            row.map((value) => sql`${value}`),
+            sql`, `,
+          )})`,
+      ),
+      sql`, `,
+    )})`;
+  const assertGroupFits = (length: number) => {
+    if (length > SQLITE_MAX_GROUP)
+      throw new RangeError(`[idem] SQLite store: a group of ${length} requests; at most ${SQLITE_MAX_GROUP}`);
+  };
+
+  /**
+   * better-sqlite3's group commit: the one-request statements, prepared once, run for each
+   * request of the group inside one synchronous `BEGIN IMMEDIATE` transaction, so the group
+   * costs one commit; each request sees the rows the ones before it wrote (a key twice in the
+   * group: the later one reads the first one's claim, as it would one at a time). On a driver
+   * that answers synchronously a prepared statement costs a few µs, less than building and
+   * preparing one multi-row statement per group. A busy `BEGIN` did nothing and is retried;
+   * once the body has begun, a failure rolls the whole group back and is not retried here.
+   */
+  const synchronousGroups = (on: SyncSQLiteDatabase) => {
+    const readLiveOn = on.select(liveSelection).from(keys).where(thisKey(keys, b)).prepare();
+    const insertClaimOn = on
+      .insert(keys)
+      .values({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
+      .onConflictDoNothing({ target: [keys.scope, keys.key] })
+      .returning()
+      .prepare();
+    const completeOnSync = on
+      .update(keys)
+      .set(completion(clock, keys))
+      .where(ownedClaim(keys, b))
+      .returning({ token: keys.token })
+      .prepare();
+    const immediately = <T>(body: () => T): Promise<T> => {
+      let started = false;
+      return whileBusy(
+        () =>
+          on.transaction(
+            () => {
+              started = true;
+              return body();
+            },
+            { behavior: 'immediate' },
+          ),
+        busyRetryMs,
+        (error) => !started && isSqliteBusy(error),
+      );
+    };
+    return {
+      claimOrReadMany: async (requests: ClaimRequest[]) => {
+        assertGroupFits(requests.length);
+        return immediately(() =>
+          requests.map((request): FirstStep | undefined => {
+            const live = liveRead(readLiveOn.values({ scope: request.scope, key: request.key }));
+            if (live) return { live };
+            const [inserted] = insertClaimOn.values(claimParameters(request));
+            return inserted && { inserted: liveRowOfValues(inserted) };
+          }),
+        );
+      },
+      completeMany: async (completions: Completion[]) => {
+        assertGroupFits(completions.length);
+        return immediately(() =>
+          completions.map(
+            ({ scope, key, token, outcome }) =>
+              completeOnSync.all({ scope, key, token, ...outcomeParameters(outcome) }).length === 1,
+          ),
+        );
+      },
+    };
+  };
+
+  /**
+   * libsql's group commit: one read of the live rows of the whole group (a WAL reader: no
+   * lock, as `claimOrRead`'s read), then one multi-row `INSERT … ON CONFLICT DO NOTHING
+   * RETURNING` of the misses. That insert is one statement, hence one transaction on its own:
+   * all of the group's claims are written in one commit or none is, and a `SQLITE_BUSY` answer
+   * means it did nothing, so it is retried as any write. A key twice in the group: the first
+   * request inserts, a later one gets the row the first inserted as its live row (the clock of
+   * that statement is the row's `created_at`).
+   */
+  async function claimOrReadMany(requests: ClaimRequest[]): Promise<Array<FirstStep | undefined>> {
+    assertGroupFits(requests.length);
+    const liveMany = db
+      .select(liveSelection)
+      .from(keys)
+      .where(sql`(${keys.scope}, ${keys.key}) IN ${valuesOf(requests.map(({ scope, key }) => [scope, key]))}`);
+    const found = new Map<string, LiveRead>();
+    for (const values of await read(() => liveMany.values())) {
+      const live = liveRead([values]);
+      if (live) found.set(keyOf(live.row.scope, live.row.key), live);
+    }
+    const misses = new Map<string, ClaimRequest>();
+    const winners = new Set<number>();
+    for (const [i, request] of requests.entries()) {
+      const id = keyOf(request.scope, request.key);
+      if (found.has(id) || misses.has(id)) continue;
+      misses.set(id, request);
+      winners.add(i);
+    }
+    const inserted = new Map<string, LiveRow>();
+    if (misses.size > 0) {
+      const insertMany = db
+        .insert(keys)
+        .values(
+          [...misses.values()].map((request) => {
+            const v = claimValues(request, '');
+            return { scope: v.scope, key: v.key, generation: sql`1`, ...freshClaim(clock, v) };
+          }),
+        )
+        .onConflictDoNothing({ target: [keys.scope, keys.key] })
+        .returning();
+      for (const values of await write(() => insertMany.values())) {
+        const row = liveRowOfValues(values);
+        inserted.set(keyOf(row.scope, row.key), row);
+      }
+    }
+    return requests.map((request, i): FirstStep | undefined => {
+      const id = keyOf(request.scope, request.key);
+      const live = found.get(id);
+      if (live) return { live };
+      const row = inserted.get(id);
+      if (!row) return undefined;
+      return winners.has(i) && row.token === request.token ? { inserted: row } : { live: { row, now: row.createdAt } };
+    });
+  }
+
+  /**
+   * libsql's group completions: one `UPDATE … FROM (VALUES …)`, each row guarded as `complete`
+   * (`ownedClaim`: that owner's `processing` claim), one statement and so one commit. `RETURNING`
+   * names the owners it completed; the others (a stale token, a claim taken over) answer false.
+   */
+  async function completeMany(completions: Completion[]): Promise<boolean[]> {
+    assertGroupFits(completions.length);
+    const v = (column: number) => sql.raw(`"v"."column${column}"`);
+    const update = db
+      .update(keys)
+      .set(completion(clock, keys, { kind: v(4), status: v(5), body: v(6) }))
+      .from(
+        sql`${valuesOf(
+          completions.map(({ scope, key, token, outcome }) => [
+            scope,
+            key,
+            token,
+            outcome.kind,
+            outcome.status,
+            outcome.body,
+          ]),
+        )} AS "v"`,
+      )
+      .where(
+        and(
+          sql`${keys.scope} = ${v(1)}`,
+          sql`${keys.key} = ${v(2)}`,
+          sql`${keys.token} = ${v(3)}`,
+          sql`${keys.state} = 'processing'`,
+        ),
+      )
+      .returning({ scope: keys.scope, key: keys.key, token: keys.token });
+    const completed = new Set<string>();
+    for (const row of await write(() => update.all())) completed.add(`${keyOf(row.scope, row.key)}\u0000${row.token}`);
+    // A completion twice in the group: the first one completed the row, a later one finds it done.
+    return completions.map(({ scope, key, token }) => completed.delete(`${keyOf(scope, key)}\u0000${token}`));
+  }
+
+  // better-sqlite3 answers synchronously, so nothing is ever in flight: a group is the calls of
+  // one tick. libsql on a local file runs each statement synchronously too, behind a promise:
+  // grouped by tick as well (its groups by in-flight writes came out smaller and slower). Over the
+  // network (`libsql://`, `http(s)://`, `ws(s)://`) a statement is in flight for a round trip.
+  const groups =
+    sqlite.transactions === 'synchronous'
+      ? { ...synchronousGroups(sqlite.db), groupMode: 'tick' as const }
+      : {
+          claimOrReadMany,
+          completeMany,
+          groupMode: isLocalLibsql(sqlite.db) ? ('tick' as const) : ('inFlight' as const),
+        };
+
   return {
     transaction,
+    ...groups,
     insertClaim: insertClaimRow,
     // Read first: a replay is this one SELECT; a new key adds a miss of a few µs to a claim of
     // ≈80 µs (two WAL writes). The loop in the store settles an insert that lost to another process.
