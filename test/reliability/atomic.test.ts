@@ -27,7 +27,7 @@ import { openDatabase, type OpenedDatabase } from '@idem/drizzle/connect';
 import type { IdempotencyEvent } from '@idem/core';
 import { createPaymentsApp, type PaymentsApp } from '../../examples/payments/src/app.ts';
 import { ExampleFleet, type ExampleServer } from './support/example-server.ts';
-import { POSTGRES_SCHEMA, postgresAddress, type SharedDatabase } from './support/databases.ts';
+import { GROUP_COMMIT, POSTGRES_SCHEMA, postgresAddress, type SharedDatabase } from './support/databases.ts';
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
 import { graphqlPayments, trpcPayments, type PaymentEndpoint } from './support/payments.ts';
 import { pollUntil, sleep, type Answer } from './support/http.ts';
@@ -303,6 +303,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)(
         process.on('uncaughtException', onUncaught);
         app = createPaymentsApp({
           db: opened.db,
+          groupCommit: GROUP_COMMIT,
           atomic: true,
           retentionMs: 3_600_000,
           leaseMs: 20_000,

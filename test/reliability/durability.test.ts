@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDrizzleStore } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
 import { ExampleFleet } from './support/example-server.ts';
-import { SHARED_DATABASES, type SharedDatabase } from './support/databases.ts';
+import { SHARED_DATABASES, STORE_OPTIONS, type SharedDatabase } from './support/databases.ts';
 import { graphqlPayments, ledger, trpcPayments, type PaymentEndpoint, type PaymentInput } from './support/payments.ts';
 import { createCountingApp, IN_PROCESS, ORDER_ENDPOINTS } from './support/counting-app.ts';
 import type { Answer } from './support/http.ts';
@@ -147,14 +147,14 @@ describe.each(SHARED_DATABASES)('durability on $label', ({ label, available, ope
         endpoint.create(handler, IN_PROCESS, input, { key, account: 'acct_unicode' });
 
       const firstConnection = await openDatabase(database.url);
-      const firstApp = createCountingApp({ store: createDrizzleStore(firstConnection.db) });
+      const firstApp = createCountingApp({ store: createDrizzleStore(firstConnection.db, STORE_OPTIONS) });
       const first = await call(endpoint.handler(firstApp));
       const replay = await call(endpoint.handler(firstApp));
       await firstConnection.close();
 
       const secondConnection = await openDatabase(database.url);
       try {
-        const secondApp = createCountingApp({ store: createDrizzleStore(secondConnection.db) });
+        const secondApp = createCountingApp({ store: createDrizzleStore(secondConnection.db, STORE_OPTIONS) });
         const again = await call(endpoint.handler(secondApp));
         expect(first.status).toBe(200);
         expect(endpoint.order(first)?.note).toBe(UNICODE_NOTE);

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createDrizzleStore } from '@idem/drizzle';
 import { openDatabase, type OpenedDatabase } from '@idem/drizzle/connect';
 import type { IdempotencyEvent } from '@idem/core';
-import { POSTGRES_SCHEMA, postgresAddress, type SharedDatabase } from './support/databases.ts';
+import { POSTGRES_SCHEMA, postgresAddress, STORE_OPTIONS, type SharedDatabase } from './support/databases.ts';
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
 import {
   createCountingApp,
@@ -38,7 +38,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
     database = await POSTGRES_SCHEMA.open();
     proxy = await startTcpProxy(postgresAddress());
     opened = await openDatabase(proxy.urlFor(database.url), { connectionTimeoutMillis: 2000 });
-    app = createCountingApp({ store: createDrizzleStore(opened.db), lease: LEASE_MS });
+    app = createCountingApp({ store: createDrizzleStore(opened.db, STORE_OPTIONS), lease: LEASE_MS });
   });
 
   afterAll(async () => {

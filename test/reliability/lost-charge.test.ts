@@ -18,7 +18,7 @@ import { openDatabase, type OpenedDatabase } from '@idem/drizzle/connect';
 import type { IdempotencyEvent } from '@idem/core';
 import { createPaymentsApp, type PaymentsApp } from '../../examples/payments/src/app.ts';
 import { PaymentChannel } from '../../examples/payments/src/channel.ts';
-import { POSTGRES_SCHEMA, postgresAddress, type SharedDatabase } from './support/databases.ts';
+import { GROUP_COMMIT, POSTGRES_SCHEMA, postgresAddress, type SharedDatabase } from './support/databases.ts';
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
 
 /** A payment answer of either transport. */
@@ -46,6 +46,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('E4: the connection lost inside the 
     opened = await openDatabase(proxy.urlFor(database.url), { connectionTimeoutMillis: 2000 });
     app = createPaymentsApp({
       db: opened.db,
+      groupCommit: GROUP_COMMIT,
       retentionMs: 60_000,
       leaseMs: 10_000,
       onEvent: (event) => events.push(event),

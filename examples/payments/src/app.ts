@@ -30,7 +30,9 @@ export interface PaymentsAppOptions {
   onEvent?: (event: IdempotencyEvent) => void;
   /** Atomic mode (PostgreSQL only): the ledger row commits with the claim and the outcome. Defaults to false. */
   atomic?: boolean;
-  /** The idem store. Defaults to `createDrizzleStore(db)`; tests wrap it to inject store faults. */
+  /** Group commit in the default store (`createDrizzleStore(db, { groupCommit })`). Defaults to true. */
+  groupCommit?: boolean;
+  /** The idem store. Defaults to `createDrizzleStore(db, { groupCommit })`; tests wrap it to inject store faults. */
   store?: PaymentsStore;
   /** The largest request body accepted on `/trpc`, `/graphql` and `/v1/payments`, in bytes; larger ones get 413. Defaults to 64 KiB. */
   maxBodyBytes?: number;
@@ -65,7 +67,8 @@ export function createPaymentsApp({
   channelDelayMs = 0,
   onEvent,
   atomic = false,
-  store = createDrizzleStore(db),
+  groupCommit = true,
+  store = createDrizzleStore(db, { groupCommit }),
   maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
   corsOrigins = [],
   adminToken,

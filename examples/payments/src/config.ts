@@ -28,6 +28,8 @@ export interface ExampleConfig {
   adminToken: string | undefined;
   /** How often the in-process sweeper archives expired keys (R3); undefined: it does not run (`IDEM_SWEEPER=off`). */
   sweepEveryMs: number | undefined;
+  /** Group commit in the store (`IDEM_GROUP_COMMIT`, on): claims and completions that arrive together go as one statement. */
+  groupCommit: boolean;
 }
 
 /** A payment is a few dozen bytes: a body near this is not one. */
@@ -43,7 +45,7 @@ export const DEFAULT_SQLITE_PATH = fileURLToPath(new URL('../.data/payments.db',
  * `PORT` (3000), `DATABASE_URL` (a SQLite file under examples/payments/.data/),
  * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only in the example, which opens SQLite with better-sqlite3),
  * `MAX_BODY_BYTES` (65536), `CORS_ORIGIN` (none), `CHECKOUT_PORT` (off), `CHECKOUT_API_URL`,
- * `ADMIN_TOKEN` (off), `IDEM_SWEEPER` (on), `IDEM_SWEEP_EVERY` (5m).
+ * `ADMIN_TOKEN` (off), `IDEM_SWEEPER` (on), `IDEM_SWEEP_EVERY` (5m), `IDEM_GROUP_COMMIT` (on).
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig {
   const database = resolveFrom(parseDatabaseUrl(env.DATABASE_URL), env.INIT_CWD);
@@ -74,6 +76,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
     sweepEveryMs: flag('IDEM_SWEEPER', env.IDEM_SWEEPER, true)
       ? duration('IDEM_SWEEP_EVERY', env.IDEM_SWEEP_EVERY, '5m')
       : undefined,
+    groupCommit: flag('IDEM_GROUP_COMMIT', env.IDEM_GROUP_COMMIT, true),
   };
 }
 

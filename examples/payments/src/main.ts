@@ -48,6 +48,7 @@ async function main(): Promise<void> {
     maxBodyBytes: config.maxBodyBytes,
     corsOrigins,
     adminToken: config.adminToken,
+    groupCommit: config.groupCommit,
     onEvent: logEvent,
   });
   await app.channel.migrate();

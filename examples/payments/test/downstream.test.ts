@@ -190,6 +190,13 @@ describe('the payments example in atomic mode (PostgreSQL)', () => {
 });
 
 describe('configuration of the example', () => {
+  it("IDEM_GROUP_COMMIT: on by default, off turns the store's group commit off, anything else is refused", () => {
+    expect(readConfig({}).groupCommit).toBe(true);
+    expect(readConfig({ IDEM_GROUP_COMMIT: 'off' }).groupCommit).toBe(false);
+    expect(readConfig({ IDEM_GROUP_COMMIT: '0' }).groupCommit).toBe(false);
+    expect(() => readConfig({ IDEM_GROUP_COMMIT: 'sometimes' })).toThrow(/IDEM_GROUP_COMMIT must be/);
+  });
+
   it('IDEM_ATOMIC needs PostgreSQL: on SQLite the example refuses to start with a one-line reason', () => {
     expect(() => readConfig({ IDEM_ATOMIC: '1' })).toThrow(ConfigError);
     expect(() => readConfig({ IDEM_ATOMIC: '1' })).toThrow(/IDEM_ATOMIC needs PostgreSQL/);

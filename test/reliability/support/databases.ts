@@ -8,6 +8,16 @@
  * which makes an unreachable server a failure (as in the package suites).
  */
 import { createDrizzleStore, migrate, type DrizzleDatabase, type DrizzleStore } from '@idem/drizzle';
+
+/**
+ * Issue 24: `IDEM_GROUP_COMMIT=off npx vitest run test/reliability` runs the whole suite with the
+ * store's group commit off (the example's processes read the same variable); unset, it is on.
+ */
+export const GROUP_COMMIT = !['0', 'false', 'off', 'no'].includes(
+  (process.env.IDEM_GROUP_COMMIT ?? '').trim().toLowerCase(),
+);
+/** The store options every scenario uses. */
+export const STORE_OPTIONS = { groupCommit: GROUP_COMMIT };
 import {
   databaseUrl,
   isServerReachable,
@@ -46,7 +56,7 @@ export const SQLITE_FILE: DatabaseKind = {
       return {
         url: `file:${target.file}`,
         db: target.db,
-        store: createDrizzleStore(target.db),
+        store: createDrizzleStore(target.db, STORE_OPTIONS),
         close: () => target.close(),
       };
     });
@@ -62,7 +72,12 @@ export const POSTGRES_SCHEMA: DatabaseKind = {
       if (target.kind !== 'server' || !target.url)
         throw new Error('[reliability] these scenarios need a PostgreSQL server that child processes can reach');
       await migrate(target.db);
-      return { url: target.url, db: target.db, store: createDrizzleStore(target.db), close: () => target.close() };
+      return {
+        url: target.url,
+        db: target.db,
+        store: createDrizzleStore(target.db, STORE_OPTIONS),
+        close: () => target.close(),
+      };
     });
   },
 };
