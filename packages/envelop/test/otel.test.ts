@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { createYoga } from 'graphql-yoga';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { IdempotencyStore } from '@idem/core';
 import { IDEMPOTENCY_EVENTS_METRIC, idempotencyTelemetry } from '@idem/core/otel';
 import { counted, useOpenTelemetrySdk } from '../../core/test/otel-sdk.ts';
 import { useYogaIdempotency } from '../src/index.ts';
@@ -28,23 +29,29 @@ const CREATE_ORDER = /* GraphQL */ `
   }
 `;
 
+/** The shop's schema under Yoga with the plugin, its events turned into this test's metrics and spans. */
+function tracedShop(store: IdempotencyStore, { required }: { required?: boolean }) {
+  const shop = createShop();
+  const yoga = createYoga({
+    schema: shop.schema,
+    logging: false,
+    plugins: [
+      useYogaIdempotency({
+        store,
+        principal: ({ request }) => request.headers.get('x-user') ?? 'anonymous',
+        ...(required === undefined ? {} : { required }),
+        onEvent: idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }),
+      }),
+    ],
+  });
+  return { shop, post: graphqlClient((url, init) => yoga.fetch(url, init)) };
+}
+
 describe('@idem/core/otel with @idem/envelop through GraphQL Yoga (SQLite)', () => {
   it('a fresh call, its replay, a conflict and a mismatch: counters by event and operation, spans that say replayed or not', async () => {
     const opened = await sqlite.open();
     cleanups.push(opened.close);
-    const shop = createShop();
-    const yoga = createYoga({
-      schema: shop.schema,
-      logging: false,
-      plugins: [
-        useYogaIdempotency({
-          store: opened.store,
-          principal: ({ request }) => request.headers.get('x-user') ?? 'anonymous',
-          onEvent: idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }),
-        }),
-      ],
-    });
-    const post = graphqlClient((url, init) => yoga.fetch(url, init));
+    const { shop, post } = tracedShop(opened.store, {});
     const key = randomUUID();
     const answers: Record<string, GraphQLResponse> = {};
     const call = (name: string, amount: number) =>
@@ -101,20 +108,7 @@ describe('@idem/core/otel with @idem/envelop through GraphQL Yoga (SQLite)', () 
     cleanups.push(opened.close);
     const seen: Record<string, unknown> = {};
     for (const required of [true, false]) {
-      const shop = createShop();
-      const yoga = createYoga({
-        schema: shop.schema,
-        logging: false,
-        plugins: [
-          useYogaIdempotency({
-            store: opened.store,
-            principal: () => 'principal-42',
-            required,
-            onEvent: idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }),
-          }),
-        ],
-      });
-      const post = graphqlClient((url, init) => yoga.fetch(url, init));
+      const { shop, post } = tracedShop(opened.store, { required });
       const span = await sdk.inRequestSpan(`unkeyed-${required}`, async () => {
         const answer = await post({ query: CREATE_ORDER, variables: { input: { amount: 10, currency: 'EUR' } } });
         seen[`status-${required}`] = answer.status;
