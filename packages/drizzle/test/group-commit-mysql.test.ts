@@ -1,10 +1,3 @@
-/**
- * Group commit on MySQL (mysql2): the group statements themselves (`claimOrReadMany`,
- * `completeMany`), counted through drizzle's logger, and what they write, compared with the
- * one-request statements. The suite runs on MariaDB here, held to MySQL 8 (no RETURNING).
- */
-import { randomUUID } from 'node:crypto';
-import type { ClaimRequest } from '@idem/core/store';
 import type { Logger } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/mysql2';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -14,6 +7,7 @@ import { MYSQL_MAX_GROUP, mysqlStatements } from '../src/mysql-store.ts';
 import type { FirstStep, StoreStatements } from '../src/store-statements.ts';
 import { resolveTableNames } from '../src/table-names.ts';
 import { CONCURRENT, groupCommitThroughTheStore } from './group-commit-behaviour.ts';
+import { groupStatementsBehaviour, inserted, outcome, request } from './group-statements-behaviour.ts';
 import { mysqlSuitesRun, openMysqlTarget } from './mysql-target.ts';
 
 const GROUP = CONCURRENT;
@@ -65,28 +59,9 @@ async function open(): Promise<Opened & { db: DrizzleDatabase }> {
   return each;
 }
 
-const request = (key: string = randomUUID(), token: string = randomUUID()): ClaimRequest => ({
-  scope: 'group',
-  key,
-  fingerprint: `fp-${key}`,
-  token,
-  leaseMs: 60_000,
-  retentionMs: 3_600_000,
-  expiredReuse: 'execute',
-});
-const outcome = (i: number) => ({ kind: 'success' as const, status: 200 + (i % 3), body: `{"i":${i}}` });
-
-function inserted(step: FirstStep | undefined) {
-  if (!step || !('inserted' in step)) throw new Error(`expected an inserted row, got ${JSON.stringify(step)}`);
-  return step.inserted;
-}
-function live(step: FirstStep | undefined) {
-  if (!step || !('live' in step)) throw new Error(`expected a live row, got ${JSON.stringify(step)}`);
-  return step.live;
-}
-const timeless = ({ createdAt, leaseUntil, expiresAt, completedAt, ...row }: Record<string, unknown>) => row;
-
 describe.skipIf(!(await mysqlSuitesRun()))('MySQL group commit (mysql2)', () => {
+  groupStatementsBehaviour(open);
+
   it(`E1: ${GROUP} fresh claims go as one read and one transaction of two statements, ${GROUP} completions as one transaction of two`, async () => {
     const { statements: s, logger } = await open();
     const requests = Array.from({ length: GROUP }, () => request());
@@ -121,59 +96,6 @@ describe.skipIf(!(await mysqlSuitesRun()))('MySQL group commit (mysql2)', () => 
     expect([...claimStatements, ...completeStatements].filter((q) => /\breturning\b/i.test(q))).toEqual([]);
   });
 
-  it('E1: a group writes the same rows as one request at a time', async () => {
-    const grouped = await open();
-    const alone = await open();
-    const requests = Array.from({ length: 16 }, () => request());
-    const groupSteps = await grouped.statements.claimOrReadMany!(requests);
-    const aloneSteps = await Promise.all(requests.map((r) => alone.statements.claimOrRead(r)));
-    expect(groupSteps.map((step) => timeless(inserted(step)))).toEqual(
-      aloneSteps.map((step) => timeless(inserted(step))),
-    );
-    for (const step of groupSteps) {
-      const row = inserted(step);
-      expect(row.leaseUntil.getTime() - row.createdAt.getTime()).toBe(60_000);
-      expect(row.expiresAt.getTime() - row.createdAt.getTime()).toBe(3_600_000);
-    }
-    const completions = requests.map((r, i) => ({ scope: r.scope, key: r.key, token: r.token, outcome: outcome(i) }));
-    expect(await grouped.statements.completeMany!(completions)).toEqual(completions.map(() => true));
-    expect(await Promise.all(completions.map((c) => alone.statements.complete(c)))).toEqual(
-      completions.map(() => true),
-    );
-    for (const r of requests) {
-      const [a, b] = await Promise.all([
-        grouped.statements.getLive(r.scope, r.key),
-        alone.statements.getLive(r.scope, r.key),
-      ]);
-      expect(timeless(a!)).toEqual(timeless(b!));
-      expect(a!.expiresAt.getTime() - a!.completedAt!.getTime()).toBe(3_600_000);
-    }
-  });
-
-  it('E1: a key twice in one group has exactly one winner; the other sees its live row', async () => {
-    const { statements: s } = await open();
-    const key = randomUUID();
-    const first = request(key);
-    const second = request(key);
-    const other = request();
-    const [a, b, c] = await s.claimOrReadMany!([first, second, other]);
-    expect(inserted(a).token).toBe(first.token);
-    expect(live(b).row.token).toBe(first.token);
-    expect(live(b).row.state).toBe('processing');
-    expect(inserted(c).token).toBe(other.token);
-  });
-
-  it('E2: keys already in the table come back as their live rows, with the clock', async () => {
-    const { statements: s } = await open();
-    const old = request();
-    inserted(await s.claimOrRead(old));
-    const fresh = request();
-    const [a, b] = await s.claimOrReadMany!([request(old.key), fresh]);
-    expect(live(a).row.token).toBe(old.token);
-    expect(live(a).now).toBeInstanceOf(Date);
-    expect(inserted(b).token).toBe(fresh.token);
-  });
-
   it('a key too long for its column is left to the one-request path, which refuses it alone; the rest of the group is claimed', async () => {
     const { statements: s } = await open();
     const long = request('k'.repeat(600));
@@ -182,27 +104,6 @@ describe.skipIf(!(await mysqlSuitesRun()))('MySQL group commit (mysql2)', () => 
     expect(a).toBeUndefined();
     expect(inserted(b).token).toBe(fine.token);
     await expect(s.insertClaim(long)).rejects.toThrow(RangeError);
-  });
-
-  it('E6: a stale token inside a group of completions answers false; the others complete', async () => {
-    const { statements: s } = await open();
-    const requests = Array.from({ length: 8 }, () => request());
-    await s.claimOrReadMany!(requests);
-    const completions = requests.map((r, i) => ({
-      scope: r.scope,
-      key: r.key,
-      token: i === 3 ? randomUUID() : r.token,
-      outcome: outcome(i),
-    }));
-    expect(await s.completeMany!(completions)).toEqual(completions.map((_, i) => i !== 3));
-    expect((await s.getLive('group', requests[3]!.key))?.state).toBe('processing');
-    expect((await s.getLive('group', requests[4]!.key))?.state).toBe('completed');
-    const again = request();
-    await s.claimOrRead(again);
-    const twice = { scope: again.scope, key: again.key, token: again.token, outcome: outcome(1) };
-    expect(await s.completeMany!([twice, twice])).toEqual([true, false]);
-    // Nothing of the group left to complete: no update is sent.
-    expect(await s.completeMany!([twice, { ...twice, token: randomUUID() }])).toEqual([false, false]);
   });
 
   it("reads, locks and completes a group's rows by primary-key ranges, not by a scan (a scan FOR UPDATE would lock every row it reads)", async () => {
