@@ -21,6 +21,7 @@ import type { AnyMysqlDatabase } from './dialect.js';
 import { MYSQL_COLUMN_BYTES, RECORD_STATES, type MysqlTables } from './mysql-schema.js';
 import { toRecord, type LiveRow } from './record-rows.js';
 import {
+  boundTuples,
   archiving,
   claimParameters,
   claimPlaceholders as b,
@@ -218,16 +219,7 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
 
   /** `(a, b) IN ((…), (…))` over the primary keys a read found. */
   const primaryKeyIn = (columns: SQL[], rows: unknown[][]) =>
-    sql`(${sql.join(columns, sql`, `)}) IN (${sql.join(
-      rows.map(
-        (row) =>
-          sql`(${sql.join(
-            row.map((value) => sql`${value}`),
-            sql`, `,
-          )})`,
-      ),
-      sql`, `,
-    )})`;
+    sql`(${sql.join(columns, sql`, `)}) IN (${boundTuples(rows)})`;
 
   const readLiveRow = async (scope: string, key: string) => {
     const [found] = await readLive.execute({ scope, key });

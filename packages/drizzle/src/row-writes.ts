@@ -213,3 +213,17 @@ export function historyCopy<TColumns extends { archivedAt: SQLWrapper }>(columns
   return copy as Omit<TColumns, 'state' | 'archivedAt' | 'body'> &
     Pick<typeof copy, 'state' | 'archivedAt' | 'body' | 'reusedAt'>;
 }
+
+/** `(…), (…), …`: each row a parenthesised list of bound values (a group's `VALUES` or `IN` list). */
+export function boundTuples(rows: readonly (readonly unknown[])[]): SQL {
+  return sql.join(
+    rows.map(
+      (row) =>
+        sql`(${sql.join(
+          row.map((value) => sql`${value}`),
+          sql`, `,
+        )})`,
+    ),
+    sql`, `,
+  );
+}

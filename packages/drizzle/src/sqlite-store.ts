@@ -23,6 +23,7 @@ import type {
 import { assertLiveReadOrder, liveRowOfValues, nowOfValues } from './drizzle-seams.js';
 import { toRecord, type LiveRead, type LiveRow } from './record-rows.js';
 import {
+  boundTuples,
   archiving,
   claimParameters,
   claimPlaceholders as b,
@@ -292,17 +293,7 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
       : undefined;
 
   /** `(VALUES (…), (…))` of a group's rows, each a list of bound values. */
-  const valuesOf = (rows: unknown[][]) =>
-    sql`(VALUES ${sql.join(
-      rows.map(
-        (row) =>
-          sql`(${sql.join(
-            row.map((value) => sql`${value}`),
-            sql`, `,
-          )})`,
-      ),
-      sql`, `,
-    )})`;
+  const valuesOf = (rows: unknown[][]) => sql`(VALUES ${boundTuples(rows)})`;
   const assertGroupFits = (length: number) => {
     if (length > SQLITE_MAX_GROUP)
       throw new RangeError(`[idem] SQLite store: a group of ${length} requests; at most ${SQLITE_MAX_GROUP}`);
