@@ -9,6 +9,7 @@ import { mysqlClock, postgresClock, sqliteClock, type DatabaseClock } from './da
 import { expiredAt } from './row-writes.js';
 import { defineMysqlTables } from './mysql-schema.js';
 import { executedRows } from './mysql-store.js';
+import { pgExecutedRows } from './pg-group.js';
 import { definePgTables } from './pg-schema.js';
 import { defineSqliteTables } from './sqlite-schema.js';
 import type { TableNames } from './table-names.js';
@@ -20,9 +21,7 @@ export async function rows(opened: OpenedDatabase, query: SQL): Promise<Row[]> {
   if (opened.dialect === 'sqlite') return (await opened.db.all<Row>(query)) as Row[];
   // mysql2: `[rows, fields]`; `varbinary` columns (scope, key) come as Buffers, read with String().
   if (opened.dialect === 'mysql') return executedRows(await opened.db.execute(query));
-  // node-postgres and PGlite answer `{ rows }`, postgres-js the rows themselves.
-  const result = (await opened.db.execute(query)) as unknown;
-  return (Array.isArray(result) ? result : (result as { rows: Row[] }).rows) as Row[];
+  return pgExecutedRows(await opened.db.execute(query));
 }
 
 /** The tables of the opened dialect under `names`. */

@@ -31,12 +31,10 @@ import { columnsReadFrom, type LiveRow } from './record-rows.js';
 import { completion, freshClaim, ownedClaim } from './row-writes.js';
 import type { FirstStep, StoreStatements } from './store-statements.js';
 
-type Row = Record<string, unknown>;
-
 /** The rows of `db.execute`, whichever driver answered (node-postgres and PGlite: `{ rows }`; postgres-js: an array). */
-function rowsOf(result: unknown): Row[] {
-  if (Array.isArray(result)) return result as Row[];
-  return ((result as { rows?: Row[] }).rows ?? []) as Row[];
+export function pgExecutedRows(result: unknown): Array<Record<string, unknown>> {
+  if (Array.isArray(result)) return result as Array<Record<string, unknown>>;
+  return (result as { rows?: Array<Record<string, unknown>> }).rows ?? [];
 }
 
 export function pgGroupStatements(
@@ -139,7 +137,7 @@ RETURNING idem_v.i AS idem_i`;
     },
     async completeMany(args) {
       const done = args.map(() => false);
-      for (const found of rowsOf(await db.execute(completeStatement(args)))) done[Number(found.idem_i)] = true;
+      for (const found of pgExecutedRows(await db.execute(completeStatement(args)))) done[Number(found.idem_i)] = true;
       return done;
     },
   };
