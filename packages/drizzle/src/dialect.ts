@@ -8,6 +8,7 @@ import type { MySqlDatabase, MySqlQueryResultHKT, PreparedQueryHKTBase } from 'd
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import type { BaseSQLiteDatabase } from 'drizzle-orm/sqlite-core';
 import { entityKinds } from './drizzle-seams.js';
+import { isPgPool } from './owned-transaction.js';
 
 /** Any Postgres drizzle instance: node-postgres, postgres.js, PGlite, … */
 export type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
@@ -94,7 +95,7 @@ export function detectDialect(db: unknown): DetectedDatabase {
       `[idem] unsupported ${DIALECT_NAMES[dialect]} driver (drizzle's ${kind ?? 'unnamed'}): the store runs on ${SUPPORTED}`,
     );
   }
-  if (known.name === 'node-postgres' && !isPool((db as { $client?: unknown }).$client)) {
+  if (known.name === 'node-postgres' && !isPgPool((db as { $client?: unknown }).$client)) {
     throw new TypeError(
       '[idem] node-postgres: pass a pg.Pool, not a single pg.Client: the store runs transactions (reuse of an expired key, atomic mode) that each need a connection of their own, and on one Client they would interleave',
     );
@@ -107,15 +108,4 @@ export function detectDialect(db: unknown): DetectedDatabase {
       ? { transactions: 'synchronous', db: db as SyncSQLiteDatabase }
       : { transactions: 'asynchronous', db: db as AsyncSQLiteDatabase };
   return { dialect, db: sqlite.db, driver, sqlite };
-}
-
-/** A `pg.Pool` (drizzle gives each transaction its own pool connection) rather than one `pg.Client`. */
-function isPool(client: unknown): boolean {
-  return (
-    typeof client === 'object' &&
-    client !== null &&
-    'totalCount' in client &&
-    'idleCount' in client &&
-    typeof (client as { connect?: unknown }).connect === 'function'
-  );
 }

@@ -19,6 +19,13 @@
  *    0.41–0.43 have no such class: they reject with the driver's own error, which does not list
  *    the parameters. The class is looked up in the module namespace, so that the import still
  *    links (in Node and in bundlers) where the export is missing.
+ * 4. **A session bound to one connection** (`boundToConnection`): a drizzle database runs its
+ *    statements through `db.session`, whose `client` is the driver's pool or connection, and
+ *    whose `transaction(body, config)` checks a connection out only when `client` is a pool
+ *    (node-postgres: `instanceof Pool` or a class named `…Pool`; mysql2: `'getConnection' in
+ *    client`). A copy of the session whose `client` is one checked-out connection therefore runs
+ *    drizzle's own transaction (`BEGIN`, the body, `COMMIT` or `ROLLBACK`, savepoints) on that
+ *    connection and never releases it: the caller owns its lifetime (`owned-transaction.ts`).
  */
 import { entityKind } from 'drizzle-orm';
 import * as drizzleErrors from 'drizzle-orm/errors';
@@ -112,4 +119,29 @@ const DrizzleQueryErrorClass = Reflect.get(drizzleErrors, 'DrizzleQueryError') a
 /** Whether `error` is drizzle's wrapper of a failed statement (whose message lists the parameters). */
 export function isDrizzleQueryError(error: unknown): error is drizzleErrors.DrizzleQueryError {
   return DrizzleQueryErrorClass !== undefined && error instanceof DrizzleQueryErrorClass;
+}
+
+/** What the store reads of a drizzle database's session: its client, and its transaction. */
+export interface DrizzleSession {
+  client: unknown;
+  transaction(body: (tx: never) => unknown, config?: unknown): Promise<unknown>;
+}
+
+/** `db.session`, drizzle's session of a PostgreSQL or MySQL database, when it has the shape the store relies on. */
+export function sessionOf(db: object): DrizzleSession | undefined {
+  const session: unknown = Reflect.get(db, 'session');
+  if (typeof session !== 'object' || session === null) return undefined;
+  if (!('client' in session) || typeof Reflect.get(session, 'transaction') !== 'function') return undefined;
+  return session as DrizzleSession;
+}
+
+/**
+ * A copy of `session` that runs every statement, and drizzle's whole transaction, on
+ * `connection`: drizzle's `transaction()` sees a client that is not a pool, so it runs `BEGIN`
+ * on the session itself and releases nothing.
+ */
+export function boundToConnection<S extends DrizzleSession>(session: S, connection: unknown): S {
+  return Object.create(session, {
+    client: { value: connection, writable: true, enumerable: true, configurable: true },
+  }) as S;
 }

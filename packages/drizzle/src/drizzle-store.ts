@@ -102,7 +102,7 @@ const MAX_CLAIM_ROUNDS = 8;
 const PURGE_BATCH = 5000;
 const DEFAULT_SWEEP_BATCH = 1000;
 
-/** The transaction `db.transaction(…)` hands its callback: what atomic mode's `claim.tx` is. */
+/** The transaction drizzle hands a transaction's callback: what atomic mode's `claim.tx` is. */
 export type DrizzleTransaction<TDb extends DrizzleDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
 
 /**

@@ -19,6 +19,7 @@ import {
 } from './dialect.js';
 import { migrationsFor } from './migration-files.js';
 import { executedRows } from './mysql-store.js';
+import { openTransaction } from './owned-transaction.js';
 import { retrySqliteBusy } from './sqlite-busy.js';
 
 export interface MigrateOptions {
@@ -67,7 +68,7 @@ async function migratePostgres(
   schema: string,
 ): Promise<void> {
   const journal = sql`${sql.identifier(schema)}.${sql.identifier(table)}`;
-  await db.transaction(async (tx) => {
+  await openTransaction(db, async (tx) => {
     await tx.execute(sql`SELECT pg_advisory_xact_lock(hashtextextended(${`idem:migrate:${schema}.${table}`}, 0))`);
     await tx.execute(sql`CREATE SCHEMA IF NOT EXISTS ${sql.identifier(schema)}`);
     await tx.execute(
@@ -101,7 +102,7 @@ async function migrateMysql(db: AnyMysqlDatabase, migrations: readonly Migration
   const named = `idem:migrate:${table}`;
   const lock = named.length <= 64 ? named : `idem:migrate:${createHash('sha256').update(named).digest('base64url')}`;
   const journal = sql.identifier(table);
-  await db.transaction(async (tx) => {
+  await openTransaction(db, async (tx) => {
     const [answer] = executedRows(
       await tx.execute(sql`SELECT GET_LOCK(${lock}, ${MYSQL_MIGRATION_WAIT_SECONDS}) AS got`),
     );
@@ -141,16 +142,24 @@ function migrateSqlite({ transactions, db }: SqliteDatabase, migrations: readonl
   const lastApplied = sql`SELECT created_at AS "createdAt" FROM ${journal} ORDER BY created_at DESC LIMIT 1`;
   const immediate = { behavior: 'immediate' } as const;
   if (transactions === 'synchronous')
-    return db.transaction((tx) => {
-      tx.run(createJournal);
-      const [last] = tx.all<{ createdAt: unknown }>(lastApplied);
-      for (const statement of statementsAfter(migrations, last?.createdAt, journal)) tx.run(statement);
-    }, immediate);
-  return db.transaction(async (tx) => {
-    await tx.run(createJournal);
-    const [last] = await tx.all<{ createdAt: unknown }>(lastApplied);
-    for (const statement of statementsAfter(migrations, last?.createdAt, journal)) await tx.run(statement);
-  }, immediate);
+    return openTransaction(
+      db,
+      (tx) => {
+        tx.run(createJournal);
+        const [last] = tx.all<{ createdAt: unknown }>(lastApplied);
+        for (const statement of statementsAfter(migrations, last?.createdAt, journal)) tx.run(statement);
+      },
+      immediate,
+    );
+  return openTransaction(
+    db,
+    async (tx) => {
+      await tx.run(createJournal);
+      const [last] = await tx.all<{ createdAt: unknown }>(lastApplied);
+      for (const statement of statementsAfter(migrations, last?.createdAt, journal)) await tx.run(statement);
+    },
+    immediate,
+  );
 }
 
 /** The SQL of the migrations newer than the journal's last entry, each followed by its journal entry. */

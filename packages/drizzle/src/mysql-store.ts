@@ -18,6 +18,7 @@ import { and, eq, getTableColumns, getTableName, inArray, sql, type SQL } from '
 import { savepointOn, transactionEndingAs } from './atomic-transaction.js';
 import { mysqlClock as clock } from './database-clock.js';
 import type { AnyMysqlDatabase } from './dialect.js';
+import { openTransaction, type TransactionOf } from './owned-transaction.js';
 import { MYSQL_COLUMN_BYTES, RECORD_STATES, type MysqlTables } from './mysql-schema.js';
 import { toRecord, type LiveRow } from './record-rows.js';
 import {
@@ -47,8 +48,8 @@ import type { FirstStep, StoreStatements } from './store-statements.js';
 
 const param = sql.placeholder;
 
-/** The transaction `db.transaction(…)` hands its callback. */
-type AnyMysqlTransaction = Parameters<Parameters<AnyMysqlDatabase['transaction']>[0]>[0];
+/** The transaction drizzle hands a transaction's callback. */
+type AnyMysqlTransaction = TransactionOf<AnyMysqlDatabase>;
 const LIVE_STATES = RECORD_STATES.filter((state) => state !== 'archived');
 
 /**
@@ -355,7 +356,7 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
       misses.size === 0
         ? new Map<string, { row: LiveRow; now: Date }>()
         : await retryingDeadlocks(() =>
-            db.transaction(async (tx) => {
+            openTransaction(db, async (tx) => {
               const rows = [...misses.values()].sort((a, b) => byBytes(a.scope, b.scope) || byBytes(a.key, b.key));
               await tx
                 .insert(keys)
@@ -395,7 +396,7 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
     assertGroupFits(completions.length);
     const owned = (scope: string, key: string, token: string) => `${keyOf(scope, key)}\u0000${token}`;
     const completed = await retryingDeadlocks(() =>
-      db.transaction(async (tx) => {
+      openTransaction(db, async (tx) => {
         const locked = await tx
           .select({ scope: keys.scope, key: keys.key, token: keys.token })
           .from(keys)
@@ -450,7 +451,7 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
     groupMode: 'inFlight',
     transaction: (work) =>
       transactionEndingAs(
-        (body: (tx: AnyMysqlTransaction) => Promise<void>) => db.transaction(body),
+        (body: (tx: AnyMysqlTransaction) => Promise<void>) => openTransaction(db, body),
         async (tx) => {
           const { statements, releaseLock } = within(tx);
           // Released before the COMMIT: a duplicate arriving in between waits for the commit
@@ -485,7 +486,7 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
     async reuseExpired(request, seen) {
       assertFits(request);
       const v = claimValues(request, seen.token);
-      return db.transaction(async (tx) => {
+      return openTransaction(db, async (tx) => {
         const [locked] = await tx
           .select({ token: keys.token })
           .from(keys)

@@ -11,6 +11,7 @@ import { and, eq, getTableColumns, getTableName, sql, type Placeholder, type SQL
 import { savepointOn, transactionEndingAs } from './atomic-transaction.js';
 import { postgresClock as clock, postgresStatementClock } from './database-clock.js';
 import type { AnyPgDatabase } from './dialect.js';
+import { openTransaction, type TransactionOf } from './owned-transaction.js';
 import { pgGroupStatements } from './pg-group.js';
 import type { PgTables } from './pg-schema.js';
 import { columnsReadFrom, toRecord } from './record-rows.js';
@@ -41,8 +42,8 @@ import type { StoreStatements } from './store-statements.js';
 
 const param = sql.placeholder;
 
-/** The transaction `db.transaction(…)` hands its callback. */
-type AnyPgTransaction = Parameters<Parameters<AnyPgDatabase['transaction']>[0]>[0];
+/** The transaction drizzle hands a transaction's callback. */
+type AnyPgTransaction = TransactionOf<AnyPgDatabase>;
 
 /**
  * The sweeper's candidates: expired live rows, read through the partial expiry index (R3).
@@ -234,7 +235,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     ...pgGroupStatements(db, tables),
     transaction: (work) =>
       transactionEndingAs(
-        (body: (tx: AnyPgTransaction) => Promise<void>) => db.transaction(body),
+        (body: (tx: AnyPgTransaction) => Promise<void>) => openTransaction(db, body),
         (tx) => work(within(tx)),
       ),
     async insertClaim(request) {
@@ -263,7 +264,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     },
     async reuseExpired(request, seen) {
       const v = claimValues(request, seen.token);
-      return db.transaction(async (tx) => {
+      return openTransaction(db, async (tx) => {
         const [locked] = await tx
           .select({ token: keys.token })
           .from(keys)

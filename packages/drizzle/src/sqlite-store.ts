@@ -40,6 +40,7 @@ import {
   takeover,
   thisKey,
 } from './row-writes.js';
+import { openTransaction, type TransactionOf } from './owned-transaction.js';
 import type { SqliteTables } from './sqlite-schema.js';
 import { isSqliteBusy, whileBusy } from './sqlite-busy.js';
 import type { FirstStep, StoreStatements } from './store-statements.js';
@@ -60,8 +61,8 @@ const keyOf = (scope: string, key: string): string => `${scope.length}:${scope}$
 /** A group's completions, as the `VALUES` rows `UPDATE … FROM` joins on (`column1` … `column6`). */
 type Completion = ClaimOwner & { outcome: StoredOutcome };
 
-/** The transaction libsql's `db.transaction(…)` hands its callback. */
-type AsyncSQLiteTransaction = Parameters<Parameters<AsyncSQLiteDatabase['transaction']>[0]>[0];
+/** The transaction libsql's transactions hand their callback. */
+type AsyncSQLiteTransaction = TransactionOf<AsyncSQLiteDatabase>;
 
 /** The sweeper's candidates: expired live rows, read through the partial expiry index (R3). */
 export function sqliteSweepCandidates(db: AnySQLiteDatabase, { keys }: SqliteTables, limit: number | Placeholder) {
@@ -227,14 +228,16 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
     const parameters = claimParameters(request, seen.token);
     const immediate = { behavior: 'immediate' } as const;
     if (sqlite.transactions === 'synchronous')
-      return sqlite.db.transaction(
+      return openTransaction(
+        sqlite.db,
         (tx) => ({
           archived: archiveIntoHistoryOn(tx, seen.generation).get(parameters),
           record: nextGenerationOn(tx, seen.generation).get(parameters),
         }),
         immediate,
       );
-    return sqlite.db.transaction(
+    return openTransaction(
+      sqlite.db,
       async (tx) => ({
         archived: await archiveIntoHistoryOn(tx, seen.generation).get(parameters),
         record: await nextGenerationOn(tx, seen.generation).get(parameters),
@@ -282,7 +285,7 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
             const attempt = () =>
               transactionEndingAs(
                 (body: (tx: AsyncSQLiteTransaction) => Promise<void>) =>
-                  sqlite.db.transaction(body, { behavior: 'immediate' }),
+                  openTransaction(sqlite.db, body, { behavior: 'immediate' }),
                 (tx) => {
                   started = true;
                   return work(within(tx));
@@ -326,7 +329,8 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
       let started = false;
       return whileBusy(
         () =>
-          on.transaction(
+          openTransaction(
+            on,
             () => {
               started = true;
               return body();

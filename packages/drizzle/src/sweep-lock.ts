@@ -22,6 +22,7 @@ import { sql } from 'drizzle-orm';
 import { sqliteClock } from './database-clock.js';
 import type { DetectedDatabase } from './dialect.js';
 import { executedRows } from './mysql-store.js';
+import { openTransaction } from './owned-transaction.js';
 import { retrySqliteBusy } from './sqlite-busy.js';
 import type { TableNames } from './table-names.js';
 
@@ -59,7 +60,7 @@ export function sweepLock(detected: DetectedDatabase, tables: TableNames): Sweep
     const { db } = detected;
     if (detected.driver.name === 'pglite') return (work) => inProcess(db, name, () => work(always));
     return (work) =>
-      db.transaction(async (tx) => {
+      openTransaction(db, async (tx) => {
         const [row] = await tx
           .select({
             got: sql<boolean>`pg_try_advisory_xact_lock(hashtextextended(${name} || ':' || current_schema(), 0))`,
@@ -74,7 +75,7 @@ export function sweepLock(detected: DetectedDatabase, tables: TableNames): Sweep
     // MySQL refuses names over 64 characters: a digest of the database and table keeps it at 51.
     const lockName = sql`CONCAT('idem:sweep:', LEFT(SHA2(CONCAT(DATABASE(), '.', ${tables.keys}), 256), 40))`;
     return (work) =>
-      db.transaction(async (tx) => {
+      openTransaction(db, async (tx) => {
         const [answer] = executedRows(await tx.execute(sql`SELECT GET_LOCK(${lockName}, 0) AS got`));
         if (Number(answer?.got) !== 1) return { ran: false as const };
         try {
