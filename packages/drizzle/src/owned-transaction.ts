@@ -31,7 +31,7 @@ export type TransactionOf<D extends { transaction: (...args: never[]) => unknown
 
 /** A pg-compatible pool (node-postgres, and the Neon and Vercel pools built on it). */
 interface PgPool {
-  connect(): Promise<PgPoolClient>;
+  connect(callback: (error: Error | undefined, client: PgPoolClient | undefined) => void): void;
   totalCount: number;
   idleCount: number;
 }
@@ -111,14 +111,22 @@ async function onPgPool<T>(
   body: (tx: never) => Promise<T>,
   config: unknown,
 ): Promise<T> {
-  const client = await pool.connect();
   let lost: Error | undefined;
   // A checked-out client whose backend dies between statements emits 'error': recorded here
-  // (without a listener it would be thrown at the process), and the client is not reused.
+  // (without a listener it would be thrown at the process), and the client is not reused. The
+  // listener is attached in pg-pool's callback, in the same turn as the checkout: the server's
+  // notice can arrive in the very chunk that completed a new connection, before a promise's
+  // continuation would run.
   const onError = (error: unknown) => {
     lost ??= asError(error);
   };
-  client.on('error', onError);
+  const client = await new Promise<PgPoolClient>((resolve, reject) =>
+    pool.connect((error, checkedOut) => {
+      if (error || !checkedOut) return reject(error ?? new Error('[idem] the pool gave no client'));
+      checkedOut.on('error', onError);
+      resolve(checkedOut);
+    }),
+  );
   try {
     return await onConnection(session, client, body, config, (error) => {
       lost ??= asError(error);
