@@ -12,6 +12,9 @@
  * the client cannot read the server's notice before the statement goes out on the dead connection.
  */
 import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import mysql from 'mysql2/promise';
@@ -118,6 +121,30 @@ function cutter(cut: () => void) {
     },
   };
 }
+
+describe('every transaction the store opens goes through openTransaction', () => {
+  it('no source file but owned-transaction.ts calls .transaction( on anything but a transaction (a savepoint)', () => {
+    const src = fileURLToPath(new URL('../src/', import.meta.url));
+    const raw: string[] = [];
+    for (const file of readdirSync(src).filter((name) => name.endsWith('.ts') && name !== 'owned-transaction.ts')) {
+      const source = ts.createSourceFile(file, readFileSync(src + file, 'utf8'), ts.ScriptTarget.Latest, true);
+      const visit = (node: ts.Node) => {
+        if (
+          ts.isCallExpression(node) &&
+          ts.isPropertyAccessExpression(node.expression) &&
+          node.expression.name.text === 'transaction' &&
+          node.expression.expression.getText(source) !== 'tx'
+        ) {
+          const { line } = source.getLineAndCharacterOfPosition(node.getStart(source));
+          raw.push(`${file}:${line + 1}: ${node.expression.getText(source)}(`);
+        }
+        ts.forEachChild(node, visit);
+      };
+      visit(source);
+    }
+    expect(raw).toEqual([]);
+  });
+});
 
 describe.skipIf(!server)('node-postgres: a connection lost at any statement of a transaction', () => {
   const application = `idem-loss-${randomBytes(4).toString('hex')}`;

@@ -11,11 +11,12 @@ import { join } from 'node:path';
 import * as drizzleErrors from 'drizzle-orm/errors';
 import { npmVersion } from 'drizzle-orm/version';
 import { describe, expect, it } from 'vitest';
-import { eq } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
 import { createDrizzleStore, migrate, pgIdemKeys, sqliteIdemKeys } from '../src/index.ts';
-import { entityKinds, isDrizzleQueryError } from '../src/drizzle-seams.ts';
+import { boundToConnection, entityKinds, isDrizzleQueryError, sessionOf } from '../src/drizzle-seams.ts';
+import { isPgPool, openTransaction } from '../src/owned-transaction.ts';
 import { detectDialect } from '../src/dialect.ts';
-import { DRIVERS } from './drivers.ts';
+import { DRIVERS, rowsOfResult } from './drivers.ts';
 
 /** drizzle's entity name of each driver's database class. */
 const DATABASE_CLASS = {
@@ -108,6 +109,51 @@ describe(`drizzle seams on drizzle-orm ${npmVersion}`, () => {
           await target.close();
         }
       });
+
+      it(
+        spec.name === 'node-postgres'
+          ? 'boundToConnection: drizzle runs its whole transaction (BEGIN, savepoint, COMMIT) on the bound pool client and releases nothing; openTransaction gives the client back'
+          : "openTransaction: no pool behind the session, so it is drizzle's own db.transaction",
+        async () => {
+          const target = await spec.open();
+          try {
+            const session = sessionOf(target.db);
+            if (spec.name !== 'node-postgres') {
+              expect(isPgPool(session?.client)).toBe(false);
+              if (spec.dialect === 'postgres') {
+                const db = target.db as import('drizzle-orm/pg-core').PgDatabase<any>;
+                await expect(openTransaction(db, async () => 'done')).resolves.toBe('done');
+              }
+              return;
+            }
+            const pool = (target.db as unknown as { $client: import('pg').Pool }).$client;
+            expect(session?.client).toBe(pool);
+            expect(isPgPool(pool)).toBe(true);
+            const client = await pool.connect();
+            try {
+              const backend = async (tx: { execute(query: unknown): Promise<unknown> }) =>
+                Number(rowsOfResult<{ pid: number }>(await tx.execute(sql`SELECT pg_backend_pid() AS pid`))[0]!.pid);
+              const pids = (await boundToConnection(session!, client).transaction(async (tx: never) => {
+                const outer = await backend(tx);
+                const nested = await (
+                  tx as { transaction(body: (nested: never) => Promise<number>): Promise<number> }
+                ).transaction(async (inner) => backend(inner));
+                return [outer, nested];
+              })) as number[];
+              expect(pids).toEqual([client.processID, client.processID]);
+              // Still checked out: drizzle released nothing.
+              expect(pool.totalCount - pool.idleCount).toBe(1);
+            } finally {
+              client.release();
+            }
+            const db = target.db as import('drizzle-orm/pg-core').PgDatabase<any>;
+            await expect(openTransaction(db, async () => 'done')).resolves.toBe('done');
+            expect(pool.totalCount - pool.idleCount).toBe(0);
+          } finally {
+            await target.close();
+          }
+        },
+      );
 
       it("K5: drizzle's query errors are told by isDrizzleQueryError: DrizzleQueryError on 0.44 and later, none before (the driver's error, without the parameters)", async () => {
         const target = await spec.open();
