@@ -140,7 +140,9 @@ describe(`drizzle seams on drizzle-orm ${npmVersion}`, () => {
                 ).transaction(async (inner) => backend(inner));
                 return [outer, nested];
               })) as number[];
-              expect(pids).toEqual([client.processID, client.processID]);
+              // pg's Client knows its backend's pid (not in @types/pg).
+              const { processID } = client as unknown as { processID: number };
+              expect(pids).toEqual([processID, processID]);
               // Still checked out: drizzle released nothing.
               expect(pool.totalCount - pool.idleCount).toBe(1);
             } finally {
