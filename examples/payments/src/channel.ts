@@ -195,9 +195,10 @@ export class PaymentChannel {
   }
 
   async #all(query: SQL, db: DrizzleDatabase = this.#db): Promise<unknown[]> {
-    return this.#isPg(db)
-      ? (await (db as PgLike).execute(query)).rows
-      : retrySqliteBusy(() => (db as SqliteLike).all(query));
+    if (!this.#isPg(db)) return retrySqliteBusy(() => (db as SqliteLike).all(query));
+    // node-postgres answers `{ rows }`, postgres-js the rows themselves.
+    const result = await (db as PgLike).execute(query);
+    return Array.isArray(result) ? result : result.rows;
   }
 }
 
@@ -209,5 +210,5 @@ export function innermostMessage(error: unknown): string {
   return (current instanceof Error ? current.message : String(current)).split('\n')[0]!;
 }
 
-type PgLike = { execute(query: SQL): Promise<{ rows: unknown[] }> };
+type PgLike = { execute(query: SQL): Promise<{ rows: unknown[] } | unknown[]> };
 type SqliteLike = { run(query: SQL): unknown; all(query: SQL): unknown[] };

@@ -3,6 +3,7 @@ import {
   DatabaseUrlError,
   parseDatabaseUrl as parseStoreDatabaseUrl,
   type DatabaseLocation,
+  type DriverName,
 } from '@idem/drizzle/connect';
 import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -42,13 +43,14 @@ export const DEFAULT_SQLITE_PATH = fileURLToPath(new URL('../.data/payments.db',
 
 /**
  * Reads the example's configuration from the environment:
- * `PORT` (3000), `DATABASE_URL` (a SQLite file under examples/payments/.data/),
+ * `PORT` (3000), `DATABASE_URL` (a SQLite file under examples/payments/.data/), `DATABASE_DRIVER`
+ * (the first installed driver of the URL's dialect),
  * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only in the example, which opens SQLite with better-sqlite3),
  * `MAX_BODY_BYTES` (65536), `CORS_ORIGIN` (none), `CHECKOUT_PORT` (off), `CHECKOUT_API_URL`,
  * `ADMIN_TOKEN` (off), `IDEM_SWEEPER` (on), `IDEM_SWEEP_EVERY` (5m), `IDEM_GROUP_COMMIT` (on).
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig {
-  const database = resolveFrom(parseDatabaseUrl(env.DATABASE_URL), env.INIT_CWD);
+  const database = resolveFrom(parseDatabaseUrl(env.DATABASE_URL, env.DATABASE_DRIVER), env.INIT_CWD);
   const atomic = flag('IDEM_ATOMIC', env.IDEM_ATOMIC);
   if (atomic && database.dialect !== 'postgres') {
     throw new ConfigError(
@@ -135,10 +137,14 @@ function flag(name: string, value: string | undefined, fallback = false): boolea
  * `postgresql://` selects PostgreSQL; unset selects the default SQLite file. The rules are
  * `parseDatabaseUrl` of `@idem/drizzle` (the same as the `idem` CLI); a bad value is a ConfigError.
  */
-export function parseDatabaseUrl(value: string | undefined): ExampleConfig['database'] {
+export function parseDatabaseUrl(value: string | undefined, driver?: string): ExampleConfig['database'] {
   let database: DatabaseLocation;
   try {
-    database = parseStoreDatabaseUrl(value, { defaultSqlitePath: DEFAULT_SQLITE_PATH });
+    database = parseStoreDatabaseUrl(value, {
+      defaultSqlitePath: DEFAULT_SQLITE_PATH,
+      name: 'DATABASE_URL',
+      driver: driver === undefined || driver.trim() === '' ? undefined : (driver.trim() as DriverName),
+    });
   } catch (error) {
     if (error instanceof DatabaseUrlError) throw new ConfigError(error.message);
     throw error;

@@ -35,6 +35,8 @@ export interface ExampleOptions {
   atomic?: boolean;
   /** A name for messages. */
   name?: string;
+  /** More environment variables (IDEM_SWEEP_EVERY, DATABASE_DRIVER, …). */
+  env?: Record<string, string>;
 }
 
 export interface ExampleServer {
@@ -73,6 +75,7 @@ export class ExampleFleet {
       IDEM_LEASE: options.lease ?? '',
       IDEM_TTL: options.ttl ?? '',
       IDEM_ATOMIC: options.atomic ? '1' : '',
+      ...options.env,
     };
     const child = spawn(process.execPath, ['--import', 'tsx', EXAMPLE_MAIN], {
       cwd: REPOSITORY_ROOT,
