@@ -1,5 +1,5 @@
 /**
- * Atomic mode's transaction over drizzle's `db.transaction`, written once for every dialect:
+ * Atomic mode's transaction over drizzle's transaction (`openTransaction`, owned-transaction.ts), written once for every dialect:
  * the engine's work runs with the dialect's statements, and the transaction ends as the work
  * says — committed, or rolled back through drizzle's own `tx.rollback()` — answering the work's
  * value either way. Only a failure of the database makes it reject.
@@ -14,7 +14,7 @@ interface DrizzleTx<TTx> {
 }
 
 /**
- * Runs `work` inside `open` (a dialect's `db.transaction`) and ends the transaction as `work`'s
+ * Runs `work` inside `open` (a dialect's `openTransaction`) and ends the transaction as `work`'s
  * {@link TransactionEnd} says.
  */
 export async function transactionEndingAs<TTx extends DrizzleTx<TTx>, R>(

@@ -67,7 +67,7 @@ export interface StoreStatements {
   purgeHistory(olderThanMs: number, limit: number): Promise<number>;
   ping(): Promise<void>;
   /**
-   * Atomic mode's transaction (the store contract's `AtomicMode`), on drizzle's `db.transaction`;
+   * Atomic mode's transaction (the store contract's `AtomicMode`), on drizzle's transaction (`openTransaction`);
    * absent where a transaction cannot span the handler's `await`s (better-sqlite3).
    */
   transaction: AtomicMode['transaction'] | undefined;
