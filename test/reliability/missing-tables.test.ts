@@ -61,21 +61,24 @@ function expectLoudRefusal({ answers, ran, lines }: Awaited<ReturnType<typeof tw
 
 describe('E5: a store whose tables do not exist says so, naming them', () => {
   for (const spec of DRIVERS) {
-    it.runIf(spec.runs)(`${spec.name}: ${spec.name === 'better-sqlite3' ? 'refuses at start-up' : 'answers 503 naming the tables, and logs it once'}`, async () => {
-      const target = await spec.open();
-      try {
-        if (spec.name === 'better-sqlite3') {
-          const creating = () => createDrizzleStore(target.db, { tables: TABLES });
-          expect(creating).toThrow(StoreConfigurationError);
-          expect(creating).toThrow(NAMES[0]);
-          expect(creating).toThrow(NAMES[1]);
-        } else {
-          expectLoudRefusal(await twoRequests(target.db));
+    it.runIf(spec.runs)(
+      `${spec.name}: ${spec.name === 'better-sqlite3' ? 'refuses at start-up' : 'answers 503 naming the tables, and logs it once'}`,
+      async () => {
+        const target = await spec.open();
+        try {
+          if (spec.name === 'better-sqlite3') {
+            const creating = () => createDrizzleStore(target.db, { tables: TABLES });
+            expect(creating).toThrow(StoreConfigurationError);
+            expect(creating).toThrow(NAMES[0]);
+            expect(creating).toThrow(NAMES[1]);
+          } else {
+            expectLoudRefusal(await twoRequests(target.db));
+          }
+        } finally {
+          await target.close();
         }
-      } finally {
-        await target.close();
-      }
-    });
+      },
+    );
   }
 
   it.runIf(mysqlRuns)('mysql2: answers 503 naming the tables, and logs it once', async () => {
