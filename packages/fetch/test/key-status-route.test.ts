@@ -12,13 +12,10 @@ function app() {
     store: new MemoryStore(),
     principal: (request: Request) => request.headers.get('x-user-id') ?? 'anonymous',
   };
-  const POST = idempotent(
-    async (request: Request) => {
-      const { amount } = (await request.json()) as { amount: number };
-      return Response.json({ orderId: 'o-1', amount }, { status: 201 });
-    },
-    options,
-  );
+  const POST = idempotent(async (request: Request) => {
+    const { amount } = (await request.json()) as { amount: number };
+    return Response.json({ orderId: 'o-1', amount }, { status: 201 });
+  }, options);
   const GET = keyStatusRoute(options);
   const order = (key: string, user = 'alice') =>
     POST(
