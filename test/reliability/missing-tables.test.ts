@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { StoreConfigurationError } from '@idem/core';
 import { createDrizzleStore } from '@idem/drizzle';
 import { idempotent } from '@idem/fetch';
+import { withoutParameters } from '../../packages/drizzle/src/query-errors.ts';
 import { DRIVERS, type DriverTarget } from '../../packages/drizzle/test/drivers.ts';
 import { mysqlSuitesRun, openMysqlTarget } from '../../packages/drizzle/test/mysql-target.ts';
 
@@ -102,5 +103,22 @@ describe('E5: a store whose tables do not exist says so, naming them', () => {
     expect(response.status).toBe(503);
     expect(((await response.json()) as { detail: string }).detail).toMatch(/unavailable.*Retry later/);
     expect(logged).not.toHaveBeenCalled();
+  });
+
+  it("only the store's own tables: another table missing (a handler's, in an atomic transaction) stays the driver's error", () => {
+    const tables = { keys: 'idem_keys', history: 'idem_key_history' };
+    const driverError = (message: string, fields: object) => Object.assign(new Error(message), fields);
+    const theirs = [
+      driverError('no such table: payments_ledger', { code: 'SQLITE_ERROR' }),
+      driverError('relation "payments_ledger" does not exist', { code: '42P01' }),
+      driverError("Table 'test.payments_ledger' doesn't exist", { code: 'ER_NO_SUCH_TABLE', errno: 1146 }),
+    ];
+    for (const error of theirs) expect(withoutParameters(error, tables)).toBe(error);
+    const ours = [
+      driverError('no such table: idem_keys', { code: 'SQLITE_ERROR' }),
+      driverError('relation "app.idem_key_history" does not exist', { code: '42P01' }),
+      driverError("Table 'test.idem_keys' doesn't exist", { code: 'ER_NO_SUCH_TABLE', errno: 1146 }),
+    ];
+    for (const error of ours) expect(withoutParameters(error, tables)).toBeInstanceOf(StoreConfigurationError);
   });
 });

@@ -26,18 +26,24 @@ export class StoreQueryError extends Error {
 }
 
 /**
- * Whether a driver error says a table does not exist: PostgreSQL's SQLSTATE `42P01`, MySQL's
- * `ER_NO_SUCH_TABLE` (1146), SQLite's `no such table` (better-sqlite3, libsql). Drizzle's query
- * error (0.44+) carries the driver's error as `cause`; older versions throw it as it is.
+ * The table a driver error says does not exist, or undefined: PostgreSQL's SQLSTATE `42P01`
+ * (`relation "x" does not exist`), MySQL's `ER_NO_SUCH_TABLE` (`Table 'db.x' doesn't exist`),
+ * SQLite's `no such table: x` (better-sqlite3, libsql). Drizzle's query error (0.44+) carries the
+ * driver's error as `cause`; older versions throw it as it is.
  */
-export function isMissingTableError(error: unknown): boolean {
+export function missingTableOf(error: unknown): string | undefined {
   for (let current = error, depth = 0; current instanceof Error && depth < 4; depth += 1) {
     const { code, errno } = current as { code?: unknown; errno?: unknown };
-    if (code === '42P01' || code === 'ER_NO_SUCH_TABLE' || errno === 1146) return true;
-    if (/\bno such table\b/i.test(current.message)) return true;
+    const named =
+      code === '42P01'
+        ? /relation "(?:[^"]+\.)?([^"]+)" does not exist/.exec(current.message)
+        : code === 'ER_NO_SUCH_TABLE' || errno === 1146
+          ? /Table '(?:[^'.]+\.)?([^']+)' doesn't exist/.exec(current.message)
+          : /\bno such table: (?:\w+\.)?(\S+)/i.exec(current.message);
+    if (named) return named[1];
     current = current.cause;
   }
-  return false;
+  return undefined;
 }
 
 /** E5: the store's tables are missing, as an error that names them and what to do. */
@@ -55,7 +61,9 @@ export function missingTablesError(tables: TableNames, cause: unknown): StoreCon
  * parameters), and as a {@link StoreConfigurationError} naming `tables` when it says a table is missing.
  */
 export function withoutParameters(error: unknown, tables?: TableNames): unknown {
-  if (tables && isMissingTableError(error)) return missingTablesError(tables, error);
+  // Only the store's own tables: a handler's table missing inside an atomic transaction is the handler's error.
+  const missing = tables && missingTableOf(error);
+  if (tables && (missing === tables.keys || missing === tables.history)) return missingTablesError(tables, error);
   return isDrizzleQueryError(error) ? new StoreQueryError(error) : error;
 }
 
