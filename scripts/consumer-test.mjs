@@ -208,12 +208,15 @@ async function assertReplay(label, url, body, otherBody, { graphql = false } = {
   return key;
 }
 
-/** The first ```ts block after a README heading. */
+/** The docs/ pages whose snippets the consumer test compiles and runs. */
+const DOC_PAGES = ['trpc.md', 'graphql-yoga.md', 'http-routes.md', 'clients.md', 'policy.md', 'create-t3-app.md'];
+
+/** The first ```ts block after a heading of the guides (docs/). */
 function readmeBlock(readme, heading) {
   const at = readme.indexOf(`\n${heading}\n`);
-  assert(at >= 0, `README.md has no heading "${heading}"`);
-  const match = /```ts\n([\s\S]*?)```/.exec(readme.slice(at));
-  assert(match, `README.md has no ts block after "${heading}"`);
+  assert(at >= 0, `docs/ has no heading "${heading}"`);
+  const match = /```ts(?: fragment)?\n([\s\S]*?)```/.exec(readme.slice(at));
+  assert(match, `docs/ has no ts block after "${heading}"`);
   return match[1];
 }
 
@@ -454,7 +457,8 @@ async function main() {
   });
   if (!tarballs) return;
 
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  // The guides the snippets come from, one after another, each from its "# Title" line.
+  const readme = DOC_PAGES.map((page) => `\n${readFileSync(join(ROOT, 'docs', page), 'utf8')}`).join('');
   const nodeApp = await plainNodeApp(tarballs);
   const next = await nextApp(tarballs, readme);
   let installed = false;
@@ -470,13 +474,13 @@ async function main() {
       "(a) README quick starts and client snippet compile with the user's tsc (NodeNext, strict; and with exactOptionalPropertyTypes, noPropertyAccessFromIndexSignature, noUncheckedIndexedAccess)",
       async () => {
         const trpc = patch(
-          readmeBlock(readme, '## Quick start: tRPC'),
+          readmeBlock(readme, '# tRPC'),
           '.listen(3000)',
           ".listen(Number(process.env['PORT']))",
           'tRPC quick start',
         );
         const yoga = patch(
-          readmeBlock(readme, '## Quick start: GraphQL Yoga'),
+          readmeBlock(readme, '# GraphQL Yoga'),
           '.listen(4000)',
           ".listen(Number(process.env['PORT']))",
           'Yoga quick start',

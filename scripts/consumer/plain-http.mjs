@@ -11,24 +11,34 @@ export function honoDependencies(version) {
 
 /** The README's Hono quick start, listening on `PORT`. */
 export function honoQuickStart({ readme, readmeBlock, patch }) {
-  return patch(
-    readmeBlock(readme, '## Quick start: Hono'),
-    'port: 5000',
-    "port: Number(process.env['PORT'])",
-    'Hono quick start',
-  );
+  return patch(readmeBlock(readme, '## Hono'), 'port: 5000', "port: Number(process.env['PORT'])", 'Hono quick start');
 }
 
 /** The files the Next.js app gets: the README's route handler, and the route of the ported cases. */
 export function nextRouteFiles({ readme, readmeBlock, patch }) {
-  const readmeRoute = patch(
-    readmeBlock(readme, '## Quick start: Next.js route handler'),
+  const at = readme.indexOf('\n## Next.js route handler\n');
+  if (at < 0) throw new Error('docs/http-routes.md has no "## Next.js route handler" section');
+  const blocks = new Map(
+    [...readme.slice(at).matchAll(/```ts\n\/\/ (\S+)[^\n]*\n([\s\S]*?)```/g)].map(([, path, code]) => [path, code]),
+  );
+  const block = (path) => {
+    if (!blocks.has(path)) throw new Error(`docs/http-routes.md has no block for ${path}`);
+    return blocks.get(path);
+  };
+  const options = patch(
+    block('src/server/idem.ts'),
     "new Database('idem.db', { timeout: 0 })",
     "new Database(process.env.IDEM_DB ?? 'idem.db', { timeout: 0 })",
-    'Next.js route handler quick start',
+    'Next.js route handler options',
   );
+  // The app's own db module migrates the same file first (the guide has `idem migrate` do it).
+  const migrated = `import './db';\n${options}`;
+  const route = (path, depth) =>
+    patch(block(path), "from '~/server/idem'", `from '${'../'.repeat(depth)}src/server/idem'`, path);
   return {
-    'app/api/orders/route.ts': readmeRoute,
+    'src/server/idem.ts': migrated,
+    'app/api/orders/route.ts': route('src/app/api/orders/route.ts', 3),
+    'app/api/idempotency/keys/[key]/route.ts': route('src/app/api/idempotency/keys/[key]/route.ts', 5),
     // Behaviour cases of hono-idempotency and nestarc/idempotency, as a Next.js route handler.
     'app/api/peers/[id]/route.ts': `import { createDrizzleStore } from '@idem/drizzle';
 import { idempotencyClaim, idempotent } from '@idem/fetch';

@@ -5,17 +5,18 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-const SECTION = '## Publishing the policy';
+const SECTION = '# Publishing the policy';
 
 /** The ```ts blocks of the section, by the words their first comment line starts with. */
 function recipes(readme) {
   const at = readme.indexOf(`\n${SECTION}\n`);
-  if (at < 0) throw new Error(`README.md has no "${SECTION}" section`);
-  const section = readme.slice(at, readme.indexOf('\n## ', at + 1));
-  const blocks = [...section.matchAll(/```ts\n([\s\S]*?)```/g)].map((match) => match[1]);
+  if (at < 0) throw new Error(`docs/policy.md has no "${SECTION}" title`);
+  const end = readme.indexOf('\n# ', at + 1);
+  const section = readme.slice(at, end < 0 ? undefined : end);
+  const blocks = [...section.matchAll(/```ts(?: fragment)?\n([\s\S]*?)```/g)].map((match) => match[1]);
   const find = (start) => {
     const block = blocks.find((code) => code.startsWith(`// ${start}`));
-    if (!block) throw new Error(`README.md's "${SECTION}" has no block starting "// ${start}"`);
+    if (!block) throw new Error(`docs/policy.md has no block starting "// ${start}"`);
     return block;
   };
   return { node: find("Node's http"), yoga: find('GraphQL Yoga') };
@@ -30,12 +31,12 @@ export async function policyRecipeSteps({ app, readme, quickStart, helpers }) {
       const { node, yoga } = recipes(readme);
       const listen = ".listen(Number(process.env['PORT']))";
       const trpc = patch(
-        quickStart('## Quick start: tRPC'),
+        quickStart('# tRPC'),
         'createHTTPServer({ router: appRouter, createContext }).listen(3000);',
         patch(node, '.listen(3000)', listen, 'node:http policy recipe'),
         'tRPC quick start',
       );
-      let graphql = patch(quickStart('## Quick start: GraphQL Yoga'), '.listen(4000)', listen, 'Yoga quick start');
+      let graphql = patch(quickStart('# GraphQL Yoga'), '.listen(4000)', listen, 'Yoga quick start');
       graphql = patch(graphql, 'const yoga = createYoga({', `${yoga}\nconst yoga = createYoga({`, 'Yoga quick start');
       graphql = patch(graphql, '  plugins: [\n', '  plugins: [\n    servePolicy,\n', 'Yoga quick start');
       writeFileSync(join(app, 'src/policy-trpc.ts'), trpc);

@@ -17,7 +17,7 @@ import { pathToFileURL } from 'node:url';
 
 const APP = 't3app';
 const GENERATOR = 'create-t3-app@7.40.0';
-const README_SECTION = '## create-t3-app';
+const README_SECTION = '# create-t3-app';
 
 /** How each README block changes the generated file it names. */
 const EDITS = {
@@ -25,6 +25,7 @@ const EDITS = {
   'src/server/idem.ts': 'new',
   'src/server/api/trpc.ts': { from: /export const createTRPCContext[\s\S]*?\n\}\);\n/ },
   'src/server/api/routers/post.ts': { from: / {2}create: publicProcedure[\s\S]*?\n {4}\}\),\n/ },
+  'src/server/api/root.ts': { from: /export const appRouter = createTRPCRouter\(\{[\s\S]*?\n\}\);\n/ },
   'src/app/api/trpc/[trpc]/route.ts': 'replace',
   'src/app/idempotency/route.ts': 'new',
   'src/trpc/react.tsx': { from: / {6}links: \[[\s\S]*?\n {6}\],\n/ },
@@ -33,11 +34,11 @@ const EDITS = {
 /** The ```ts blocks of the README's create-t3-app section, by the file their first line names. */
 export function t3Blocks(readme) {
   const at = readme.indexOf(`\n${README_SECTION}\n`);
-  if (at < 0) throw new Error(`README.md has no "${README_SECTION}" section`);
-  const end = readme.indexOf('\n## ', at + 1);
+  if (at < 0) throw new Error(`docs/create-t3-app.md has no "${README_SECTION}" title`);
+  const end = readme.indexOf('\n# ', at + 1);
   const section = readme.slice(at, end < 0 ? undefined : end);
   const blocks = new Map();
-  for (const [, code] of section.matchAll(/```ts\n([\s\S]*?)```/g)) {
+  for (const [, code] of section.matchAll(/```ts(?: fragment)?\n([\s\S]*?)```/g)) {
     const [first, ...rest] = code.split('\n');
     const path = /^\/\/ (\S+)/.exec(first)?.[1];
     if (!path) throw new Error(`a README create-t3-app block does not start with "// <file>": ${first}`);
@@ -47,7 +48,7 @@ export function t3Blocks(readme) {
   const named = [...blocks.keys()];
   if (named.join() !== expected.join())
     throw new Error(
-      `README.md's create-t3-app blocks name ${named.join(', ')}; scripts/consumer/t3-app.mjs applies ${expected.join(', ')}: update one or the other`,
+      `docs/create-t3-app.md's blocks name ${named.join(', ')}; scripts/consumer/t3-app.mjs applies ${expected.join(', ')}: update one or the other`,
     );
   return blocks;
 }
