@@ -47,7 +47,7 @@ const USES = /^<!--\s*snippet uses:\s*([\s\S]*?)\s*-->\s*$/;
 const NAMED_FILE = /^\/\/ ((?:src\/)?[\w.[\]/-]+\.ts)\b/;
 
 /** The TypeScript blocks of one Markdown page. */
-export function snippetsOf(page: string, text: string): Snippet[] {
+function snippetsOf(page: string, text: string): Snippet[] {
   const tokens = new MarkdownIt({ html: true }).parse(text, {});
   const snippets: Snippet[] = [];
   tokens.forEach((token, index) => {
