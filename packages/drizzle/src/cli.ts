@@ -599,7 +599,8 @@ export function usage(): string {
   const commands = COMMAND_NAMES.map((name) => columns(COMMANDS[name].synopsis, COMMANDS[name].summary, 30));
   return `Usage: idem <command> [options]
 
-Maintains the idem store of @idem/drizzle in the database named by DATABASE_URL (or --database):
+Maintains the idem store of @idem/drizzle in the database named by DATABASE_URL (the environment,
+else the .env of this folder) or --database:
 file:<path>, <path>.db or <path>.sqlite for SQLite (better-sqlite3, else libsql); libsql://… for
 a remote libsql database; postgres://… or postgresql://… for PostgreSQL (pg, else postgres-js);
 mysql://… for MySQL (mysql2).
