@@ -1,6 +1,6 @@
 // The consumer test's plain HTTP part (@idem/fetch), called by scripts/consumer-test.mjs:
-//   - the README's Hono quick start, compiled by the plain Node app's tsc and run on Node;
-//   - the README's Next.js route handler, built into the Next.js app, and a second route that
+//   - docs/http-routes.md's Hono quick start, compiled by the plain Node app's tsc and run on Node;
+//   - its Next.js route handlers (and the key-status route), built into the Next.js app, and a second route that
 //     runs the behaviour cases ported from hono-idempotency and nestarc/idempotency inside a
 //     real `next start` (the same cases run in packages/fetch/test through Hono and plain Requests).
 
@@ -9,13 +9,13 @@ export function honoDependencies(version) {
   return { hono: version('hono'), '@hono/node-server': version('@hono/node-server') };
 }
 
-/** The README's Hono quick start, listening on `PORT`. */
+/** The guide's Hono quick start, listening on `PORT`. */
 export function honoQuickStart({ readme, readmeBlock, patch }) {
   return patch(readmeBlock(readme, '## Hono'), 'port: 5000', "port: Number(process.env['PORT'])", 'Hono quick start');
 }
 
-/** The files the Next.js app gets: the README's route handler, and the route of the ported cases. */
-export function nextRouteFiles({ readme, readmeBlock, patch }) {
+/** The files the Next.js app gets: the guide's options module and routes, and the route of the ported cases. */
+export function nextRouteFiles({ readme, patch }) {
   const at = readme.indexOf('\n## Next.js route handler\n');
   if (at < 0) throw new Error('docs/http-routes.md has no "## Next.js route handler" section');
   const blocks = new Map(
@@ -96,7 +96,7 @@ async function send(url, { method = 'POST', key, body, headers = {} } = {}) {
   };
 }
 
-/** The README's curl answers on `url`: 201, the byte-identical replay, 422, and 400 without a key. */
+/** The guide's curl answers on `url`: 201, the byte-identical replay, 422, and 400 without a key. */
 async function readmeAnswers(label, url, { log, assert }) {
   const key = `"consumer-${label.replace(/[^A-Za-z0-9]+/g, '-')}-${Date.now()}"`;
   const first = await send(url, { key, body: { amount: 42 } });
@@ -133,9 +133,9 @@ export async function checkHonoQuickStart(baseUrl, helpers) {
   await readmeAnswers('Hono quick start', `${baseUrl}/orders`, helpers);
 }
 
-/** The README's route and the ported peer cases, against a running `next start` on `baseUrl`. */
+/** The guide's route and the ported peer cases, against a running `next start` on `baseUrl`. */
 export async function checkNextRoutes(label, baseUrl, { log, assert }) {
-  await readmeAnswers(`${label} README route`, `${baseUrl}/api/orders`, { log, assert });
+  await readmeAnswers(`${label} guide route`, `${baseUrl}/api/orders`, { log, assert });
   const peers = (id) => `${baseUrl}/api/peers/${id}`;
   const newKey = (name) => `next-${name}-${label.replace(/\W+/g, '-')}-${Date.now()}`;
 

@@ -1,5 +1,5 @@
-// The consumer test's policy part: README.md's "Publishing the policy" recipes for Node's http
-// (tRPC standalone) and GraphQL Yoga, put into the README's own quick starts as the recipes say,
+// The consumer test's policy part: docs/policy.md's recipes for Node's http (tRPC standalone)
+// and GraphQL Yoga, put into the guides' own quick starts as the recipes say,
 // compiled by the plain app's tsc and run: a request without a key gets a 400 whose problem
 // `type` leads to the served policy (200, JSON and HTML with the code's anchor).
 import { writeFileSync } from 'node:fs';
@@ -26,7 +26,7 @@ export async function policyRecipeSteps({ app, readme, quickStart, helpers }) {
   const { step, run, startServer, freePort, assert, patch, log } = helpers;
   let compiled = false;
   await step(
-    "(a) README's policy recipes (node:http, Yoga) compile into the quick starts with the user's tsc",
+    "(a) docs/policy.md's recipes (node:http, Yoga) compile into the quick starts with the user's tsc",
     async () => {
       const { node, yoga } = recipes(readme);
       const listen = ".listen(Number(process.env['PORT']))";
