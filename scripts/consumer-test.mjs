@@ -3,19 +3,19 @@
 //
 // It packs every package with `npm pack`, installs the tarballs into fresh apps in a temporary
 // directory, and then, with nothing of the monorepo on the path:
-//   (a) takes the tRPC and Yoga quick starts and the client snippet from README.md itself,
+//   (a) takes the tRPC and Yoga quick starts and the client snippet from docs/ itself,
 //       type-checks and compiles them with the app's own tsc 5.9 (NodeNext, strict,
 //       skipLibCheck), runs the JavaScript on plain Node and shows a replay over HTTP;
 //   (b) imports every entry point with require() and with import;
 //   (c) runs `npx idem migrate` and `npx idem explain` from the installed tarball;
 //   (d) builds a Next.js App Router app serving tRPC through fetchRequestHandler on the Drizzle
 //       store, with Turbopack and with webpack, and shows each build answering a replay;
-//   (h) plain HTTP routes (@idem/fetch, scripts/consumer/plain-http.mjs): the README's Hono quick
-//       start on Node, the README's Next.js route handler and the ported peer cases in (d)'s app.
-//   (a') puts the README's policy recipes (node:http, Yoga) into the quick starts, compiles and
+//   (h) plain HTTP routes (@idem/fetch, scripts/consumer/plain-http.mjs): docs/http-routes.md's Hono
+//       quick start on Node, its Next.js route handler and the ported peer cases in (d)'s app.
+//   (a') puts docs/policy.md's recipes (node:http, Yoga) into the quick starts, compiles and
 //       runs them, and follows a 400's problem type to the served policy (consumer/policy-recipes.mjs);
 //   (e) installs a GraphQL client app with @idem/core and @idem/envelop only (consumer/client-only.mjs);
-//   (f) generates a create-t3-app 7.40 app, applies the README's create-t3-app blocks, and runs
+//   (f) generates a create-t3-app 7.40 app, applies docs/create-t3-app.md's blocks, and runs
 //       drizzle-kit, next build, a replay, `npx idem explain` and the policy route (consumer/t3-app.mjs);
 //   (g) clones this repository, runs `npm ci` and `npx idem --help` in the clone (consumer/fresh-clone.mjs).
 // The plain app runs on drizzle-orm 0.44 and the Next.js app on 0.45: the two ends of the
@@ -208,20 +208,23 @@ async function assertReplay(label, url, body, otherBody, { graphql = false } = {
   return key;
 }
 
-/** The first ```ts block after a README heading. */
+/** The docs/ pages whose snippets the consumer test compiles and runs. */
+const DOC_PAGES = ['trpc.md', 'graphql-yoga.md', 'http-routes.md', 'clients.md', 'policy.md', 'create-t3-app.md'];
+
+/** The first ```ts block after a heading of the guides (docs/). */
 function readmeBlock(readme, heading) {
   const at = readme.indexOf(`\n${heading}\n`);
-  assert(at >= 0, `README.md has no heading "${heading}"`);
-  const match = /```ts\n([\s\S]*?)```/.exec(readme.slice(at));
-  assert(match, `README.md has no ts block after "${heading}"`);
+  assert(at >= 0, `docs/ has no heading "${heading}"`);
+  const match = /```ts(?: fragment)?\n([\s\S]*?)```/.exec(readme.slice(at));
+  assert(match, `docs/ has no ts block after "${heading}"`);
   return match[1];
 }
 
-/** Replaces `from` in a README snippet; the test fails if the README no longer says it. */
+/** Replaces `from` in a guide's snippet; the test fails if the guide no longer says it. */
 function patch(source, from, to, what) {
   assert(
     source.includes(from),
-    `the README's ${what} no longer contains ${JSON.stringify(from)}: update scripts/consumer-test.mjs`,
+    `the guides' ${what} no longer contains ${JSON.stringify(from)}: update scripts/consumer-test.mjs`,
   );
   return source.replaceAll(from, to);
 }
@@ -454,7 +457,8 @@ async function main() {
   });
   if (!tarballs) return;
 
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  // The guides the snippets come from, one after another, each from its "# Title" line.
+  const readme = DOC_PAGES.map((page) => `\n${readFileSync(join(ROOT, 'docs', page), 'utf8')}`).join('');
   const nodeApp = await plainNodeApp(tarballs);
   const next = await nextApp(tarballs, readme);
   let installed = false;
@@ -467,16 +471,16 @@ async function main() {
     const port = { trpc: await freePort(), yoga: await freePort() };
     let trpcKey;
     await step(
-      "(a) README quick starts and client snippet compile with the user's tsc (NodeNext, strict; and with exactOptionalPropertyTypes, noPropertyAccessFromIndexSignature, noUncheckedIndexedAccess)",
+      "(a) the guides' quick starts and client snippet compile with the user's tsc (NodeNext, strict; and with exactOptionalPropertyTypes, noPropertyAccessFromIndexSignature, noUncheckedIndexedAccess)",
       async () => {
         const trpc = patch(
-          readmeBlock(readme, '## Quick start: tRPC'),
+          readmeBlock(readme, '# tRPC'),
           '.listen(3000)',
           ".listen(Number(process.env['PORT']))",
           'tRPC quick start',
         );
         const yoga = patch(
-          readmeBlock(readme, '## Quick start: GraphQL Yoga'),
+          readmeBlock(readme, '# GraphQL Yoga'),
           '.listen(4000)',
           ".listen(Number(process.env['PORT']))",
           'Yoga quick start',
@@ -514,7 +518,7 @@ async function main() {
     );
 
     await step(
-      '(a) the compiled tRPC quick start runs on plain Node and replays over HTTP; the README client calls it',
+      '(a) the compiled tRPC quick start runs on plain Node and replays over HTTP; the guide client calls it',
       async () => {
         const server = await startServer(process.execPath, ['dist/trpc.js'], {
           cwd: nodeApp,
@@ -533,8 +537,8 @@ async function main() {
             env: { PORT: String(port.trpc) },
             timeout: 30_000,
           });
-          log(`  README client: ${stdout.trim()}`);
-          assert(JSON.parse(stdout).amount === 7, 'the README client should create an order of 7');
+          log(`  guide's client: ${stdout.trim()}`);
+          assert(JSON.parse(stdout).amount === 7, "the guide's client should create an order of 7");
         } finally {
           await server.stop();
         }
@@ -669,7 +673,7 @@ async function main() {
           assert(build.stdout.includes('/api/trpc/[trpc]'), `next build did not list the tRPC route:\n${build.stdout}`);
           assert(
             build.stdout.includes('/api/orders'),
-            `next build did not list the README's route handler:\n${build.stdout}`,
+            `next build did not list the guide's route handler:\n${build.stdout}`,
           );
           const port = await freePort();
           const server = await startServer(

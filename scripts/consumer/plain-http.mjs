@@ -1,6 +1,6 @@
 // The consumer test's plain HTTP part (@idem/fetch), called by scripts/consumer-test.mjs:
-//   - the README's Hono quick start, compiled by the plain Node app's tsc and run on Node;
-//   - the README's Next.js route handler, built into the Next.js app, and a second route that
+//   - docs/http-routes.md's Hono quick start, compiled by the plain Node app's tsc and run on Node;
+//   - its Next.js route handlers (and the key-status route), built into the Next.js app, and a second route that
 //     runs the behaviour cases ported from hono-idempotency and nestarc/idempotency inside a
 //     real `next start` (the same cases run in packages/fetch/test through Hono and plain Requests).
 
@@ -9,26 +9,36 @@ export function honoDependencies(version) {
   return { hono: version('hono'), '@hono/node-server': version('@hono/node-server') };
 }
 
-/** The README's Hono quick start, listening on `PORT`. */
+/** The guide's Hono quick start, listening on `PORT`. */
 export function honoQuickStart({ readme, readmeBlock, patch }) {
-  return patch(
-    readmeBlock(readme, '## Quick start: Hono'),
-    'port: 5000',
-    "port: Number(process.env['PORT'])",
-    'Hono quick start',
-  );
+  return patch(readmeBlock(readme, '## Hono'), 'port: 5000', "port: Number(process.env['PORT'])", 'Hono quick start');
 }
 
-/** The files the Next.js app gets: the README's route handler, and the route of the ported cases. */
-export function nextRouteFiles({ readme, readmeBlock, patch }) {
-  const readmeRoute = patch(
-    readmeBlock(readme, '## Quick start: Next.js route handler'),
+/** The files the Next.js app gets: the guide's options module and routes, and the route of the ported cases. */
+export function nextRouteFiles({ readme, patch }) {
+  const at = readme.indexOf('\n## Next.js route handler\n');
+  if (at < 0) throw new Error('docs/http-routes.md has no "## Next.js route handler" section');
+  const blocks = new Map(
+    [...readme.slice(at).matchAll(/```ts\n\/\/ (\S+)[^\n]*\n([\s\S]*?)```/g)].map(([, path, code]) => [path, code]),
+  );
+  const block = (path) => {
+    if (!blocks.has(path)) throw new Error(`docs/http-routes.md has no block for ${path}`);
+    return blocks.get(path);
+  };
+  const options = patch(
+    block('src/server/idem.ts'),
     "new Database('idem.db', { timeout: 0 })",
     "new Database(process.env.IDEM_DB ?? 'idem.db', { timeout: 0 })",
-    'Next.js route handler quick start',
+    'Next.js route handler options',
   );
+  // The app's own db module migrates the same file first (the guide has `idem migrate` do it).
+  const migrated = `import './db';\n${options}`;
+  const route = (path, depth) =>
+    patch(block(path), "from '~/server/idem'", `from '${'../'.repeat(depth)}src/server/idem'`, path);
   return {
-    'app/api/orders/route.ts': readmeRoute,
+    'src/server/idem.ts': migrated,
+    'app/api/orders/route.ts': route('src/app/api/orders/route.ts', 3),
+    'app/api/idempotency/keys/[key]/route.ts': route('src/app/api/idempotency/keys/[key]/route.ts', 5),
     // Behaviour cases of hono-idempotency and nestarc/idempotency, as a Next.js route handler.
     'app/api/peers/[id]/route.ts': `import { createDrizzleStore } from '@idem/drizzle';
 import { idempotencyClaim, idempotent } from '@idem/fetch';
@@ -86,7 +96,7 @@ async function send(url, { method = 'POST', key, body, headers = {} } = {}) {
   };
 }
 
-/** The README's curl answers on `url`: 201, the byte-identical replay, 422, and 400 without a key. */
+/** The guide's curl answers on `url`: 201, the byte-identical replay, 422, and 400 without a key. */
 async function readmeAnswers(label, url, { log, assert }) {
   const key = `"consumer-${label.replace(/[^A-Za-z0-9]+/g, '-')}-${Date.now()}"`;
   const first = await send(url, { key, body: { amount: 42 } });
@@ -123,9 +133,9 @@ export async function checkHonoQuickStart(baseUrl, helpers) {
   await readmeAnswers('Hono quick start', `${baseUrl}/orders`, helpers);
 }
 
-/** The README's route and the ported peer cases, against a running `next start` on `baseUrl`. */
+/** The guide's route and the ported peer cases, against a running `next start` on `baseUrl`. */
 export async function checkNextRoutes(label, baseUrl, { log, assert }) {
-  await readmeAnswers(`${label} README route`, `${baseUrl}/api/orders`, { log, assert });
+  await readmeAnswers(`${label} guide route`, `${baseUrl}/api/orders`, { log, assert });
   const peers = (id) => `${baseUrl}/api/peers/${id}`;
   const newKey = (name) => `next-${name}-${label.replace(/\W+/g, '-')}-${Date.now()}`;
 

@@ -1,21 +1,22 @@
-// The consumer test's policy part: README.md's "Publishing the policy" recipes for Node's http
-// (tRPC standalone) and GraphQL Yoga, put into the README's own quick starts as the recipes say,
+// The consumer test's policy part: docs/policy.md's recipes for Node's http (tRPC standalone)
+// and GraphQL Yoga, put into the guides' own quick starts as the recipes say,
 // compiled by the plain app's tsc and run: a request without a key gets a 400 whose problem
 // `type` leads to the served policy (200, JSON and HTML with the code's anchor).
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-const SECTION = '## Publishing the policy';
+const SECTION = '# Publishing the policy';
 
 /** The ```ts blocks of the section, by the words their first comment line starts with. */
 function recipes(readme) {
   const at = readme.indexOf(`\n${SECTION}\n`);
-  if (at < 0) throw new Error(`README.md has no "${SECTION}" section`);
-  const section = readme.slice(at, readme.indexOf('\n## ', at + 1));
-  const blocks = [...section.matchAll(/```ts\n([\s\S]*?)```/g)].map((match) => match[1]);
+  if (at < 0) throw new Error(`docs/policy.md has no "${SECTION}" title`);
+  const end = readme.indexOf('\n# ', at + 1);
+  const section = readme.slice(at, end < 0 ? undefined : end);
+  const blocks = [...section.matchAll(/```ts(?: fragment)?\n([\s\S]*?)```/g)].map((match) => match[1]);
   const find = (start) => {
     const block = blocks.find((code) => code.startsWith(`// ${start}`));
-    if (!block) throw new Error(`README.md's "${SECTION}" has no block starting "// ${start}"`);
+    if (!block) throw new Error(`docs/policy.md has no block starting "// ${start}"`);
     return block;
   };
   return { node: find("Node's http"), yoga: find('GraphQL Yoga') };
@@ -25,17 +26,17 @@ export async function policyRecipeSteps({ app, readme, quickStart, helpers }) {
   const { step, run, startServer, freePort, assert, patch, log } = helpers;
   let compiled = false;
   await step(
-    "(a) README's policy recipes (node:http, Yoga) compile into the quick starts with the user's tsc",
+    "(a) docs/policy.md's recipes (node:http, Yoga) compile into the quick starts with the user's tsc",
     async () => {
       const { node, yoga } = recipes(readme);
       const listen = ".listen(Number(process.env['PORT']))";
       const trpc = patch(
-        quickStart('## Quick start: tRPC'),
+        quickStart('# tRPC'),
         'createHTTPServer({ router: appRouter, createContext }).listen(3000);',
         patch(node, '.listen(3000)', listen, 'node:http policy recipe'),
         'tRPC quick start',
       );
-      let graphql = patch(quickStart('## Quick start: GraphQL Yoga'), '.listen(4000)', listen, 'Yoga quick start');
+      let graphql = patch(quickStart('# GraphQL Yoga'), '.listen(4000)', listen, 'Yoga quick start');
       graphql = patch(graphql, 'const yoga = createYoga({', `${yoga}\nconst yoga = createYoga({`, 'Yoga quick start');
       graphql = patch(graphql, '  plugins: [\n', '  plugins: [\n    servePolicy,\n', 'Yoga quick start');
       writeFileSync(join(app, 'src/policy-trpc.ts'), trpc);

@@ -2,8 +2,8 @@
 //
 // create-t3-app 7.40.0 itself generates the app with its defaults for this stack (App Router,
 // tRPC, Drizzle on PostgreSQL through postgres-js, no auth, no Tailwind): drizzle-orm ^0.41,
-// drizzle-kit ^0.30, zod ^3, `tablesFilter: ["t3app_*"]`. The README's "create-t3-app" blocks are
-// then read from README.md and applied to the generated files as they stand (a block that no
+// drizzle-kit ^0.30, zod ^3, `tablesFilter: ["t3app_*"]`. The blocks of docs/create-t3-app.md are
+// then read from that page and applied to the generated files as they stand (a block that no
 // longer fits the generated file, or code that no longer builds, fails here). Then: install the
 // tarballs, `npm run db:generate` (drizzle-kit) must write idem's prefixed tables beside t3's,
 // `npm run db:migrate` applies them to a database of its own, `next build`, `next start`, one
@@ -17,37 +17,38 @@ import { pathToFileURL } from 'node:url';
 
 const APP = 't3app';
 const GENERATOR = 'create-t3-app@7.40.0';
-const README_SECTION = '## create-t3-app';
+const README_SECTION = '# create-t3-app';
 
-/** How each README block changes the generated file it names. */
+/** How each guide block changes the generated file it names. */
 const EDITS = {
   'src/server/db/schema.ts': 'append',
   'src/server/idem.ts': 'new',
   'src/server/api/trpc.ts': { from: /export const createTRPCContext[\s\S]*?\n\}\);\n/ },
   'src/server/api/routers/post.ts': { from: / {2}create: publicProcedure[\s\S]*?\n {4}\}\),\n/ },
+  'src/server/api/root.ts': { from: /export const appRouter = createTRPCRouter\(\{[\s\S]*?\n\}\);\n/ },
   'src/app/api/trpc/[trpc]/route.ts': 'replace',
   'src/app/idempotency/route.ts': 'new',
   'src/trpc/react.tsx': { from: / {6}links: \[[\s\S]*?\n {6}\],\n/ },
 };
 
-/** The ```ts blocks of the README's create-t3-app section, by the file their first line names. */
+/** The ```ts blocks of docs/create-t3-app.md, by the file their first line names. */
 export function t3Blocks(readme) {
   const at = readme.indexOf(`\n${README_SECTION}\n`);
-  if (at < 0) throw new Error(`README.md has no "${README_SECTION}" section`);
-  const end = readme.indexOf('\n## ', at + 1);
+  if (at < 0) throw new Error(`docs/create-t3-app.md has no "${README_SECTION}" title`);
+  const end = readme.indexOf('\n# ', at + 1);
   const section = readme.slice(at, end < 0 ? undefined : end);
   const blocks = new Map();
-  for (const [, code] of section.matchAll(/```ts\n([\s\S]*?)```/g)) {
+  for (const [, code] of section.matchAll(/```ts(?: fragment)?\n([\s\S]*?)```/g)) {
     const [first, ...rest] = code.split('\n');
     const path = /^\/\/ (\S+)/.exec(first)?.[1];
-    if (!path) throw new Error(`a README create-t3-app block does not start with "// <file>": ${first}`);
+    if (!path) throw new Error(`a docs/create-t3-app.md block does not start with "// <file>": ${first}`);
     blocks.set(path, rest.join('\n').replace(/^\n+/, ''));
   }
   const expected = Object.keys(EDITS);
   const named = [...blocks.keys()];
   if (named.join() !== expected.join())
     throw new Error(
-      `README.md's create-t3-app blocks name ${named.join(', ')}; scripts/consumer/t3-app.mjs applies ${expected.join(', ')}: update one or the other`,
+      `docs/create-t3-app.md's blocks name ${named.join(', ')}; scripts/consumer/t3-app.mjs applies ${expected.join(', ')}: update one or the other`,
     );
   return blocks;
 }
@@ -63,7 +64,7 @@ function splitImports(block) {
   return { imports, body };
 }
 
-/** Applies the README's blocks to the generated app, each as its comment line says. */
+/** Applies the guide's blocks to the generated app, each as its comment line says. */
 export function applyBlocks(app, blocks) {
   for (const [path, block] of blocks) {
     const file = join(app, path);
@@ -80,8 +81,8 @@ export function applyBlocks(app, blocks) {
     else {
       const { imports, body } = splitImports(block);
       if (!edit.from.test(generated))
-        throw new Error(`${path} as ${GENERATOR} makes it no longer has the part the README replaces (${edit.from})`);
-      // The generated file's own imports stay first ("use client" included); the README's follow them.
+        throw new Error(`${path} as ${GENERATOR} makes it no longer has the part the guide replaces (${edit.from})`);
+      // The generated file's own imports stay first ("use client" included); the guide's follow them.
       const lines = generated.replace(edit.from, () => `${body.replace(/\n*$/, '\n')}`).split('\n');
       const lastImport = lines.reduce((last, line, index) => (/^import |^} from /.test(line) ? index : last), -1);
       lines.splice(lastImport + 1, 0, ...imports);
@@ -136,9 +137,9 @@ export async function t3AppSteps({ root, work, tarballs, readme, databaseUrl, he
   });
   if (!blocks || !existsSync(join(app, 'package.json'))) return;
 
-  await step("the README's create-t3-app blocks apply to the generated files, as README.md has them", async () => {
+  await step("docs/create-t3-app.md's blocks apply to the generated files, as the page has them", async () => {
     applyBlocks(app, blocks);
-    // Not the README's business: this machine reaches the npm registry only, and t3's layout
+    // Not the guide's business: this machine reaches the npm registry only, and t3's layout
     // fetches its font from Google at build time.
     const layout = join(app, 'src/app/layout.tsx');
     const page = readFileSync(layout, 'utf8');
@@ -208,7 +209,7 @@ export async function t3AppSteps({ root, work, tarballs, readme, databaseUrl, he
     if (!migrated) return;
 
     let built = false;
-    await step('next build of the t3 app with the README blocks (type-checked by Next)', async () => {
+    await step("next build of the t3 app with the guide's blocks (type-checked by Next)", async () => {
       const build = await run('npx', ['--no-install', 'next', 'build'], { cwd: app, env });
       for (const route of ['/api/trpc/[trpc]', '/idempotency'])
         assert(build.stdout.includes(route), `next build did not list ${route}:\n${build.stdout}`);

@@ -1,6 +1,6 @@
 /**
- * The GraphQL snippets of the root README's "Clients" section run as they are written: each is
- * copied out of README.md, pointed at the payments example (through a proxy that loses the first
+ * The GraphQL snippets of docs/clients.md's "Clients" section run as they are written: each is
+ * copied out of the page, pointed at the payments example (through a proxy that loses the first
  * answer to a mutation) instead of localhost:3000, and run on Node with tsx. Each must pay once:
  * one key on its requests, one charge.
  */
@@ -12,16 +12,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { keysOf, startPayments, type PaymentsUnderTest } from './support/payments.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
+const README = readFileSync(join(ROOT, 'docs', 'clients.md'), 'utf8');
 /** The headings of the snippets this test runs (the section holds others, e.g. tRPC's). */
 const SNIPPETS = ['Apollo Client', 'urql', 'graphql-request', 'Plain fetch'];
 /** What every snippet pays. */
 const AMOUNT = 4200;
 
-/** The first ```ts block under `### <heading>` of the README's `## Clients` section. */
+/** The first ```ts block under `### <heading>` of docs/clients.md's `## Clients` section. */
 function snippet(heading: string): string {
   const start = README.indexOf('\n## Clients\n');
-  expect(start, 'README.md has a "## Clients" section').toBeGreaterThanOrEqual(0);
+  expect(start, 'docs/clients.md has a "## Clients" section').toBeGreaterThanOrEqual(0);
   const end = README.indexOf('\n## ', start + 1);
   const section = README.slice(start, end === -1 ? undefined : end);
   const at = section.indexOf(`\n### ${heading}\n`);

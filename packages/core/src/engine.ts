@@ -5,6 +5,7 @@ import {
   FingerprintMismatchError,
   KeyExpiredError,
   RequestInProgressError,
+  StoreConfigurationError,
   StoreUnavailableError,
   DEFAULT_DOCUMENTATION_URL,
 } from './errors.js';
@@ -210,6 +211,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   readonly #onEvent: IdempotencyEventHandler | undefined;
   readonly #conflictRetryAfter: number;
   readonly #unavailableRetryAfter: number;
+  readonly #misconfigurationsReported = new Set<string>();
   readonly #maxStoredBytes: number;
   /** Outcome writes being retried in the background (E7). */
   readonly #pending = new Set<Promise<void>>();
@@ -558,7 +560,15 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     error: unknown,
   ): StoreUnavailableError {
     this.#emit({ type: 'storeError', ...subject, storeOperation, generation, error, willRetry: false });
+    if (error instanceof StoreConfigurationError) this.#reportMisconfiguration(error);
     return new StoreUnavailableError(this.#unavailableRetryAfter, error);
+  }
+
+  /** A misconfigured store fails every request the same way: say so once, loudly, not once per request. */
+  #reportMisconfiguration(error: StoreConfigurationError): void {
+    if (this.#misconfigurationsReported.has(error.message)) return;
+    this.#misconfigurationsReported.add(error.message);
+    console.error(error.message.startsWith('[idem]') ? error.message : `[idem] ${error.message}`);
   }
 
   #emit(event: KeyedIdempotencyEvent): void {

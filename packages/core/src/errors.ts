@@ -197,10 +197,26 @@ export class StoreUnavailableError extends IdempotencyError {
   readonly status = 503 as const;
   readonly title = 'Idempotency store unavailable';
   constructor(retryAfter: number, cause?: unknown) {
-    super('The idempotency store is unavailable; the request was not executed. Retry later with the same key.', {
-      retryAfter,
-      cause,
-    });
+    super(
+      cause instanceof StoreConfigurationError
+        ? `The idempotency store is misconfigured; the request was not executed. ${cause.message.replace(/^\[idem\] /, '')}`
+        : 'The idempotency store is unavailable; the request was not executed. Retry later with the same key.',
+      { retryAfter, cause },
+    );
+  }
+}
+
+/**
+ * E5: a store that cannot serve because it is set up wrong, not because it is down: its tables do
+ * not exist (`createDrizzleStore` over a database without `idem migrate`, or without the
+ * `tables: { prefix }` the migration used), for one. Stores throw it; the engine answers 503 as for
+ * any store failure (nothing runs), with a detail that says what is wrong, and logs it once per
+ * engine with `[idem]`: a retry does not fix it, the operator does.
+ */
+export class StoreConfigurationError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'StoreConfigurationError';
   }
 }
 

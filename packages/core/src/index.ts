@@ -63,6 +63,7 @@ export {
   RequestInProgressError,
   FingerprintMismatchError,
   KeyExpiredError,
+  StoreConfigurationError,
   StoreUnavailableError,
   isIdempotencyError,
   type IdempotencyErrorCode,

@@ -98,7 +98,8 @@ const STATUSES: Array<Omit<PolicyDocument['statuses'][number], 'type'>> = [
 
 /**
  * An endpoint to publish: its transport and operation, and whatever differs from the adapters'
- * defaults. `endpoint` defaults to `tRPC mutation <operation>` or `GraphQL <operation>`,
+ * defaults. `endpoint` defaults to `tRPC mutation <operation>`, `GraphQL <operation>` or
+ * `HTTP <operation>` (`HTTP POST /api/orders`),
  * `keySources` to the `Idempotency-Key` header, `required` to true, `retentionMs` to 24 hours,
  * `leaseMs` to 30 seconds, `expiredReuse` to `'execute'` (the engine's defaults), `stored` to what
  * the adapter stores and `fingerprint` to the default fingerprint's description.
@@ -109,22 +110,41 @@ export type PublishedEndpoint = Pick<EndpointPolicyDescription, 'transport' | 'o
 const DAY_MS = 86_400_000;
 const LEASE_MS = 30_000;
 
-/** `endpoint` with the defaults {@link PublishedEndpoint} names filled in. */
+/** What each transport's adapter names, stores and fingerprints by default, in words (R4, E4, F1). */
+const TRANSPORT_DEFAULTS: Record<
+  EndpointPolicyDescription['transport'],
+  { endpoint: (operation: string) => string; stored: string; fingerprint: string }
+> = {
+  trpc: {
+    endpoint: (operation) => `tRPC mutation ${operation}`,
+    stored: 'the output, or the error once the procedure started (500s included)',
+    fingerprint: 'SHA-256 of the validated input, the key field left out',
+  },
+  graphql: {
+    endpoint: (operation) => `GraphQL ${operation}`,
+    stored: 'the result, data and errors',
+    fingerprint: 'SHA-256 of the normalized operation document and its variables',
+  },
+  http: {
+    endpoint: (operation) => `HTTP ${operation}`,
+    stored: "the response: its status, its body's bytes and the headers that describe it (never Set-Cookie)",
+    fingerprint:
+      'SHA-256 of the method, the path, the content type and the body (a JSON body parsed, the key field left out)',
+  },
+};
+
+/** `endpoint` with the defaults {@link PublishedEndpoint} names filled in, worded for its transport. */
 export function describeEndpoint(endpoint: PublishedEndpoint): EndpointPolicyDescription {
-  const trpc = endpoint.transport === 'trpc';
+  const defaults = TRANSPORT_DEFAULTS[endpoint.transport];
   return {
-    endpoint: trpc ? `tRPC mutation ${endpoint.operation}` : `GraphQL ${endpoint.operation}`,
+    endpoint: defaults.endpoint(endpoint.operation),
     keySources: ['Idempotency-Key header'],
     required: true,
     retentionMs: DAY_MS,
     leaseMs: LEASE_MS,
     expiredReuse: 'execute',
-    stored: trpc
-      ? 'the output, or the error once the procedure started (500s included)'
-      : 'the result, data and errors',
-    fingerprint: trpc
-      ? 'SHA-256 of the validated input, the key field left out'
-      : 'SHA-256 of the normalized operation document and its variables',
+    stored: defaults.stored,
+    fingerprint: defaults.fingerprint,
     ...Object.fromEntries(Object.entries(endpoint).filter(([, value]) => value !== undefined)),
   } as EndpointPolicyDescription;
 }

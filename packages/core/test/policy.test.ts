@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { createPolicyDocument, renderPolicyHtml } from '@idem/core';
+import fc from 'fast-check';
+import { createPolicyDocument, describeEndpoint, renderPolicyHtml } from '@idem/core';
 
 const endpoint = {
   endpoint: 'tRPC mutation payments.create',
@@ -38,5 +39,31 @@ describe('published policy (R4)', () => {
     expect(html).toContain('&lt;script&gt;x&lt;/script&gt;');
     expect(html).not.toContain('<script>');
     expect(html).toContain('<td>24h</td>');
+  });
+
+  it('R4: each transport is described in its own words: an http route is never called GraphQL, nor a GraphQL field tRPC', () => {
+    const words = { trpc: /\btRPC\b/, graphql: /\bGraphQL\b/, http: /\bHTTP\b/ } as const;
+    const transports = ['trpc', 'graphql', 'http'] as const;
+    fc.assert(
+      fc.property(fc.constantFrom(...transports), fc.stringMatching(/^[A-Za-z./ ]{1,30}$/), (transport, operation) => {
+        const described = describeEndpoint({ transport, operation });
+        expect(described.endpoint).toMatch(words[transport]);
+        expect(described.endpoint).toContain(operation);
+        const page = renderPolicyHtml(
+          createPolicyDocument({ documentationUrl: '/idempotency', endpoints: [described] }),
+        );
+        const row = page.slice(page.indexOf('<tbody>'), page.indexOf('</tbody>'));
+        const text = JSON.stringify([described.endpoint, described.stored, described.fingerprint]);
+        for (const other of transports.filter((t) => t !== transport)) {
+          expect(text.replace(operation, '')).not.toMatch(words[other]);
+          expect(row.replace(operation, '')).not.toMatch(words[other]);
+        }
+      }),
+    );
+    expect(describeEndpoint({ transport: 'http', operation: 'POST /api/orders' })).toMatchObject({
+      endpoint: 'HTTP POST /api/orders',
+      stored: expect.stringContaining('status'),
+      fingerprint: expect.stringContaining('method, the path'),
+    });
   });
 });

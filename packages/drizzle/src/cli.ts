@@ -10,8 +10,8 @@
  * {@link OPTIONS}), how it parses them, whether it reads the store's tables, and what it runs.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
-import { parseArgs } from 'node:util';
+import { join, resolve } from 'node:path';
+import { parseArgs, parseEnv } from 'node:util';
 import { isIdempotencyError, parseIdempotencyKey, toMilliseconds } from '@idem/core';
 import { explainJson, renderExplain, type KeyTimelines } from './cli-explain.js';
 import { plural } from './cli-format.js';
@@ -599,7 +599,8 @@ export function usage(): string {
   const commands = COMMAND_NAMES.map((name) => columns(COMMANDS[name].synopsis, COMMANDS[name].summary, 30));
   return `Usage: idem <command> [options]
 
-Maintains the idem store of @idem/drizzle in the database named by DATABASE_URL (or --database):
+Maintains the idem store of @idem/drizzle in the database named by DATABASE_URL (the environment,
+else the .env of this folder) or --database:
 file:<path>, <path>.db or <path>.sqlite for SQLite (better-sqlite3, else libsql); libsql://… for
 a remote libsql database; postgres://… or postgresql://… for PostgreSQL (pg, else postgres-js);
 mysql://… for MySQL (mysql2).
@@ -683,15 +684,17 @@ async function execute(invocation: CommandInvocation, io: CliIo): Promise<number
     await publishedPolicy(invocation.url, invocation.json, io);
     return 0;
   }
+  const cwd = io.cwd ?? process.cwd();
+  const env = withDotEnv(io.env, cwd);
   let plan: TablePlan;
   try {
-    plan = planTables(invocation.tables, io.env, io.cwd ?? process.cwd());
+    plan = planTables(invocation.tables, env, cwd);
   } catch (error) {
     if (error instanceof TableOptionError) throw usageError(error.message);
     throw error;
   }
   if (spec.tables === 'create') refuseOtherNames(plan);
-  const location = locate(invocation, io.env);
+  const location = locate(invocation, env);
   const opened = await connect(location, { create: spec.tables === 'create' });
   const interrupt = new AbortController();
   const forget = io.onInterrupt?.(() => interrupt.abort());
@@ -747,13 +750,31 @@ async function findTables(opened: OpenedDatabase, plan: TablePlan): Promise<Tabl
 function locate({ database: flag, driver }: Target, env: CliIo['env']): DatabaseLocation {
   const value = flag ?? env.DATABASE_URL;
   if (value === undefined || value.trim() === '')
-    throw usageError('set DATABASE_URL or pass --database (file:<path>, <path>.db, postgres://…, mysql://…)');
+    throw usageError(
+      'set DATABASE_URL (in the environment or in .env) or pass --database (file:<path>, <path>.db, postgres://… or postgresql://…, mysql://…)',
+    );
   try {
     return parseDatabaseUrl(value, { name: flag === undefined ? 'DATABASE_URL' : '--database', driver });
   } catch (error) {
     if (error instanceof DatabaseUrlError) throw usageError(error.message);
     throw error;
   }
+}
+
+/**
+ * The environment, with what `<cwd>/.env` sets beneath it: the variables already set win, as with
+ * dotenv, Next.js and drizzle-kit's configs, which read the same file (create-t3-app keeps
+ * `DATABASE_URL` there). Parsed by Node's own `util.parseEnv`.
+ */
+export function withDotEnv(env: CliIo['env'], cwd: string): CliIo['env'] {
+  let text: string;
+  try {
+    text = readFileSync(join(cwd, '.env'), 'utf8');
+  } catch {
+    return env;
+  }
+  const defined = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined));
+  return { ...parseEnv(text), ...defined };
 }
 
 /** Opens the database and makes sure it answers, so that every later failure is about the work. */

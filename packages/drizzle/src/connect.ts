@@ -85,7 +85,7 @@ export function parseDatabaseUrl(
 function locationOf(value: string | undefined, defaultSqlitePath: string | undefined, name: string): DatabaseLocation {
   if (value === undefined || value.trim() === '') {
     if (defaultSqlitePath !== undefined) return { dialect: 'sqlite', path: defaultSqlitePath };
-    throw new DatabaseUrlError(`set ${name} (file:<path>, <path>.db, postgres://…, mysql://…)`);
+    throw new DatabaseUrlError(`set ${name} (file:<path>, <path>.db, postgres://… or postgresql://…, mysql://…)`);
   }
   const url = value.trim();
   if (/^postgres(ql)?:\/\//i.test(url)) return { dialect: 'postgres', url };

@@ -119,12 +119,18 @@ export function createDrizzleStore<TDb extends DrizzleDatabase>(
 ): DrizzleStore<DrizzleTransaction<TDb>> {
   const tables = resolveTableNames(tableOptions);
   const detected = detectDialect(db);
-  const statements =
-    detected.dialect === 'postgres'
-      ? pgStatements(detected.db, definePgTables(tables))
-      : detected.dialect === 'mysql'
-        ? mysqlStatements(detected.db, defineMysqlTables(tables))
-        : sqliteStatements(detected.sqlite, defineSqliteTables(tables), busyRetryMs);
+  let statements: StoreStatements;
+  try {
+    statements =
+      detected.dialect === 'postgres'
+        ? pgStatements(detected.db, definePgTables(tables))
+        : detected.dialect === 'mysql'
+          ? mysqlStatements(detected.db, defineMysqlTables(tables))
+          : sqliteStatements(detected.sqlite, defineSqliteTables(tables), busyRetryMs);
+  } catch (error) {
+    // better-sqlite3 prepares the statements here, and refuses a missing table at start-up.
+    throw withoutParameters(error, tables);
+  }
   return storeOver<DrizzleTransaction<TDb>>(
     statements,
     detected.dialect,
@@ -204,13 +210,14 @@ function storeOver<TTx>(
         seen = await s.readLive(request.scope, request.key);
       }
     } catch (error) {
-      throw withoutParameters(error);
+      throw withoutParameters(error, tables);
     }
     throw new Error(`[idem] claim did not settle after ${MAX_CLAIM_ROUNDS} rounds of contention on one key`);
   }
 
   const { transaction } = s;
-  const guarded = rejectingWithoutParameters;
+  const guarded = <A extends unknown[], R>(method: (...args: A) => Promise<R>) =>
+    rejectingWithoutParameters(method, tables);
   return {
     dialect,
     driver,
@@ -222,7 +229,7 @@ function storeOver<TTx>(
           // The dialect hands `work` drizzle's own transaction, which `TTx` names for the caller.
           return await transaction(work as (t: StoreTransaction) => Promise<TransactionEnd<R>>);
         } catch (error) {
-          throw withoutParameters(error);
+          throw withoutParameters(error, tables);
         }
       },
     }),

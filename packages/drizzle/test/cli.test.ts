@@ -362,7 +362,7 @@ describe('idem: usage and failures are one line on stderr, never a stack trace',
       /^idem: --batch-size must be a whole number from 1 to \d+, got "lots"$/,
       /^idem: --older-than must be a duration such as 90d, 24h or 30m, got "90 days"$/,
       /^idem: explain needs a key/,
-      /^idem: set DATABASE_URL or pass --database \(file:<path>, <path>\.db, postgres:\/\/…, mysql:\/\/…\)$/,
+      /^idem: set DATABASE_URL \(in the environment or in \.env\) or pass --database \(file:<path>, <path>\.db, postgres:\/\/… or postgresql:\/\/…, mysql:\/\/…\)$/,
       /^idem: DATABASE_URL "mongodb:\/\/localhost\/db" is neither/,
       /^idem: unknown option --frobnicate/,
     ];

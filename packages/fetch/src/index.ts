@@ -6,6 +6,7 @@
  */
 export { idempotent, requestOperation, type IdempotentHandler, type IdempotentOptions } from './fetch.js';
 export { notStarted } from './pipeline.js';
+export { keyStatusRoute, type KeyStatusRouteOptions } from './key-status-route.js';
 export type { HttpIdempotencyOptions, RequestFingerprintInput } from './options.js';
 export { DEFAULT_REPLAY_HEADERS } from './stored-response.js';
 // What route handlers need from the core without a second import.
