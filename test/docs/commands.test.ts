@@ -207,6 +207,7 @@ describe('README commands', () => {
   it('the quick start, run as printed, answers its $ curl transcript: status lines and the replay header', async () => {
     const quickStart = /## Quick start\n[\s\S]*?```ts\n([\s\S]*?)```/.exec(README)?.[1];
     expect(quickStart).toBeDefined();
+    mkdirSync(join(ROOT, '.scratch'), { recursive: true }); // gitignored: absent in a fresh clone
     const folder = mkdtempSync(join(ROOT, '.scratch', 'readme-quick-start-'));
     folders.push(folder);
     const port = await freePort();

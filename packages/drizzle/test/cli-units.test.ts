@@ -42,7 +42,7 @@ describe('parseDatabaseUrl', () => {
       path: '/srv/app.db',
     });
     expect(() => parseDatabaseUrl(undefined)).toThrow(
-      new DatabaseUrlError('set DATABASE_URL (file:<path>, <path>.db, postgres://…, mysql://…)'),
+      new DatabaseUrlError('set DATABASE_URL (file:<path>, <path>.db, postgres://… or postgresql://…, mysql://…)'),
     );
   });
 
