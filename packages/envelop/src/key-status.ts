@@ -18,8 +18,8 @@ import {
   type KeyStatusQuery,
   type StoredOutcomeValue,
 } from '@idem/core';
-import { idempotencyGraphQLError } from './error-mapping.js';
-import type { StoredExecutionResult, StoredGraphQLError } from './stored-result.js';
+import { idempotencyGraphQLError } from './graphql-core/error-mapping.js';
+import type { StoredExecutionResult, StoredGraphQLError } from './graphql-core/stored-result.js';
 
 /** The field's name in `Query`, and where the clients' `reconcile` looks by default. */
 export const IDEMPOTENCY_KEY_STATUS_FIELD = 'idempotencyKeyStatus';
