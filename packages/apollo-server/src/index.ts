@@ -14,7 +14,12 @@ import {
   type GraphQLFormattedError,
   type GraphQLSchema,
 } from 'graphql';
-import { IDEMPOTENT_REPLAYED_HEADER, type ClaimContext, type EndpointPolicyDescription, type IdempotencyEngine } from '@idem/core';
+import {
+  IDEMPOTENT_REPLAYED_HEADER,
+  type ClaimContext,
+  type EndpointPolicyDescription,
+  type IdempotencyEngine,
+} from '@idem/core';
 import {
   createGraphQLIdempotency,
   isReplayedResult,
@@ -33,7 +38,13 @@ export {
   type IdempotencyErrorExtensions,
   type IdempotencyGraphQLErrorCode,
 } from '@idem/envelop/graphql-core';
-export { sharedPrincipal, idempotencyClaim, HandlerNotStartedError, type ClaimContext, type Duration } from '@idem/core';
+export {
+  sharedPrincipal,
+  idempotencyClaim,
+  HandlerNotStartedError,
+  type ClaimContext,
+  type Duration,
+} from '@idem/core';
 
 /**
  * Options of {@link useApolloIdempotency}: those of `useIdempotency` (`store`, `principal`,

@@ -6,8 +6,17 @@ export { useIdempotency, type IdempotencyPlugin } from './plugin.js';
 export type { IdempotencyResultExtension } from './graphql-core/field-unit.js';
 export { useYogaIdempotency, type YogaIdempotencyHooks, type YogaIdempotencyOptions } from './yoga.js';
 export { DEFAULT_PREFLIGHT_HEADERS, type CsrfPreventionOptions } from './preflight.js';
-export type { IdempotencyOptions, GraphQLKeyOptions, FingerprintInput, RequestHeaders } from './graphql-core/options.js';
-export { idempotentDirective, idempotentDirectiveTypeDefs, IdempotentDirectivePlacementRule } from './graphql-core/directive.js';
+export type {
+  IdempotencyOptions,
+  GraphQLKeyOptions,
+  FingerprintInput,
+  RequestHeaders,
+} from './graphql-core/options.js';
+export {
+  idempotentDirective,
+  idempotentDirectiveTypeDefs,
+  IdempotentDirectivePlacementRule,
+} from './graphql-core/directive.js';
 export {
   idempotencyKeyStatusTypeDefs,
   idempotencyKeyStatusResolver,
