@@ -58,6 +58,12 @@ export interface ApolloIdempotencyOptions<TContext extends BaseContext = BaseCon
    * `rootValue` option, so pass the same one here if you set it. Defaults to `undefined`.
    */
   rootValue?: unknown;
+  /**
+   * Apollo Server's `formatError`, for the errors of idempotent mutations (live and replayed):
+   * Apollo does not format a response a plugin gives, so pass the same function here if you set
+   * one (to mask unexpected errors, for instance). Defaults to none.
+   */
+  formatError?: (formattedError: GraphQLFormattedError, error: unknown) => GraphQLFormattedError;
 }
 
 /** The Apollo Server plugin, with the engine it runs on, `claim(context)` and `describeEndpoints()` (R4). */
@@ -93,12 +99,13 @@ interface HttpRequest {
  *
  * It runs mutation operations itself in `responseForOperation` (graphql-js `execute` under the
  * claims); queries and subscriptions go through Apollo's own execution. On those mutations
- * Apollo's `formatError`, `rootValue` (pass it here) and `willResolveField` hooks do not run.
+ * Apollo's own `formatError` and `rootValue` are not applied (pass them here) and plugins'
+ * `executionDidStart`/`willResolveField` hooks do not run.
  */
 export function useApolloIdempotency<TContext extends BaseContext = BaseContext, TTx = unknown>(
   options: ApolloIdempotencyOptions<TContext, TTx>,
 ): ApolloIdempotencyPlugin<TContext, TTx> {
-  const { rootValue, ...coreOptions } = options;
+  const { rootValue, formatError, ...coreOptions } = options;
   /** The HTTP request each GraphQL context was built for (Apollo keeps it beside the context, not in it). */
   const requests = new WeakMap<object, HttpRequest>();
   /** How many operations share one HTTP request's headers: more than one is a batch. */
@@ -138,7 +145,7 @@ export function useApolloIdempotency<TContext extends BaseContext = BaseContext,
           const { operation, schema, document } = requestContext;
           if (operation.operation !== 'mutation') return null;
           const invalid = core.validationRules.length > 0 ? validate(schema, document, core.validationRules) : [];
-          if (invalid.length > 0) return toResponse({ errors: invalid }, 400);
+          if (invalid.length > 0) return toResponse({ errors: invalid }, formatError, 400);
           core.prepareSchema(schema);
           const args: ExecutionArgs = {
             schema,
@@ -149,7 +156,7 @@ export function useApolloIdempotency<TContext extends BaseContext = BaseContext,
             operationName: requestContext.request.operationName,
           };
           const result = (await core.execute(args, graphqlExecute as ExecuteFn)) as ExecutionResult;
-          return toResponse(result);
+          return toResponse(result, formatError);
         },
       };
     },
@@ -161,7 +168,11 @@ export function useApolloIdempotency<TContext extends BaseContext = BaseContext,
  * (`extensions.code` defaults to `INTERNAL_SERVER_ERROR`), their `extensions.http` turned into
  * the response's status and headers, and `Idempotent-Replayed: true` on a replay (E2).
  */
-function toResponse(result: ExecutionResult, status?: number): GraphQLResponse {
+function toResponse(
+  result: ExecutionResult,
+  formatError: ApolloIdempotencyOptions['formatError'],
+  status?: number,
+): GraphQLResponse {
   const headers = new HeaderMap();
   let httpStatus = status;
   const errors = result.errors?.map((error): GraphQLFormattedError => {
@@ -171,10 +182,11 @@ function toResponse(result: ExecutionResult, status?: number): GraphQLResponse {
     } & Record<string, unknown>;
     if (http?.status) httpStatus = http.status;
     for (const [name, value] of Object.entries(http?.headers ?? {})) headers.set(name.toLowerCase(), value);
-    return {
+    const formatted: GraphQLFormattedError = {
       ...graphqlError.toJSON(),
       extensions: { ...extensions, code: extensions['code'] ?? 'INTERNAL_SERVER_ERROR' },
     };
+    return formatError ? formatError(formatted, error) : formatted;
   });
   // As Apollo's `status400ForVariableCoercionErrors`: a request it executed nothing of is a 400.
   if (httpStatus === undefined && errors?.length && result.data === undefined) httpStatus = 400;

@@ -9,6 +9,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ApolloServer } from '@apollo/server';
+import { unwrapResolverError } from '@apollo/server/errors';
+import { GraphQLError } from 'graphql';
+import { MemoryStore } from '@idem/core';
 import { startStandaloneServer } from '@apollo/server/standalone';
 import { expressMiddleware } from '@as-integrations/express5';
 import express from 'express';
@@ -191,6 +194,30 @@ describe.each(storeTargets)('@idem/apollo-server over $name', (target) => {
       expect(result.status).toBe(400);
       expect(shop.calls['createOrder']).toBeUndefined();
     });
+  });
+});
+
+describe('@idem/apollo-server formatError', () => {
+  it('X3: formatError masks an unexpected resolver error in the first answer and in its replay alike', async () => {
+    const shop = createShop();
+    const started = await startApollo('standalone', shop, {
+      store: new MemoryStore(),
+      principal: (context) => context.user,
+      formatError: (formatted, error) =>
+        unwrapResolverError(error) instanceof GraphQLError ? formatted : { ...formatted, message: 'Unexpected error.' },
+    });
+    try {
+      const post = graphqlClient(fetch, started.url);
+      const headers = keyHeader(randomUUID());
+      const first = await post({ query: 'mutation { chargeCard(amount: 5) { id } }' }, headers);
+      const replay = await post({ query: 'mutation { chargeCard(amount: 5) { id } }' }, headers);
+      expect(first.body.errors[0].message).toBe('Unexpected error.');
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(replay.body.errors[0].message).toBe('Unexpected error.');
+      expect(shop.calls['chargeCard']).toBe(1);
+    } finally {
+      await started.stop();
+    }
   });
 });
 
