@@ -250,7 +250,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       retentionMs: toMilliseconds(retention),
       leaseMs: toMilliseconds(lease),
       expiredReuse,
-      waitMs: toMilliseconds(wait),
+      waitMs: waitMilliseconds(wait),
       documentationUrl,
       maxStoredBytes,
     };
@@ -486,7 +486,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       leaseMs,
       retentionMs,
       expiredReuse: request.expiredReuse ?? this.policy.expiredReuse,
-      waitMs: wait === undefined ? this.policy.waitMs : toMilliseconds(wait),
+      waitMs: wait === undefined ? this.policy.waitMs : waitMilliseconds(wait),
     };
   }
 
@@ -671,6 +671,13 @@ function claimContext<TTx>(
 /** E3w: the back-off of a waiting duplicate: its first ask again, and the longest pause between two. */
 const FIRST_WAIT_POLL_MS = 25;
 const MAX_WAIT_POLL_MS = 500;
+
+/** E3w: `wait` in milliseconds; 0 (or `'0s'`…) for no wait. */
+function waitMilliseconds(wait: Duration): number {
+  return wait === 0 || (typeof wait === 'string' && /^\s*0+(\.0+)?\s*(ms|s|m|h|d)\s*$/.test(wait))
+    ? 0
+    : toMilliseconds(wait);
+}
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
