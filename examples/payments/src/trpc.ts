@@ -50,6 +50,8 @@ export interface PaymentsRouterOptions {
   channel: PaymentChannel;
   retentionMs: number;
   leaseMs: number;
+  /** E3w: how long a duplicate waits for the outcome in progress. Defaults to 0: 409 at once. */
+  waitMs?: number;
   onEvent?: IdempotencyEventHandler;
   /** Atomic mode (PostgreSQL): the ledger row commits with the claim and the outcome. Defaults to false. */
   atomic?: boolean;
@@ -64,6 +66,7 @@ export function createPaymentsRouter({
   channel,
   retentionMs,
   leaseMs,
+  waitMs = 0,
   onEvent,
   atomic = false,
 }: PaymentsRouterOptions) {
@@ -74,6 +77,7 @@ export function createPaymentsRouter({
     principal: (ctx: Context) => ctx.account,
     retention: retentionMs,
     lease: leaseMs,
+    wait: waitMs,
     atomic,
     ...(onEvent ? { onEvent } : {}),
   };

@@ -16,6 +16,11 @@ export interface EndpointPolicyDescription {
   required: boolean;
   retentionMs: number;
   leaseMs: number;
+  /**
+   * E3w: how long a duplicate that finds the key in progress waits for the outcome before it
+   * answers 409 (`wait`); 0 when it answers 409 at once (E3). Optional: absent reads as 0.
+   */
+  waitMs?: number;
   expiredReuse: 'execute' | 'reject';
   /** What is stored and replayed, in words. */
   stored: string;
@@ -28,7 +33,7 @@ export interface PolicyDocument {
   title: string;
   /** The URL this document is served at; each problem's `type` is this URL with the problem's code as fragment. */
   documentationUrl: string;
-  endpoints: Array<EndpointPolicyDescription & { retention: string; lease: string }>;
+  endpoints: Array<EndpointPolicyDescription & { retention: string; lease: string; waitMs: number; wait: string }>;
   /**
    * The problems a client can meet, and what to do about each. `type` is the problem type of
    * problem bodies (`<documentationUrl>#<code>`); the HTML page has an anchor for each.
@@ -158,6 +163,8 @@ export function createPolicyDocument(options: {
     ...endpoint,
     retention: formatDuration(endpoint.retentionMs),
     lease: formatDuration(endpoint.leaseMs),
+    waitMs: endpoint.waitMs ?? 0,
+    wait: endpoint.waitMs ? formatDuration(endpoint.waitMs) : 'none (409 at once)',
   }));
   const shortest = Math.min(...endpoints.map((endpoint) => endpoint.retentionMs));
   return {
