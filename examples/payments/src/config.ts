@@ -62,7 +62,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
   const waitMs = flagOrDuration('IDEM_WAIT', env.IDEM_WAIT);
   if (atomic && waitMs > 0) {
     throw new ConfigError(
-      'IDEM_WAIT cannot be combined with IDEM_ATOMIC: in atomic mode the first request\'s claim is invisible until its transaction commits, so a duplicate has no outcome in progress to wait for (it gets 409 at once). Unset one of them.',
+      "IDEM_WAIT cannot be combined with IDEM_ATOMIC: in atomic mode the first request's claim is invisible until its transaction commits, so a duplicate has no outcome in progress to wait for (it gets 409 at once). Unset one of them.",
     );
   }
   return {
