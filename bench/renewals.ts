@@ -257,10 +257,15 @@ export function renderWait(results: WaitResult[]): string {
   )}`;
 }
 
-// `node --import tsx bench/renewals.ts [--quick] [baseline-dir]`: the two parts alone.
+// `node --import tsx bench/renewals.ts [--quick] [--fresh-only] [baseline-dir]`: the two parts alone.
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const quick = process.argv.includes('--quick');
   const baseline = process.argv.slice(2).find((arg) => !arg.startsWith('--'));
-  console.log(renderRenewals(await runRenewals({ quick, baseline })));
-  console.log(`\n${renderWait(await runWait({ quick }))}`);
+  if (process.argv.includes('--fresh-only')) {
+    const fresh = await freshPath(quick, baseline);
+    console.log(renderRenewals({ load: [], fresh }));
+  } else {
+    console.log(renderRenewals(await runRenewals({ quick, baseline })));
+    console.log(`\n${renderWait(await runWait({ quick }))}`);
+  }
 }
