@@ -183,7 +183,7 @@ export function renderPolicyHtml(policy: PolicyDocument): string {
   const rows = policy.endpoints
     .map(
       (e) =>
-        `<tr><td>${escapeHtml(e.endpoint)}</td><td>${escapeHtml(e.retention)}</td><td>${escapeHtml(e.lease)}</td><td>${escapeHtml(e.keySources.join(', '))}${e.required ? ' (required)' : ' (optional)'}</td><td>${escapeHtml(e.expiredReuse === 'execute' ? 'executed as new, recorded' : 'refused (422)')}</td><td>${escapeHtml(e.stored)}</td><td>${escapeHtml(e.fingerprint)}</td></tr>`,
+        `<tr><td>${escapeHtml(e.endpoint)}</td><td>${escapeHtml(e.retention)}</td><td>${escapeHtml(e.lease)}</td><td>${escapeHtml(e.wait)}</td><td>${escapeHtml(e.keySources.join(', '))}${e.required ? ' (required)' : ' (optional)'}</td><td>${escapeHtml(e.expiredReuse === 'execute' ? 'executed as new, recorded' : 'refused (422)')}</td><td>${escapeHtml(e.stored)}</td><td>${escapeHtml(e.fingerprint)}</td></tr>`,
     )
     .join('\n');
   const statuses = policy.statuses
@@ -200,7 +200,7 @@ export function renderPolicyHtml(policy: PolicyDocument): string {
 <p>Send an <code>Idempotency-Key</code> header (a quoted string, e.g. <code>Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"</code>) or the key argument where listed. Keys are scoped per account and endpoint.</p>
 <p><strong>${escapeHtml(policy.clientGuidance)}</strong></p>
 <h2>Endpoints</h2>
-<table><thead><tr><th>Endpoint</th><th>Retention</th><th>Lease</th><th>Key</th><th>Reuse after retention</th><th>Stored and replayed</th><th>Fingerprint</th></tr></thead><tbody>
+<table><thead><tr><th>Endpoint</th><th>Retention</th><th>Lease</th><th>A duplicate in progress waits</th><th>Key</th><th>Reuse after retention</th><th>Stored and replayed</th><th>Fingerprint</th></tr></thead><tbody>
 ${rows}
 </tbody></table>
 <h2>Statuses</h2>
