@@ -13,7 +13,7 @@ import { validator } from 'hono/validator';
 import { notStarted } from '@idem/fetch';
 import { idempotency } from '@idem/fetch/hono';
 import { accountOf, BadCredentialsError } from './account.ts';
-import { ChargeNotRecordedError } from './channel.ts';
+import { ChargeNotRecordedError, ChargeRefusedError } from './channel.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { paymentInput, type PaymentsRouterOptions } from './trpc.ts';
 
@@ -86,6 +86,8 @@ export function createPaymentsRest({
         // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
         if (error instanceof ChargeNotRecordedError)
           return notStarted(problem(503, 'Service Unavailable', error.message, { 'retry-after': '1' }));
+        // The database refused the payment's data: the client's to fix (400), nothing charged.
+        if (error instanceof ChargeRefusedError) return notStarted(problem(400, 'Bad Request', error.message));
         throw error;
       }
       return c.json(charge, 201, { location: `${REST_PAYMENTS_PATH}/${charge.id}` });

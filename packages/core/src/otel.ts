@@ -70,7 +70,18 @@ export interface IdempotencyTelemetryOptions {
    * that the host's instrumentation, or your code, started). Defaults to `true`.
    */
   spans?: boolean;
+  /**
+   * How many distinct `idempotency.operation` values the metrics and span attributes carry: past
+   * this many, a new operation is labelled {@link OTHER_OPERATION}, so that a path full of ids,
+   * or mutations sent without a key in ever new combinations, cannot grow a series per request.
+   * An `unkeyed` event (a request without a key) never takes one of these places: its operation
+   * is labelled as it is only when a keyed request already made it known. Defaults to 100.
+   */
+  maxOperations?: number;
 }
+
+/** The `idempotency.operation` value of operations past `maxOperations`, and of unkeyed requests to unknown operations. */
+export const OTHER_OPERATION = '(other)';
 
 /** The slice of `@opentelemetry/api` this entry uses. */
 interface OpenTelemetryApi {
@@ -110,6 +121,11 @@ function loadApi(): OpenTelemetryApi {
  *   `idempotency.operation`, `idempotency.replayed` and `idempotency.outcome` (see
  *   {@link IdempotencyOutcome}).
  *
+ * `idempotency.operation` is bounded: at most `maxOperations` values (default 100), then
+ * `(other)`; requests without a key add none. With `@idem/fetch`, label by route template: the
+ * Hono middleware's operation is the matched route (`POST /orders/:id`); give `idempotent()` an
+ * `operation` that names the route rather than the raw path.
+ *
  * No attribute carries the principal or the key: one value per caller or per request would
  * explode a metric's cardinality, and neither belongs next to a trace's payload (K5). Compose it
  * with your own hook through `combineEventHandlers`.
@@ -117,7 +133,15 @@ function loadApi(): OpenTelemetryApi {
  */
 export function idempotencyTelemetry(options: IdempotencyTelemetryOptions = {}): IdempotencyEventHandler {
   const api = loadApi();
-  const { meter = api.metrics.getMeter(IDEMPOTENCY_METER_NAME), spans = true } = options;
+  const { meter = api.metrics.getMeter(IDEMPOTENCY_METER_NAME), spans = true, maxOperations = 100 } = options;
+  const operations = new Set<string>();
+  // The label an event may carry: bounded by `maxOperations`, never grown by an unkeyed request.
+  const labelOf = (event: IdempotencyEvent): string => {
+    if (operations.has(event.operation)) return event.operation;
+    if (event.type === 'unkeyed' || operations.size >= maxOperations) return OTHER_OPERATION;
+    operations.add(event.operation);
+    return event.operation;
+  };
   const events: Counter = meter.createCounter(IDEMPOTENCY_EVENTS_METRIC, {
     description: 'Idempotency events (claimed, completed, replayed, conflict, mismatch, …), by operation.',
     unit: '{event}',
@@ -128,7 +152,8 @@ export function idempotencyTelemetry(options: IdempotencyTelemetryOptions = {}):
     advice: { explicitBucketBoundaries: [...IDEMPOTENCY_DURATION_BUCKETS] },
   });
 
-  return (event) => {
+  return (raw) => {
+    const event = { ...raw, operation: labelOf(raw) } as IdempotencyEvent;
     countEvent(events, event);
     if (event.type === 'completed')
       duration.record(event.durationMs / 1000, {
