@@ -71,11 +71,12 @@ export interface IdempotencyTelemetryOptions {
    */
   spans?: boolean;
   /**
-   * How many distinct `idempotency.operation` values the metrics and span attributes carry: past
+   * How many distinct `idempotency.operation` values the metrics carry: past
    * this many, a new operation is labelled {@link OTHER_OPERATION}, so that a path full of ids,
    * or mutations sent without a key in ever new combinations, cannot grow a series per request.
-   * An `unkeyed` event (a request without a key) never takes one of these places: its operation
-   * is labelled as it is only when a keyed request already made it known. Defaults to 100.
+   * A request without a key that ran without idempotency (`unkeyed`, not refused) never takes
+   * one of these places: its operation is labelled as it is only when another request already
+   * made it known. Defaults to 100.
    */
   maxOperations?: number;
 }
@@ -121,8 +122,8 @@ function loadApi(): OpenTelemetryApi {
  *   `idempotency.operation`, `idempotency.replayed` and `idempotency.outcome` (see
  *   {@link IdempotencyOutcome}).
  *
- * `idempotency.operation` is bounded: at most `maxOperations` values (default 100), then
- * `(other)`; requests without a key add none. With `@idem/fetch`, label by route template: the
+ * On the metrics, `idempotency.operation` is bounded: at most `maxOperations` values (default
+ * 100), then `(other)`; requests run without a key add none. With `@idem/fetch`, label by route template: the
  * Hono middleware's operation is the matched route (`POST /orders/:id`); give `idempotent()` an
  * `operation` that names the route rather than the raw path.
  *
@@ -138,7 +139,7 @@ export function idempotencyTelemetry(options: IdempotencyTelemetryOptions = {}):
   // The label an event may carry: bounded by `maxOperations`, never grown by an unkeyed request.
   const labelOf = (event: IdempotencyEvent): string => {
     if (operations.has(event.operation)) return event.operation;
-    if (event.type === 'unkeyed' || operations.size >= maxOperations) return OTHER_OPERATION;
+    if ((event.type === 'unkeyed' && !event.refused) || operations.size >= maxOperations) return OTHER_OPERATION;
     operations.add(event.operation);
     return event.operation;
   };
@@ -152,20 +153,21 @@ export function idempotencyTelemetry(options: IdempotencyTelemetryOptions = {}):
     advice: { explicitBucketBoundaries: [...IDEMPOTENCY_DURATION_BUCKETS] },
   });
 
-  return (raw) => {
-    const event = { ...raw, operation: labelOf(raw) } as IdempotencyEvent;
-    countEvent(events, event);
+  return (event) => {
+    // Metrics by the bounded label; a span is one request's, and says which operation it was.
+    const operation = labelOf(event);
+    countEvent(events, event, operation);
     if (event.type === 'completed')
       duration.record(event.durationMs / 1000, {
-        'idempotency.operation': event.operation,
+        'idempotency.operation': operation,
         'idempotency.outcome_kind': event.outcomeKind,
       });
     if (spans) api.trace.getActiveSpan()?.setAttributes(spanAttributes(event));
   };
 }
 
-function countEvent(counter: Counter, event: IdempotencyEvent): void {
-  const attributes: Attributes = { 'idempotency.event': event.type, 'idempotency.operation': event.operation };
+function countEvent(counter: Counter, event: IdempotencyEvent, operation: string): void {
+  const attributes: Attributes = { 'idempotency.event': event.type, 'idempotency.operation': operation };
   if (event.type === 'storeError') attributes['idempotency.store_operation'] = event.storeOperation;
   if (event.type === 'unkeyed') attributes['idempotency.refused'] = event.refused;
   counter.add(1, attributes);

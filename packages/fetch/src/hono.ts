@@ -28,12 +28,12 @@ export type HonoIdempotencyMiddleware<E extends Env = Env, TTx = unknown> = Midd
  * (`POST /orders/:id`, Hono's matched route, as `routePath(c, -1)` of `hono/route` reads it), so
  * that the scope and the telemetry label are one per route, not one per id in the path. The same
  * key on `/orders/1` and then `/orders/2` is then one record asked two things: 422 (F3; the
- * fingerprint holds the path). Without a matched route, the decoded path (`c.req.path`).
+ * fingerprint holds the path). Without a matched route, the path (`c.req.path`).
  */
 export const honoOperation = (c: Context): string => {
   // `matchedRoutes` (every Hono 4) lists the middlewares' routes, then the handler's: the last one answers.
   const template = c.req.matchedRoutes.at(-1)?.path;
-  return `${c.req.method} ${template === undefined || template === '*' || template === '/*' ? c.req.path : template}`;
+  return `${c.req.method} ${template ?? c.req.path}`;
 };
 
 /**
