@@ -6,7 +6,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { getRequestListener } from '@hono/node-server';
-import { Hono, type Context } from 'hono';
+import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { validator } from 'hono/validator';
@@ -60,6 +60,7 @@ export function createPaymentsRest({
   });
   app.post(
     REST_PAYMENTS_PATH,
+    standardRequest,
     bodyLimit({
       maxSize: maxBodyBytes,
       onError: () => problem(413, 'Content Too Large', `The request body is larger than ${maxBodyBytes} bytes.`),
@@ -115,6 +116,27 @@ export function createPaymentsRest({
     engine: idempotent.engine,
   };
 }
+
+/**
+ * Makes the request a standard `Request` before Hono's `bodyLimit` reads it. `@hono/node-server`
+ * with `overrideGlobalObjects: false` hands Hono a lightweight request that is not one: a body
+ * without Content-Length (chunked: Node's `fetch` with a stream body, proxies, streaming clients)
+ * makes `bodyLimit` build `new Request(c.req.raw, …)` from it, which Node's `Request` refuses (a
+ * TypeError), and every such
+ * payment was a 500. The body still streams, never buffered here: 413 past the limit, or success.
+ */
+const standardRequest: MiddlewareHandler = async (c, next) => {
+  const raw = c.req.raw;
+  // The lightweight request passes `instanceof Request` (its prototype is the global one's): rebuild it always.
+  c.req.raw = new Request(raw.url, {
+    method: raw.method,
+    headers: raw.headers,
+    body: raw.body,
+    signal: raw.signal,
+    duplex: 'half',
+  } as RequestInit & { duplex: 'half' });
+  await next();
+};
 
 function problem(status: number, title: string, detail: string, headers: Record<string, string> = {}): Response {
   return new Response(JSON.stringify({ type: 'about:blank', title, status, detail }), {
