@@ -30,9 +30,7 @@ describe('normalizedPath', () => {
         const plain = `/${segments.map((s) => s.map(([c]) => c).join('')).join('/')}`;
         const encoded = `/${segments
           .map((s) =>
-            s
-              .map(([c, encode]) => (encode ? `%${c.charCodeAt(0).toString(16).padStart(2, '0')}` : c))
-              .join(''),
+            s.map(([c, encode]) => (encode ? `%${c.charCodeAt(0).toString(16).padStart(2, '0')}` : c)).join(''),
           )
           .join('/')}`;
         expect(normalizedPath(encoded)).toBe(normalizedPath(plain));
