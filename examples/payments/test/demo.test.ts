@@ -65,7 +65,7 @@ describe('npm run demo', () => {
     expect(stdout).toMatch(/7\. Reconcile instead of retrying/);
     expect(stdout).toMatch(/executed: already paid at \d{4}-\d\d-\d\dT[\d:.]+Z \(200\)/);
     expect(stdout).toMatch(
-      /curl http:\/\/127\.0\.0\.1:\d+\/idempotency\/keys\/[0-9a-f-]{36}\?operation=payments\.create\n +generation 1: (completed|expired|archived), status 200\n/,
+      /curl -H 'Authorization: Bearer demo' http:\/\/127\.0\.0\.1:\d+\/idempotency\/keys\/[0-9a-f-]{36}\?operation=payments\.create\n +generation 1: (completed|expired|archived), status 200\n/,
     );
     expect(stdout).toContain('ledger: still 1 charge for this payment. The incident ends with one charge.');
     expect(stdout).toContain('Demo complete.');
