@@ -21,8 +21,8 @@ import {
   MASKED_ERROR_MESSAGE,
   StoreUnavailableError,
   type IdempotencyStore,
-  type StoredOutcome,
 } from '@idem/core';
+import type { StoredOutcome } from '@idem/core/store';
 import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
 import { openPostgresTarget } from '../../packages/drizzle/test/pg-target.ts';
 import { openSqliteTarget } from '../../packages/drizzle/test/sqlite-target.ts';
