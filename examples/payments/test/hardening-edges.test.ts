@@ -173,7 +173,7 @@ for (const database of databases) {
     });
 
     it.runIf(database.pg)(
-      'item 5 (E4, E5): in atomic mode a data exception from the ledger is a 400, not a 503 or a stored 500, and the key stays free',
+      "item 5 (E4, E5): a PostgreSQL data exception (SQLSTATE 22003) from the ledger is ChargeRefusedError (the resolvers' 400), not a ChargeNotRecordedError (503), and nothing is charged",
       async () => {
         // The schemas stop such amounts; the channel's own guard is what an atomic handler meets when one slips through.
         const { PaymentChannel } = await import('../src/channel.ts');
