@@ -19,7 +19,7 @@ import { createPaymentsRouter, createContext, type PaymentsStore } from './trpc.
 import { createPaymentsYoga } from './graphql.ts';
 import { paymentsPolicy } from './policy.ts';
 import { createPaymentsRest, REST_PAYMENTS_PATH } from './rest.ts';
-import { createKeyStatusRoute, KEY_STATUS_PATH } from './key-status.ts';
+import { createKeyStatusRoute, KEY_STATUS_PATH, KEY_STATUS_QUERY_PATH } from './key-status.ts';
 
 export interface PaymentsAppOptions {
   db: DrizzleDatabase;
@@ -153,7 +153,7 @@ export function createPaymentsApp({
     if (path === '/graphql') return yoga(req, res);
     if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD'))
       return sendPolicy(req, res, policyFor(req));
-    if (path.startsWith(KEY_STATUS_PATH)) return keyStatus(req, res, url);
+    if (path.startsWith(KEY_STATUS_PATH) || path === KEY_STATUS_QUERY_PATH) return keyStatus(req, res, url);
     if (path === '/healthz' && req.method === 'GET') return health(store, res);
     if (adminToken !== undefined && path === ADMIN_TIMELINE_PATH && req.method === 'GET')
       return serveTimeline(req, res, { store, token: adminToken, url });

@@ -44,6 +44,41 @@ export class ChargeNotRecordedError extends Error {
 }
 
 /**
+ * The largest amount a payment may have: the ledger's `integer` column (PostgreSQL's 32-bit
+ * `integer`) holds no more. The schemas refuse larger amounts with 400 before anything is claimed.
+ */
+export const MAX_AMOUNT = 2 ** 31 - 1;
+
+/**
+ * The database refused the payment's data (PostgreSQL SQLSTATE class 22, data exception: an
+ * amount out of range, say): the input is wrong, not the service. Nothing was charged (the ledger
+ * row was not written), so the resolvers answer 400 and give the key back (E4) — never a 503
+ * "retry with the same key" that would fail for ever, nor a stored 500.
+ */
+export class ChargeRefusedError extends Error {
+  constructor(override readonly cause: unknown) {
+    super(
+      'The payment was refused: its data does not fit the ledger (e.g. an amount out of range). Nothing was charged.',
+      {
+        cause,
+      },
+    );
+    this.name = 'ChargeRefusedError';
+  }
+}
+
+/** Whether `error` (or an error it wraps) is a PostgreSQL data exception: SQLSTATE class 22. */
+export function isDataException(error: unknown): boolean {
+  let current = error;
+  for (let depth = 0; depth < 8 && current instanceof Error; depth++) {
+    const { code } = current as { code?: unknown };
+    if (typeof code === 'string' && /^22[0-9A-Z]{3}$/.test(code)) return true;
+    current = current.cause;
+  }
+  return false;
+}
+
+/**
  * A simulated payment channel. Every charge it sees is appended to its ledger, kept in the
  * example's database so that several server processes share one channel. Amount 13 charges
  * and then fails unexpectedly, as a channel whose answer is lost would: that is why idem
@@ -139,6 +174,8 @@ export class PaymentChannel {
         db,
       );
     } catch (error) {
+      // Bad data is the client's to fix: 400, nothing charged (the statement wrote nothing).
+      if (isDataException(error)) throw new ChargeRefusedError(error);
       // In atomic mode the transaction is lost with the write: idem answers 503, nothing commits.
       if (key === null || db !== this.#db) throw error;
       return this.#recoverLostWrite(key, error);

@@ -9,8 +9,8 @@ import {
   idempotencyKeyStatusResolver,
   idempotencyKeyStatusTypeDefs,
 } from '@idem/envelop';
-import { accountOf } from './account.ts';
-import { ChargeNotRecordedError, innermostMessage, PaymentChannelError } from './channel.ts';
+import { accountOf, SHARED_ACCOUNTS } from './account.ts';
+import { ChargeNotRecordedError, ChargeRefusedError, innermostMessage, PaymentChannelError } from './channel.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { paymentInput, UNEXPECTED_ERROR_MESSAGE, type PaymentsRouterOptions } from './trpc.ts';
 
@@ -119,7 +119,7 @@ export function createPaymentsYoga({
         Query: {
           ledger: () => channel.ledger(),
           // What became of one of the caller's keys (reconcile, R2): the same store and principal as the plugin.
-          idempotencyKeyStatus: idempotencyKeyStatusResolver(options),
+          idempotencyKeyStatus: idempotencyKeyStatusResolver({ ...options, sharedPrincipals: SHARED_ACCOUNTS }),
         },
         Mutation: {
           createPayment: async (_, args: { input: { amount: number; currency: string } }, context) => {
@@ -151,6 +151,11 @@ export function createPaymentsYoga({
                   new GraphQLError(error.message, {
                     extensions: { code: 'SERVICE_UNAVAILABLE', http: { status: 503, headers: { 'Retry-After': '1' } } },
                   }),
+                );
+              // The database refused the payment's data: the client's to fix, nothing charged (E4).
+              if (error instanceof ChargeRefusedError)
+                throw new HandlerNotStartedError(
+                  new GraphQLError(error.message, { extensions: { code: 'BAD_USER_INPUT', http: { status: 400 } } }),
                 );
               // The channel's failure after it charged is meant for the client (stored and replayed, E4).
               if (error instanceof PaymentChannelError)

@@ -408,17 +408,31 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   ): Promise<TransactionEnd<AtomicRun<T>>> {
     // The handler's own time, inside the savepoint: without the savepoint's statements.
     let durationMs = 0;
+    // What the handler itself threw, to tell its failure from the savepoint's own statements'.
+    let thrown: { error: unknown } | undefined;
+    let returned = false;
     const run = await runHandler(() =>
       t.savepoint(async (tx) => {
         const start = performance.now();
         try {
           // The open transaction holds the claim (E6): nothing can take it over before it ends.
-          return await handler({ ...claimContext(endpoint, record, neverAborted()), tx });
+          const value = await handler({ ...claimContext(endpoint, record, neverAborted()), tx });
+          returned = true;
+          return value;
+        } catch (error) {
+          thrown = { error };
+          throw error;
         } finally {
           durationMs = performance.now() - start;
         }
       }),
     );
+    // `SAVEPOINT`, `RELEASE` or `ROLLBACK TO` failed (a lost connection, a transaction the database
+    // aborted): not the handler's outcome, and nothing of it may be stored or shown. The
+    // transaction failed: it rolls back, and the client is answered 503 (E5).
+    const handlerError = thrown?.error;
+    if (run.started && !run.result.ok && (returned || thrown === undefined || run.result.error !== handlerError))
+      throw run.result.error;
     if (!run.started) return { commit: false, value: { outcome: 'notStarted', cause: run.cause } };
     let stored: StoredOutcome;
     try {

@@ -42,6 +42,7 @@ export {
   lookUpKeyStatus,
   parseKeyStatusQuery,
   KeyStatusQueryError,
+  SharedPrincipalLookupError,
   MAX_OPERATION_LENGTH,
   type KeyStatusDocument,
   type KeyGenerationStatus,
@@ -52,6 +53,7 @@ export {
   type KeyStatusTarget,
   type StoredOutcomeValue,
 } from './key-status.js';
+export { MASKED_ERROR_MESSAGE, maskStoredError, maskStoredOutcome, maskStoredValue } from './outcome-mask.js';
 
 // Errors (X1) and how outcomes are stored (E2, E4).
 export {
