@@ -25,6 +25,8 @@ export interface PaymentsAppOptions {
   db: DrizzleDatabase;
   retentionMs: number;
   leaseMs: number;
+  /** E3w: how long a duplicate waits for the outcome in progress (`IDEM_WAIT`). Defaults to 0: 409 at once. */
+  waitMs?: number;
   channelDelayMs?: number;
   /** Every idem event, e.g. to log it. */
   onEvent?: (event: IdempotencyEvent) => void;
@@ -64,6 +66,7 @@ export function createPaymentsApp({
   db,
   retentionMs,
   leaseMs,
+  waitMs = 0,
   channelDelayMs = 0,
   onEvent,
   atomic = false,
@@ -74,7 +77,7 @@ export function createPaymentsApp({
   adminToken,
 }: PaymentsAppOptions): PaymentsApp {
   const channel = new PaymentChannel(db, { delayMs: channelDelayMs });
-  const shared = { store, channel, retentionMs, leaseMs, atomic, ...(onEvent ? { onEvent } : {}) };
+  const shared = { store, channel, retentionMs, leaseMs, waitMs, atomic, ...(onEvent ? { onEvent } : {}) };
   const { router, engine: trpcEngine } = createPaymentsRouter(shared);
   // A body over the limit is refused with 413 while it streams in, never buffered whole.
   const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/', maxBodySize: maxBodyBytes });
@@ -95,6 +98,7 @@ export function createPaymentsApp({
     paymentsPolicy({
       retentionMs,
       leaseMs,
+      waitMs,
       documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)),
     });
 

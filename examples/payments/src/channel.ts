@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { sql, type SQL } from 'drizzle-orm';
 import { is } from 'drizzle-orm';
 import { PgDatabase } from 'drizzle-orm/pg-core';
@@ -122,13 +123,16 @@ export class PaymentChannel {
    * {@link charge} for the request idem claimed: under the key it derives from the claim's key
    * and generation (`deriveKey('channel')`: a re-execution after a lease takeover charges once),
    * and in atomic mode through idem's transaction (`claim.tx`), so the ledger row commits with
-   * the claim. Without a claim, a plain charge.
+   * the claim. The claim's `signal` (E6) stops a charge whose claim was lost (taken over after its
+   * owner stalled past the lease) before it reaches the ledger. Without a claim, a plain charge.
    */
   chargeFor(
     payment: { account: string; amount: number; currency: string },
-    claim: { deriveKey(label: string): string; tx?: DrizzleDatabase | undefined } | undefined,
+    claim:
+      | { deriveKey(label: string): string; tx?: DrizzleDatabase | undefined; signal?: AbortSignal | undefined }
+      | undefined,
   ): Promise<Charge> {
-    return this.charge({ ...payment, downstreamKey: claim?.deriveKey('channel') }, claim?.tx);
+    return this.charge({ ...payment, downstreamKey: claim?.deriveKey('channel'), signal: claim?.signal }, claim?.tx);
   }
 
   /**
@@ -144,10 +148,18 @@ export class PaymentChannel {
       amount,
       currency,
       downstreamKey,
-    }: { account: string; amount: number; currency: string; downstreamKey?: string | undefined },
+      signal,
+    }: {
+      account: string;
+      amount: number;
+      currency: string;
+      downstreamKey?: string | undefined;
+      signal?: AbortSignal | undefined;
+    },
     db: DrizzleDatabase = this.#db,
   ): Promise<Charge> {
-    if (this.#delayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.#delayMs));
+    if (this.#delayMs > 0) await delay(this.#delayMs, undefined, signal ? { signal } : {});
+    signal?.throwIfAborted();
     const charge: Charge = {
       id: `pay_${randomUUID().replaceAll('-', '')}`,
       amount,

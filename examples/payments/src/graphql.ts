@@ -76,6 +76,7 @@ export function createPaymentsYoga({
   channel,
   retentionMs,
   leaseMs,
+  waitMs = 0,
   onEvent,
   atomic = false,
   maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
@@ -87,6 +88,7 @@ export function createPaymentsYoga({
     required: ['createPayment'],
     retention: retentionMs,
     lease: leaseMs,
+    wait: waitMs,
     atomic,
     ...(onEvent ? { onEvent } : {}),
   };

@@ -57,6 +57,8 @@ export interface PaymentsRouterOptions {
   channel: PaymentChannel;
   retentionMs: number;
   leaseMs: number;
+  /** E3w: how long a duplicate waits for the outcome in progress. Defaults to 0: 409 at once. */
+  waitMs?: number;
   onEvent?: IdempotencyEventHandler;
   /** Atomic mode (PostgreSQL): the ledger row commits with the claim and the outcome. Defaults to false. */
   atomic?: boolean;
@@ -71,6 +73,7 @@ export function createPaymentsRouter({
   channel,
   retentionMs,
   leaseMs,
+  waitMs = 0,
   onEvent,
   atomic = false,
 }: PaymentsRouterOptions) {
@@ -81,6 +84,7 @@ export function createPaymentsRouter({
     principal: (ctx: Context) => ctx.account,
     retention: retentionMs,
     lease: leaseMs,
+    wait: waitMs,
     atomic,
     ...(onEvent ? { onEvent } : {}),
   };

@@ -20,6 +20,7 @@ export {
   type IdempotencyEngine,
 } from './engine.js';
 export { idempotencyClaim, deriveKey, type ClaimContext, type ClaimCarrier } from './claim.js';
+export { LeaseLostError, type LeaseLossReason } from './lease.js';
 export { sharedPrincipal } from './adapter.js';
 export { MAX_SCOPE_BYTES } from './scope.js';
 export type { IdempotencyStore } from './store.js';
