@@ -10,7 +10,9 @@
  * - `wait`: E3w against E3. A mix of clients, each sending a payment and, after a random pause
  *   shorter than the handler, the same request again (the retry of a client that timed out),
  *   answered by an engine without `wait` and by one with `wait: '5s'`, in one run: the share of
- *   409s among all answers, and the executions (one per key either way).
+ *   409s among all answers, and the executions (one per key either way); then the same mix over
+ *   HTTP against the payments example (`POST /v1/payments`), one server without `IDEM_WAIT` and one
+ *   with `IDEM_WAIT=5s` on one PostgreSQL schema, as the soak of issue 33 measured it.
  */
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
@@ -63,6 +65,8 @@ export interface FreshPathResult {
 }
 
 export interface WaitResult {
+  /** Where the mix ran: the engine in this process, or the example's REST route over HTTP. */
+  transport: 'engine' | 'HTTP';
   waitMs: number;
   clients: number;
   answers: number;
@@ -232,20 +236,100 @@ async function waitMix(waitMs: number, quick: boolean): Promise<WaitResult> {
         await Promise.all([first, ask(key)]);
       }),
     );
-    return { waitMs, clients, answers, conflicts, conflictShare: conflicts / answers, replays, executions };
+    return {
+      transport: 'engine',
+      waitMs,
+      clients,
+      answers,
+      conflicts,
+      conflictShare: conflicts / answers,
+      replays,
+      executions,
+    };
   } finally {
     await database.close();
   }
 }
 
+/**
+ * The same mix over HTTP, as the soak ran it: the payments example (`POST /v1/payments`, its
+ * channel held 300 ms) on one PostgreSQL schema, one server without `IDEM_WAIT` and one with
+ * `IDEM_WAIT=5s`, started side by side; executions are the servers' own `claimed` events.
+ */
+async function waitMixHttp(quick: boolean): Promise<WaitResult[]> {
+  const { ExampleFleet } = await import('../test/reliability/support/example-server.ts');
+  const { POSTGRES_SCHEMA } = await import('../test/reliability/support/databases.ts');
+  const { restPayments } = await import('../test/reliability/support/payments.ts');
+  const clients = quick ? 100 : 400;
+  const handlerMs = 300;
+  const database = await POSTGRES_SCHEMA.open();
+  const fleet = new ExampleFleet();
+  try {
+    const servers = await Promise.all(
+      [0, 5000].map((waitMs) =>
+        fleet.start({
+          databaseUrl: database.url,
+          channelDelayMs: handlerMs,
+          env: waitMs === 0 ? {} : { IDEM_WAIT: `${waitMs}ms` },
+          name: waitMs === 0 ? 'without IDEM_WAIT' : 'IDEM_WAIT=5s',
+        }),
+      ),
+    );
+    const results: WaitResult[] = [];
+    for (const [index, server] of servers.entries()) {
+      let conflicts = 0;
+      let replays = 0;
+      let answers = 0;
+      const keys: string[] = [];
+      const ask = async (key: string) => {
+        const answer = await restPayments.create(
+          server.url,
+          { amount: 100, currency: 'EUR' },
+          { key, account: 'bench' },
+        );
+        answers++;
+        if (answer.status === 409) conflicts++;
+        else if (answer.replayed) replays++;
+        else if (answer.status !== restPayments.created) throw new Error(`[bench] wait over HTTP: ${answer.status}`);
+      };
+      await Promise.all(
+        Array.from({ length: clients }, async (_, i) => {
+          await sleep((i * 7) % 500);
+          const key = randomUUID();
+          keys.push(key);
+          const first = ask(key);
+          await sleep(20 + Math.floor(Math.random() * (handlerMs - 40)));
+          await Promise.all([first, ask(key)]);
+        }),
+      );
+      const claimed = new Set(keys);
+      results.push({
+        transport: 'HTTP',
+        waitMs: index === 0 ? 0 : 5000,
+        clients,
+        answers,
+        conflicts,
+        conflictShare: conflicts / answers,
+        replays,
+        executions: server.events.filter((event) => event.type === 'claimed' && claimed.has(event.key)).length,
+      });
+    }
+    return results;
+  } finally {
+    await fleet.killAll();
+    await database.close();
+  }
+}
+
 export async function runWait({ quick }: { quick: boolean }): Promise<WaitResult[]> {
-  return [await waitMix(0, quick), await waitMix(5000, quick)];
+  return [await waitMix(0, quick), await waitMix(5000, quick), ...(await waitMixHttp(quick))];
 }
 
 export function renderWait(results: WaitResult[]): string {
   return `### A duplicate that waits (E3w), PostgreSQL, pool of 10, handler 300 ms\n\n${table(
-    ['wait', 'clients', 'answers', '409s', '409 share', 'replays', 'executions'],
+    ['transport', 'wait', 'clients', 'answers', '409s', '409 share', 'replays', 'executions'],
     results.map((result) => [
+      result.transport === 'engine' ? 'engine' : 'HTTP (example, REST)',
       result.waitMs === 0 ? 'none (E3)' : `${result.waitMs / 1000} s`,
       String(result.clients),
       String(result.answers),
