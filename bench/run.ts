@@ -1,7 +1,7 @@
 /**
- * `npm run bench [-- --only floor,http,scale,memory,commits,status,pgbench] [-- --quick]`: runs the parts in sequence,
+ * `npm run bench [-- --only floor,http,scale,memory,commits,status,pgbench,renewals,wait] [-- --quick]`: runs the parts in sequence,
  * (`--stores sqlite,postgres` narrows the floor's drivers; `--baseline <dir>` times another build
- * beside this one in the floor's rounds, see bench/README.md),
+ * beside this one in the floor's rounds and the renewals part's fresh path, see bench/README.md),
  * prints their tables and writes everything to bench/results/<date>.json.
  * Needs PostgreSQL at DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test) and, for
  * the HTTP part, Redis at REDIS_URL (default redis://127.0.0.1:6379). The floor part runs on
@@ -30,8 +30,9 @@ import { renderKeyStatus, runKeyStatus } from './key-status.ts';
 import { runMemory } from './memory.ts';
 import { renderFloor, renderHttp, renderMachine, renderMemory, renderScale, type MachineNotes } from './report.ts';
 import { runScale } from './scale.ts';
+import { renderRenewals, renderWait, runRenewals, runWait } from './renewals.ts';
 
-const PARTS = ['floor', 'http', 'scale', 'memory', 'commits', 'status', 'pgbench'] as const;
+const PARTS = ['floor', 'http', 'scale', 'memory', 'commits', 'status', 'pgbench', 'renewals', 'wait'] as const;
 type Part = (typeof PARTS)[number];
 const STORES = ['sqlite', 'postgres'] as const;
 /** The floor also runs on the other drivers: libsql (a SQLite file) and postgres-js (and mysql2 when MySQL answers). */
@@ -120,6 +121,18 @@ for (const part of parts) {
       const result = runPgbench({ quick });
       results.pgbench = result;
       section = renderPgbench(result);
+      break;
+    }
+    case 'renewals': {
+      const result = await runRenewals({ quick, baseline: values.baseline });
+      results.renewals = result;
+      section = renderRenewals(result);
+      break;
+    }
+    case 'wait': {
+      const result = await runWait({ quick });
+      results.wait = result;
+      section = renderWait(result);
       break;
     }
     case 'status': {

@@ -27,6 +27,8 @@ import { untilLeaseEnds } from '../support/waiting.ts';
 const LEASE_MS = 3000;
 /** The named prepared statement that stores an outcome (packages/drizzle/src/pg-store.ts). */
 const COMPLETE_STATEMENT = 'idem:complete:';
+/** The prepared renewal of a claim's lease (E6). */
+const RENEW_STATEMENT = 'idem:renew:';
 
 describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app and its store (TCP proxy)', () => {
   let database: SharedDatabase;
@@ -219,13 +221,22 @@ describe.skipIf(!POSTGRES_SCHEMA.available)('PostgreSQL faults between the app a
       );
     });
 
-    it('E6: a stale owner that finishes after a takeover is fenced: its late write is refused and the new outcome is the one replayed', async () => {
+    it('E6: an owner whose renewals cannot reach the store is taken over once its lease passes; when it finishes, its late write is refused (fenced) and the new outcome is the one replayed', async () => {
       const key = `fence-${randomUUID()}`;
       const before = app.executions;
       app.gate.close();
+      // The owner lives but cannot renew: every connection that sends its renewal is cut.
+      proxy.dropWhenClientSends(RENEW_STATEMENT);
       const stale = create(key);
-      await app.gate.whenWaiting(1);
-      await untilLeaseEnds(database.store, endpoint.scope(account), key);
+      try {
+        await app.gate.whenWaiting(1);
+        await untilLeaseEnds(database.store, endpoint.scope(account), key);
+        await app.waitForEvent(
+          (event) => event.type === 'leaseLost' && event.key === key && event.reason === 'unreachable',
+        );
+      } finally {
+        proxy.clearDropRules();
+      }
       const fresh = create(key);
       await app.gate.whenWaiting(2);
       await app.waitForEvent(eventOf('staleTakeover', key));

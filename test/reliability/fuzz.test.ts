@@ -51,6 +51,7 @@ function countingClaims(store: IdempotencyStore): IdempotencyStore & { readonly 
       return store.claim(request);
     },
     complete: (args) => store.complete(args),
+    renew: (args) => store.renew(args),
     release: (args) => store.release(args),
     get: (scope, key) => store.get(scope, key),
     timeline: (scope, key) => store.timeline(scope, key),

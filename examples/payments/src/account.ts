@@ -21,3 +21,10 @@ export function accountOf(authorization: string | null | undefined): string {
   if (!match) throw new BadCredentialsError();
   return match[1]!;
 }
+
+/**
+ * Accounts many callers share: the anonymous `public` (no Authorization) and idem's `*`
+ * (`sharedPrincipal`). Their keys cannot be looked up (403, `SharedPrincipalLookupError`): any
+ * anonymous caller could otherwise read another's payment by its key alone.
+ */
+export const SHARED_ACCOUNTS: readonly string[] = ['*', 'public'];

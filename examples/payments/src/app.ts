@@ -20,12 +20,14 @@ import { createPaymentsYoga } from './graphql.ts';
 import { APOLLO_GRAPHQL_PATH, createPaymentsApollo } from './apollo.ts';
 import { paymentsPolicy } from './policy.ts';
 import { createPaymentsRest, REST_PAYMENTS_PATH } from './rest.ts';
-import { createKeyStatusRoute, KEY_STATUS_PATH } from './key-status.ts';
+import { createKeyStatusRoute, KEY_STATUS_PATH, KEY_STATUS_QUERY_PATH } from './key-status.ts';
 
 export interface PaymentsAppOptions {
   db: DrizzleDatabase;
   retentionMs: number;
   leaseMs: number;
+  /** E3w: how long a duplicate waits for the outcome in progress (`IDEM_WAIT`). Defaults to 0: 409 at once. */
+  waitMs?: number;
   channelDelayMs?: number;
   /** Every idem event, e.g. to log it. */
   onEvent?: (event: IdempotencyEvent) => void;
@@ -65,6 +67,7 @@ export function createPaymentsApp({
   db,
   retentionMs,
   leaseMs,
+  waitMs = 0,
   channelDelayMs = 0,
   onEvent,
   atomic = false,
@@ -75,7 +78,7 @@ export function createPaymentsApp({
   adminToken,
 }: PaymentsAppOptions): PaymentsApp {
   const channel = new PaymentChannel(db, { delayMs: channelDelayMs });
-  const shared = { store, channel, retentionMs, leaseMs, atomic, ...(onEvent ? { onEvent } : {}) };
+  const shared = { store, channel, retentionMs, leaseMs, waitMs, atomic, ...(onEvent ? { onEvent } : {}) };
   const { router, engine: trpcEngine } = createPaymentsRouter(shared);
   // A body over the limit is refused with 413 while it streams in, never buffered whole.
   const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/', maxBodySize: maxBodyBytes });
@@ -98,6 +101,7 @@ export function createPaymentsApp({
     paymentsPolicy({
       retentionMs,
       leaseMs,
+      waitMs,
       documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)),
     });
 
@@ -153,7 +157,7 @@ export function createPaymentsApp({
     if (path === APOLLO_GRAPHQL_PATH) return apollo.listener(req, res);
     if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD'))
       return sendPolicy(req, res, policyFor(req));
-    if (path.startsWith(KEY_STATUS_PATH)) return keyStatus(req, res, url);
+    if (path.startsWith(KEY_STATUS_PATH) || path === KEY_STATUS_QUERY_PATH) return keyStatus(req, res, url);
     if (path === '/healthz' && req.method === 'GET') return health(store, res);
     if (adminToken !== undefined && path === ADMIN_TIMELINE_PATH && req.method === 'GET')
       return serveTimeline(req, res, { store, token: adminToken, url });

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { sql, type SQL } from 'drizzle-orm';
 import { is } from 'drizzle-orm';
 import { PgDatabase } from 'drizzle-orm/pg-core';
@@ -40,6 +41,41 @@ export class ChargeNotRecordedError extends Error {
     super('The payment could not be recorded and was not charged. Retry with the same Idempotency-Key.', { cause });
     this.name = 'ChargeNotRecordedError';
   }
+}
+
+/**
+ * The largest amount a payment may have: the ledger's `integer` column (PostgreSQL's 32-bit
+ * `integer`) holds no more. The schemas refuse larger amounts with 400 before anything is claimed.
+ */
+export const MAX_AMOUNT = 2 ** 31 - 1;
+
+/**
+ * The database refused the payment's data (PostgreSQL SQLSTATE class 22, data exception: an
+ * amount out of range, say): the input is wrong, not the service. Nothing was charged (the ledger
+ * row was not written), so the resolvers answer 400 and give the key back (E4) — never a 503
+ * "retry with the same key" that would fail for ever, nor a stored 500.
+ */
+export class ChargeRefusedError extends Error {
+  constructor(override readonly cause: unknown) {
+    super(
+      'The payment was refused: its data does not fit the ledger (e.g. an amount out of range). Nothing was charged.',
+      {
+        cause,
+      },
+    );
+    this.name = 'ChargeRefusedError';
+  }
+}
+
+/** Whether `error` (or an error it wraps) is a PostgreSQL data exception: SQLSTATE class 22. */
+export function isDataException(error: unknown): boolean {
+  let current = error;
+  for (let depth = 0; depth < 8 && current instanceof Error; depth++) {
+    const { code } = current as { code?: unknown };
+    if (typeof code === 'string' && /^22[0-9A-Z]{3}$/.test(code)) return true;
+    current = current.cause;
+  }
+  return false;
 }
 
 /**
@@ -87,13 +123,16 @@ export class PaymentChannel {
    * {@link charge} for the request idem claimed: under the key it derives from the claim's key
    * and generation (`deriveKey('channel')`: a re-execution after a lease takeover charges once),
    * and in atomic mode through idem's transaction (`claim.tx`), so the ledger row commits with
-   * the claim. Without a claim, a plain charge.
+   * the claim. The claim's `signal` (E6) stops a charge whose claim was lost (taken over after its
+   * owner stalled past the lease) before it reaches the ledger. Without a claim, a plain charge.
    */
   chargeFor(
     payment: { account: string; amount: number; currency: string },
-    claim: { deriveKey(label: string): string; tx?: DrizzleDatabase | undefined } | undefined,
+    claim:
+      | { deriveKey(label: string): string; tx?: DrizzleDatabase | undefined; signal?: AbortSignal | undefined }
+      | undefined,
   ): Promise<Charge> {
-    return this.charge({ ...payment, downstreamKey: claim?.deriveKey('channel') }, claim?.tx);
+    return this.charge({ ...payment, downstreamKey: claim?.deriveKey('channel'), signal: claim?.signal }, claim?.tx);
   }
 
   /**
@@ -109,10 +148,18 @@ export class PaymentChannel {
       amount,
       currency,
       downstreamKey,
-    }: { account: string; amount: number; currency: string; downstreamKey?: string | undefined },
+      signal,
+    }: {
+      account: string;
+      amount: number;
+      currency: string;
+      downstreamKey?: string | undefined;
+      signal?: AbortSignal | undefined;
+    },
     db: DrizzleDatabase = this.#db,
   ): Promise<Charge> {
-    if (this.#delayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.#delayMs));
+    if (this.#delayMs > 0) await delay(this.#delayMs, undefined, signal ? { signal } : {});
+    signal?.throwIfAborted();
     const charge: Charge = {
       id: `pay_${randomUUID().replaceAll('-', '')}`,
       amount,
@@ -127,6 +174,8 @@ export class PaymentChannel {
         db,
       );
     } catch (error) {
+      // Bad data is the client's to fix: 400, nothing charged (the statement wrote nothing).
+      if (isDataException(error)) throw new ChargeRefusedError(error);
       // In atomic mode the transaction is lost with the write: idem answers 503, nothing commits.
       if (key === null || db !== this.#db) throw error;
       return this.#recoverLostWrite(key, error);

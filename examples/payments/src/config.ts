@@ -14,6 +14,8 @@ export interface ExampleConfig {
   database: DatabaseLocation;
   retentionMs: number;
   leaseMs: number;
+  /** E3w (`IDEM_WAIT`, off): how long a duplicate waits for the outcome in progress before 409; 0 for not at all. */
+  waitMs: number;
   channelDelayMs: number;
   /** Atomic mode (PostgreSQL only): the ledger row commits in the transaction of the claim and the outcome. */
   atomic: boolean;
@@ -45,7 +47,7 @@ export const DEFAULT_SQLITE_PATH = fileURLToPath(new URL('../.data/payments.db',
  * Reads the example's configuration from the environment:
  * `PORT` (3000), `DATABASE_URL` (a SQLite file under examples/payments/.data/), `DATABASE_DRIVER`
  * (the first installed driver of the URL's dialect),
- * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only in the example, which opens SQLite with better-sqlite3),
+ * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `IDEM_WAIT` (off), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only in the example, which opens SQLite with better-sqlite3),
  * `MAX_BODY_BYTES` (65536), `CORS_ORIGIN` (none), `CHECKOUT_PORT` (off), `CHECKOUT_API_URL`,
  * `ADMIN_TOKEN` (off), `IDEM_SWEEPER` (on), `IDEM_SWEEP_EVERY` (5m), `IDEM_GROUP_COMMIT` (on).
  */
@@ -57,11 +59,18 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
       "IDEM_ATOMIC needs PostgreSQL here: the example opens SQLite with better-sqlite3, whose transactions cannot span the resolvers' awaits (libsql can: packages/drizzle/README.md#drivers)",
     );
   }
+  const waitMs = flagOrDuration('IDEM_WAIT', env.IDEM_WAIT);
+  if (atomic && waitMs > 0) {
+    throw new ConfigError(
+      "IDEM_WAIT cannot be combined with IDEM_ATOMIC: in atomic mode the first request's claim is invisible until its transaction commits, so a duplicate has no outcome in progress to wait for (it gets 409 at once). Unset one of them.",
+    );
+  }
   return {
     port: integer('PORT', env.PORT, 3000, { min: 0, max: 65535 }),
     database,
     retentionMs: duration('IDEM_TTL', env.IDEM_TTL, '24h'),
     leaseMs: duration('IDEM_LEASE', env.IDEM_LEASE, '30s'),
+    waitMs,
     channelDelayMs: integer('CHANNEL_DELAY_MS', env.CHANNEL_DELAY_MS, 0, { min: 0, max: 600_000 }),
     atomic,
     maxBodyBytes: integer('MAX_BODY_BYTES', env.MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES, {
@@ -166,6 +175,17 @@ function integer(
   if (!Number.isInteger(n) || n < min || n > max)
     throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got "${value}"`);
   return n;
+}
+
+/** A duration, or off (unset, empty, `0`, `off`, `false`, `no`): 0. */
+function flagOrDuration(name: string, value: string | undefined): number {
+  const normalized = value?.trim().toLowerCase() ?? '';
+  if (['', '0', 'off', 'false', 'no'].includes(normalized)) return 0;
+  try {
+    return toMilliseconds(normalized);
+  } catch {
+    throw new ConfigError(`${name} must be a duration such as 500ms, 5s or 1m, or off; got "${value}"`);
+  }
 }
 
 function duration(name: string, value: string | undefined, fallback: string): number {

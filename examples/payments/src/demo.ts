@@ -35,12 +35,14 @@ const BACKOFF_MS = 100;
 const PAST_RETENTION_MS = 300;
 
 const PAYMENT = { amount: 4200, currency: 'EUR' };
-const SCOPE = 'public/payments.create';
+/** The demo pays as the account `demo`: the shared anonymous account's keys cannot be looked up (403). */
+const AUTHORIZATION = { authorization: 'Bearer demo' };
+const SCOPE = 'demo/payments.create';
 /**
  * Each call on a connection of its own: the demo pauses longer than the server keeps an idle
  * connection open (5 s), and a loaded machine would otherwise reuse one the server just closed.
  */
-const CONNECTION = { connection: 'close' };
+const CONNECTION = { connection: 'close', ...AUTHORIZATION };
 
 /** An answer the demo did not expect: printed on one line, exit 1. */
 class DemoFailure extends Error {}
@@ -381,7 +383,11 @@ async function clientThatKnowsTheShelfLife(
             `no answer (${notice.reason}); attempt ${notice.attempt} with the same key in ${(notice.delayMs / 1000).toFixed(2)}s`,
           ),
       }),
-      httpLink({ url: `${url}/trpc`, headers: ({ op }) => idempotencyHeaders(op), fetch: lossyFetch }),
+      httpLink({
+        url: `${url}/trpc`,
+        headers: ({ op }) => ({ ...idempotencyHeaders(op), ...AUTHORIZATION }),
+        fetch: lossyFetch,
+      }),
     ],
   });
   const started = performance.now();
@@ -445,8 +451,8 @@ async function reconcileInsteadOfRetrying(
     generations: Array<{ generation: number; state: string; status: number }>;
   };
   expect(status.generations.length === 1, `GET ${path} lists ${status.generations.length} generations, expected 1`);
-  say('   The same over plain HTTP, as the same account (the public one here: no Authorization header):');
-  say(`   $ curl ${url}${path}`);
+  say('   The same over plain HTTP, as the same account:');
+  say(`   $ curl -H 'Authorization: Bearer demo' ${url}${path}`);
   for (const generation of status.generations)
     detail(`generation ${generation.generation}: ${generation.state}, status ${generation.status}`);
   detail(`ledger: still ${entries.length - ledgerBefore} charge for this payment. The incident ends with one charge.`);

@@ -9,8 +9,8 @@ import {
   idempotencyKeyStatusResolver,
   idempotencyKeyStatusTypeDefs,
 } from '@idem/envelop';
-import { accountOf } from './account.ts';
-import { ChargeNotRecordedError, innermostMessage, PaymentChannelError } from './channel.ts';
+import { accountOf, SHARED_ACCOUNTS } from './account.ts';
+import { ChargeNotRecordedError, ChargeRefusedError, innermostMessage, PaymentChannelError } from './channel.ts';
 import type { DrizzleDatabase, DrizzleTransaction } from '@idem/drizzle';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { paymentInput, UNEXPECTED_ERROR_MESSAGE, type PaymentsRouterOptions } from './trpc.ts';
@@ -78,6 +78,7 @@ export function paymentsIdempotencyOptions({
   store,
   retentionMs,
   leaseMs,
+  waitMs = 0,
   onEvent,
   atomic = false,
 }: PaymentsRouterOptions) {
@@ -87,6 +88,7 @@ export function paymentsIdempotencyOptions({
     required: ['createPayment'],
     retention: retentionMs,
     lease: leaseMs,
+    wait: waitMs,
     atomic,
     ...(onEvent ? { onEvent } : {}),
   };
@@ -102,7 +104,10 @@ export function paymentsResolvers(
     Query: {
       ledger: () => channel.ledger(),
       // What became of one of the caller's keys (reconcile, R2): the same store and principal as the plugin.
-      idempotencyKeyStatus: idempotencyKeyStatusResolver(paymentsIdempotencyOptions(options)),
+      idempotencyKeyStatus: idempotencyKeyStatusResolver({
+        ...paymentsIdempotencyOptions(options),
+        sharedPrincipals: SHARED_ACCOUNTS,
+      }),
     },
     Mutation: {
       createPayment: async (
@@ -138,6 +143,11 @@ export function paymentsResolvers(
               new GraphQLError(error.message, {
                 extensions: { code: 'SERVICE_UNAVAILABLE', http: { status: 503, headers: { 'Retry-After': '1' } } },
               }),
+            );
+          // The database refused the payment's data: the client's to fix, nothing charged (E4).
+          if (error instanceof ChargeRefusedError)
+            throw new HandlerNotStartedError(
+              new GraphQLError(error.message, { extensions: { code: 'BAD_USER_INPUT', http: { status: 400 } } }),
             );
           // The channel's failure after it charged is meant for the client (stored and replayed, E4).
           if (error instanceof PaymentChannelError)

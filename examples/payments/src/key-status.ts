@@ -1,5 +1,7 @@
 /**
- * `GET /idempotency/keys/{key}?operation=<tRPC path or Mutation.field>`: what became of one of
+ * `GET /idempotency/keys/{key}?operation=<tRPC path or Mutation.field>` (or
+ * `GET /idempotency/keys?key=<key>&operation=…`, which also reaches the keys `.` and `..` that a
+ * URL path cannot carry): what became of one of
  * the caller's keys, in plain HTTP, with the caller's usual `Authorization` (R2, A1, S1). A
  * client past the retention asks this instead of sending the payment again.
  *
@@ -8,7 +10,9 @@
  *   replayable), the same document as the tRPC procedure `idempotency.status` and the GraphQL
  *   field `idempotencyKeyStatus`;
  * - 404: the caller has no record of this key: unknown, or another account's (one answer for both);
- * - 400: a malformed key (K1–K3) or no `operation`; 401: credentials that are not `Bearer <account>`.
+ * - 400: a malformed key (K1–K3) or no `operation`; 401: credentials that are not `Bearer <account>`;
+ * - 403 `SharedPrincipalLookupError`: the shared anonymous account (no `Authorization`: `public`),
+ *   whose keys anyone could read by key alone.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
@@ -18,15 +22,19 @@ import {
   parseKeyStatusQuery,
   requestUrlOf,
   resolveDocumentationUrl,
+  SharedPrincipalLookupError,
   type IdempotencyStore,
   type KeyStatusDocument,
   type KeyStatusQuery,
 } from '@idem/core';
 import { createGraphQLKeyStatusLookup } from '@idem/envelop';
-import { accountOf, BadCredentialsError } from './account.ts';
+import { accountOf, BadCredentialsError, SHARED_ACCOUNTS } from './account.ts';
 
 /** Where the route lives: the key follows, percent-encoded as a path segment. */
 export const KEY_STATUS_PATH = '/idempotency/keys/';
+
+/** The query form of the route: `?key=…&operation=…`. */
+export const KEY_STATUS_QUERY_PATH = '/idempotency/keys';
 
 /**
  * The route over the example's one store. The account is the one both endpoints read (S1):
@@ -40,9 +48,10 @@ export function createKeyStatusRoute({
   documentationPath: string;
 }) {
   const principal = (account: string) => account;
-  // The tRPC endpoint stores JSON; the GraphQL lookup also reads header-key units and masks unexpected errors.
-  const trpcLookup = createKeyStatusLookup({ store, principal });
-  const graphqlLookup = createGraphQLKeyStatusLookup({ store, principal });
+  const sharedPrincipals = SHARED_ACCOUNTS;
+  // The tRPC endpoint stores JSON; the GraphQL lookup also reads header-key units.
+  const trpcLookup = createKeyStatusLookup({ store, principal, sharedPrincipals });
+  const graphqlLookup = createGraphQLKeyStatusLookup({ store, principal, sharedPrincipals });
   const lookUp = (account: string, query: KeyStatusQuery): Promise<KeyStatusDocument | null> =>
     /^(Mutation\.|mutation:)/.test(query.operation) ? graphqlLookup(account, query) : trpcLookup(account, query);
 
@@ -62,7 +71,7 @@ export function createKeyStatusRoute({
     let query: KeyStatusQuery;
     try {
       query = parseKeyStatusQuery({
-        key: keyOf(url.pathname),
+        key: url.pathname === KEY_STATUS_QUERY_PATH ? (url.searchParams.get('key') ?? undefined) : keyOf(url.pathname),
         operation: url.searchParams.get('operation') ?? undefined,
       });
     } catch (error) {
@@ -73,7 +82,14 @@ export function createKeyStatusRoute({
       if (error instanceof KeyStatusQueryError) return problem(res, 400, 'Bad Request', error.message);
       throw error;
     }
-    const status = await lookUp(account, query);
+    let status: KeyStatusDocument | null;
+    try {
+      status = await lookUp(account, query);
+    } catch (error) {
+      if (!(error instanceof SharedPrincipalLookupError)) throw error;
+      const documentationUrl = resolveDocumentationUrl(documentationPath, requestUrlOf(req));
+      return send(res, error.status, 'application/problem+json', JSON.stringify(error.toProblem(documentationUrl)));
+    }
     if (!status)
       return problem(
         res,

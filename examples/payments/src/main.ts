@@ -43,6 +43,7 @@ async function main(): Promise<void> {
     db: database.db,
     retentionMs: config.retentionMs,
     leaseMs: config.leaseMs,
+    waitMs: config.waitMs,
     channelDelayMs: config.channelDelayMs,
     atomic: config.atomic,
     maxBodyBytes: config.maxBodyBytes,

@@ -7,13 +7,15 @@ import { createPolicyDocument, type PolicyDocument } from '@idem/core';
 export function paymentsPolicy({
   retentionMs,
   leaseMs,
+  waitMs = 0,
   documentationUrl,
 }: {
   retentionMs: number;
   leaseMs: number;
+  waitMs?: number;
   documentationUrl: string;
 }): PolicyDocument {
-  const common = { required: true, retentionMs, leaseMs, expiredReuse: 'execute' as const };
+  const common = { required: true, retentionMs, leaseMs, waitMs, expiredReuse: 'execute' as const };
   return createPolicyDocument({
     title: 'Idempotency policy — payments example',
     documentationUrl,

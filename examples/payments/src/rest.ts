@@ -6,14 +6,14 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { getRequestListener } from '@hono/node-server';
-import { Hono, type Context } from 'hono';
+import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { HTTPException } from 'hono/http-exception';
 import { validator } from 'hono/validator';
 import { notStarted } from '@idem/fetch';
 import { idempotency } from '@idem/fetch/hono';
 import { accountOf, BadCredentialsError } from './account.ts';
-import { ChargeNotRecordedError } from './channel.ts';
+import { ChargeNotRecordedError, ChargeRefusedError } from './channel.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { paymentInput, type PaymentsRouterOptions } from './trpc.ts';
 
@@ -32,6 +32,7 @@ export function createPaymentsRest({
   channel,
   retentionMs,
   leaseMs,
+  waitMs = 0,
   onEvent,
   atomic = false,
   maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
@@ -41,6 +42,7 @@ export function createPaymentsRest({
     principal: (c: Context<RestEnv>) => c.get('account'),
     retention: retentionMs,
     lease: leaseMs,
+    wait: waitMs,
     atomic,
     maxBodyBytes,
     ...(onEvent ? { onEvent } : {}),
@@ -60,6 +62,7 @@ export function createPaymentsRest({
   });
   app.post(
     REST_PAYMENTS_PATH,
+    standardRequest,
     bodyLimit({
       maxSize: maxBodyBytes,
       onError: () => problem(413, 'Content Too Large', `The request body is larger than ${maxBodyBytes} bytes.`),
@@ -86,6 +89,8 @@ export function createPaymentsRest({
         // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
         if (error instanceof ChargeNotRecordedError)
           return notStarted(problem(503, 'Service Unavailable', error.message, { 'retry-after': '1' }));
+        // The database refused the payment's data: the client's to fix (400), nothing charged.
+        if (error instanceof ChargeRefusedError) return notStarted(problem(400, 'Bad Request', error.message));
         throw error;
       }
       return c.json(charge, 201, { location: `${REST_PAYMENTS_PATH}/${charge.id}` });
@@ -113,6 +118,27 @@ export function createPaymentsRest({
     engine: idempotent.engine,
   };
 }
+
+/**
+ * Makes the request a standard `Request` before Hono's `bodyLimit` reads it. `@hono/node-server`
+ * with `overrideGlobalObjects: false` hands Hono a lightweight request that is not one: a body
+ * without Content-Length (chunked: Node's `fetch` with a stream body, proxies, streaming clients)
+ * makes `bodyLimit` build `new Request(c.req.raw, …)` from it, which Node's `Request` refuses (a
+ * TypeError), and every such
+ * payment was a 500. The body still streams, never buffered here: 413 past the limit, or success.
+ */
+const standardRequest: MiddlewareHandler = async (c, next) => {
+  const raw = c.req.raw;
+  // The lightweight request passes `instanceof Request` (its prototype is the global one's): rebuild it always.
+  c.req.raw = new Request(raw.url, {
+    method: raw.method,
+    headers: raw.headers,
+    body: raw.body,
+    signal: raw.signal,
+    duplex: 'half',
+  } as RequestInit & { duplex: 'half' });
+  await next();
+};
 
 function problem(status: number, title: string, detail: string, headers: Record<string, string> = {}): Response {
   return new Response(JSON.stringify({ type: 'about:blank', title, status, detail }), {

@@ -10,8 +10,15 @@ import {
 } from '@idem/trpc';
 import { HandlerNotStartedError, type IdempotencyStore, type IdempotencyEventHandler } from '@idem/core';
 import type { DrizzleDatabase, DrizzleTransaction } from '@idem/drizzle';
-import { accountOf } from './account.ts';
-import { ChargeNotRecordedError, innermostMessage, PaymentChannelError, type PaymentChannel } from './channel.ts';
+import { accountOf, SHARED_ACCOUNTS } from './account.ts';
+import {
+  ChargeNotRecordedError,
+  ChargeRefusedError,
+  innermostMessage,
+  MAX_AMOUNT,
+  PaymentChannelError,
+  type PaymentChannel,
+} from './channel.ts';
 
 /** What a client is told of an error the server did not mean to show (item 10): its cause goes to the server's log. */
 export const UNEXPECTED_ERROR_MESSAGE =
@@ -37,7 +44,7 @@ export function createContext(opts: CreateHTTPContextOptions) {
 export type Context = ReturnType<typeof createContext>;
 
 export const paymentInput = z.object({
-  amount: z.number().int().positive(),
+  amount: z.number().int().positive().max(MAX_AMOUNT, `amount must be at most ${MAX_AMOUNT}`),
   currency: z.string().regex(/^[A-Z]{3}$/, 'currency must be 3 uppercase letters'),
   idempotencyKey: z.string().optional(),
 });
@@ -50,6 +57,8 @@ export interface PaymentsRouterOptions {
   channel: PaymentChannel;
   retentionMs: number;
   leaseMs: number;
+  /** E3w: how long a duplicate waits for the outcome in progress. Defaults to 0: 409 at once. */
+  waitMs?: number;
   onEvent?: IdempotencyEventHandler;
   /** Atomic mode (PostgreSQL): the ledger row commits with the claim and the outcome. Defaults to false. */
   atomic?: boolean;
@@ -64,6 +73,7 @@ export function createPaymentsRouter({
   channel,
   retentionMs,
   leaseMs,
+  waitMs = 0,
   onEvent,
   atomic = false,
 }: PaymentsRouterOptions) {
@@ -74,6 +84,7 @@ export function createPaymentsRouter({
     principal: (ctx: Context) => ctx.account,
     retention: retentionMs,
     lease: leaseMs,
+    wait: waitMs,
     atomic,
     ...(onEvent ? { onEvent } : {}),
   };
@@ -105,13 +116,20 @@ export function createPaymentsRouter({
               throw new HandlerNotStartedError(
                 new TRPCError({ code: 'SERVICE_UNAVAILABLE', message: error.message, cause: error }),
               );
+            // The database refused the payment's data: the client's to fix (400), nothing charged.
+            if (error instanceof ChargeRefusedError)
+              throw new HandlerNotStartedError(
+                new TRPCError({ code: 'BAD_REQUEST', message: error.message, cause: error }),
+              );
             throw error;
           }
         }),
       ledger: t.procedure.use(masked).query(() => channel.ledger()),
     }),
     // What became of one of the caller's keys: `{ key, operation: 'payments.create' }` (reconcile, R2).
-    idempotency: t.router({ status: idempotencyStatusProcedure(t.procedure, options) }),
+    idempotency: t.router({
+      status: idempotencyStatusProcedure(t.procedure, { ...options, sharedPrincipals: SHARED_ACCOUNTS }),
+    }),
   });
   return { router, engine: idempotent.engine };
 }

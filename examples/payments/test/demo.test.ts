@@ -38,7 +38,7 @@ describe('npm run demo', () => {
     const event = /\[idem\] (\{"type":"expiredKeyReused".*\})$/m.exec(stdout)?.[1];
     expect(event).toBeDefined();
     expect(JSON.parse(event!)).toMatchObject({
-      scope: 'public/payments.create',
+      scope: 'demo/payments.create',
       generation: 2,
       previous: {
         generation: 1,
@@ -49,7 +49,7 @@ describe('npm run demo', () => {
       },
     });
 
-    expect(stdout).toMatch(/npx idem explain \S+ --scope public\/payments\.create\n/);
+    expect(stdout).toMatch(/npx idem explain \S+ --scope demo\/payments\.create\n/);
     expect(stdout).toMatch(/: 2 generations\n/);
     expect(stdout).toMatch(/^ +1 +\S+ +\S+ +200 success +yes, at /m);
     // Generation 2 may itself have expired by the time the CLI runs (2 s retention): not asserted.
@@ -65,7 +65,7 @@ describe('npm run demo', () => {
     expect(stdout).toMatch(/7\. Reconcile instead of retrying/);
     expect(stdout).toMatch(/executed: already paid at \d{4}-\d\d-\d\dT[\d:.]+Z \(200\)/);
     expect(stdout).toMatch(
-      /curl http:\/\/127\.0\.0\.1:\d+\/idempotency\/keys\/[0-9a-f-]{36}\?operation=payments\.create\n +generation 1: (completed|expired|archived), status 200\n/,
+      /curl -H 'Authorization: Bearer demo' http:\/\/127\.0\.0\.1:\d+\/idempotency\/keys\/[0-9a-f-]{36}\?operation=payments\.create\n +generation 1: (completed|expired|archived), status 200\n/,
     );
     expect(stdout).toContain('ledger: still 1 charge for this payment. The incident ends with one charge.');
     expect(stdout).toContain('Demo complete.');

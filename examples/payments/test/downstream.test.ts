@@ -207,6 +207,19 @@ describe('configuration of the example', () => {
     expect(() => readConfig({ IDEM_ATOMIC: 'maybe' })).toThrow(/IDEM_ATOMIC must be/);
   });
 
+  it('E3w: IDEM_WAIT is off by default, a duration turns it on, and it is refused with IDEM_ATOMIC, saying why', () => {
+    expect(readConfig({}).waitMs).toBe(0);
+    expect(readConfig({ IDEM_WAIT: 'off' }).waitMs).toBe(0);
+    expect(readConfig({ IDEM_WAIT: '5s' }).waitMs).toBe(5000);
+    expect(() => readConfig({ IDEM_WAIT: 'soon' })).toThrow(/IDEM_WAIT must be a duration/);
+    const postgres = 'postgres://postgres@127.0.0.1:5432/test';
+    expect(() => readConfig({ IDEM_WAIT: '5s', IDEM_ATOMIC: '1', DATABASE_URL: postgres })).toThrow(ConfigError);
+    expect(() => readConfig({ IDEM_WAIT: '5s', IDEM_ATOMIC: '1', DATABASE_URL: postgres })).toThrow(
+      /IDEM_WAIT cannot be combined with IDEM_ATOMIC: in atomic mode the first request's claim is invisible/,
+    );
+    expect(readConfig({ IDEM_WAIT: 'off', IDEM_ATOMIC: '1', DATABASE_URL: postgres }).atomic).toBe(true);
+  });
+
   it('a relative SQLite path is taken from where npm start was run (INIT_CWD), not from the example folder', () => {
     expect(readConfig({ DATABASE_URL: 'file:data/app.db', INIT_CWD: '/srv/shop' }).database).toEqual({
       dialect: 'sqlite',

@@ -215,6 +215,7 @@ describe.each(databases)('hardening of the payments example (issue 14) on $name'
       return {
         claim: () => Promise.reject(new Error('store down')),
         complete: (args) => store.complete(args),
+        renew: (args) => store.renew(args),
         release: (args) => store.release(args),
         get: (scope, key) => store.get(scope, key),
         timeline: (scope, key) => store.timeline(scope, key),

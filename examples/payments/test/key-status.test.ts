@@ -170,8 +170,8 @@ for (const database of databases) {
         [...unknown.headers].filter(([name]) => name !== 'date'),
       );
       expect(foreign.body).toMatchObject({ status: 404, title: 'Not Found' });
-      // The anonymous account is an account too: it does not see alice's key either.
-      expect((await status(key, {})).status).toBe(404);
+      // The anonymous account is shared by every anonymous caller: its lookups are refused (403), never alice's record.
+      expect((await status(key, {})).status).toBe(403);
       // The same key on another operation is another record (S1).
       expect((await status(key, ALICE, 'payments.refund')).status).toBe(404);
     });

@@ -13,6 +13,14 @@ export interface ClaimContext<TTx = unknown> {
   /** The fencing token of this execution (E6). */
   token: string;
   /**
+   * E6: aborts, with a `LeaseLostError` as its reason, when this execution lost its claim: a
+   * renewal of its lease found it taken over, or the store was unreachable for longer than the
+   * lease. Pass it to your own `fetch` and database calls. Its completion is refused (fenced)
+   * either way once another execution took the claim over. Never aborts in atomic mode, where the
+   * open transaction holds the claim.
+   */
+  signal: AbortSignal;
+  /**
    * A key for an outgoing call (a payment channel, another idempotent API), formatted as an
    * RFC 9651 sf-string (`"idem-…"`), ready for an `Idempotency-Key` header. Deterministic in
    * (scope, key, generation, label): a re-execution after a lease takeover (E6) sends the same

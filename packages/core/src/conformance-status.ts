@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { formatScope } from './engine.js';
 import { createKeyStatusLookup, lookUpKeyStatus } from './key-status.js';
+import { MASKED_ERROR_MESSAGE } from './outcome-mask.js';
 import type { ClaimRequest, IdempotencyStore, StoredOutcome } from './store.js';
 
 /** What the section needs from the suite that runs it. */
@@ -79,11 +80,20 @@ export function describeKeyStatusConformance({ store, shortMs, storePassed }: Ke
 
     it('E4: a stored error inside its retention is described, not thrown: name, code, message, status', async () => {
       const { request } = await claim();
-      const error = { name: 'Error', code: 'INTERNAL_SERVER_ERROR', message: 'channel failed', status: 500 };
-      await complete(request, { kind: 'error', status: 500, body: JSON.stringify({ ...error, data: { secret: 1 } }) });
+      const error = { name: 'Error', code: 'PAYMENT_REQUIRED', message: 'card declined', status: 402 };
+      await complete(request, { kind: 'error', status: 402, body: JSON.stringify({ ...error, data: { secret: 1 } }) });
       const [generation] = (await lookUpKeyStatus(store(), target(request.key)))!.generations;
-      expect(generation).toMatchObject({ state: 'completed', status: 500, outcomeKind: 'error', replayable: true });
+      expect(generation).toMatchObject({ state: 'completed', status: 402, outcomeKind: 'error', replayable: true });
       expect(generation!.outcome).toEqual({ kind: 'error', error });
+    });
+
+    it('R2: a stored 5xx error is described with its message masked: no SQL or parameters leave the store', async () => {
+      const { request } = await claim();
+      const message = 'Failed query: INSERT INTO payments_ledger (id) VALUES ($1)\nparams: pay_1';
+      const error = { name: 'DrizzleQueryError', code: 'INTERNAL_SERVER_ERROR', message, status: 500 };
+      await complete(request, { kind: 'error', status: 500, body: JSON.stringify(error) });
+      const [generation] = (await lookUpKeyStatus(store(), target(request.key)))!.generations;
+      expect(generation!.outcome).toEqual({ kind: 'error', error: { ...error, message: MASKED_ERROR_MESSAGE } });
     });
 
     it('E3: a key in progress: processing, no outcome', async () => {

@@ -12,6 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { describeKeyStatusConformance } from './conformance-status.js';
 import { describeAtomicMode, type AtomicConformance } from './atomic-conformance.js';
+import { describeLeaseConformance } from './conformance-lease.js';
 import { createEngine } from './engine.js';
 import { FingerprintMismatchError, RequestInProgressError } from './errors.js';
 import type { ClaimRequest, ClaimResult, IdempotencyStore } from './store.js';
@@ -354,6 +355,7 @@ export function runStoreConformance<TTx = unknown>({
     });
 
     describeKeyStatusConformance({ store: () => store, shortMs, storePassed });
+    describeLeaseConformance({ store: () => store as IdempotencyStore<unknown>, scope, request, storePassed, shortMs });
 
     describe('through the engine', () => {
       const engine = () => createEngine({ store });

@@ -9,6 +9,7 @@ import {
   StoreUnavailableError,
   DEFAULT_DOCUMENTATION_URL,
 } from './errors.js';
+import { keepLease, neverAborted } from './lease.js';
 import type { KeyedIdempotencyEvent, IdempotencyEventHandler, ExpiredGeneration, StoreOperation } from './events.js';
 import {
   OutcomeNotStoredError,
@@ -44,12 +45,23 @@ export interface EndpointPolicy {
    */
   retention?: Duration;
   /**
-   * E6: how long a `processing` claim belongs to its owner. Past it, with no outcome stored,
-   * the next request with the same key and payload takes over and runs the handler again
-   * (the `staleTakeover` event). Set it above your handler's longest run: a handler still
-   * running when its lease ends can run twice. Defaults to 30 seconds.
+   * E6: how long a `processing` claim belongs to its owner without a renewal. While the handler
+   * runs, the engine renews the lease every third of it, so a slow handler keeps its claim however
+   * long it runs; only a claim whose owner stopped renewing (the process died, lost its store, or
+   * its event loop stalled past the lease) is taken over by the next request with the same key
+   * and payload (the `staleTakeover` event), and the first handler's `claim.signal` aborts. It
+   * bounds how long a crashed owner's key stays in progress. Defaults to 30 seconds.
    */
   lease?: Duration;
+  /**
+   * E3w: how long a duplicate that finds the key in progress waits for the outcome before it
+   * answers 409. It polls the store with back-off and holds no connection while it sleeps; when
+   * the first execution completes (or fails and its failure is stored) the duplicate answers that
+   * outcome as a replay (E2); when its claim is released or taken over, the duplicate claims it
+   * and runs. Published in the policy (R4) as `waitMs`. Not with atomic mode, where a claim is
+   * invisible until its transaction commits. Defaults to 0: answer 409 at once (E3).
+   */
+  wait?: Duration;
   /**
    * R2: what a reuse of a key whose retention has passed does. `'execute'` runs it as new
    * and emits `expiredKeyReused`; `'reject'` answers 422 `idempotency_key_expired`.
@@ -169,6 +181,8 @@ export interface IdempotencyEngine<TTx = unknown> {
     retentionMs: number;
     leaseMs: number;
     expiredReuse: 'execute' | 'reject';
+    /** E3w: how long a duplicate waits for the outcome in progress (`wait`); 0 for not at all. */
+    waitMs: number;
     documentationUrl: string;
     /** The largest serialized outcome stored, in bytes (`maxStoredBytes`). */
     maxStoredBytes: number;
@@ -200,6 +214,7 @@ interface Endpoint {
   leaseMs: number;
   retentionMs: number;
   expiredReuse: 'execute' | 'reject';
+  waitMs: number;
 }
 
 type Replayable = IdempotencyRecord & { outcome: StoredOutcome & { body: string } };
@@ -224,6 +239,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       documentationUrl = DEFAULT_DOCUMENTATION_URL,
       retention = DEFAULT_RETENTION,
       lease = DEFAULT_LEASE,
+      wait = 0,
       expiredReuse = 'execute',
       conflictRetryAfter = 1,
       unavailableRetryAfter = 2,
@@ -234,6 +250,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       retentionMs: toMilliseconds(retention),
       leaseMs: toMilliseconds(lease),
       expiredReuse,
+      waitMs: waitMilliseconds(wait),
       documentationUrl,
       maxStoredBytes,
     };
@@ -254,20 +271,72 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     handler: (claim: ClaimContext<TTx>) => Promise<T> | T,
   ): Promise<ExecuteResult<T>> {
     const endpoint = this.#endpoint(request);
-    const claim = await this.#claim(endpoint);
+    let claim = await this.#claim(endpoint);
+    if (claim.outcome === 'existing' && endpoint.waitMs > 0 && isAwaitable(endpoint, claim))
+      claim = await this.#wait(endpoint, claim);
     if (claim.outcome === 'existing') return this.#answerExisting(endpoint, claim);
     this.#announce(endpoint, claim);
 
     const { record } = claim;
-    const run = await runHandler(() => handler(claimContext(endpoint, record)));
+    const { subject } = endpoint;
+    const { generation } = record;
+    // E6: renewed while the handler runs, so that only a dead or stalled owner is taken over.
+    const lease = keepLease({
+      store: this.store,
+      owner: ownerOf(endpoint, record),
+      leaseMs: endpoint.leaseMs,
+      onLost: (error) => this.#emit({ type: 'leaseLost', ...subject, generation, reason: error.reason }),
+      onRenewError: (error) =>
+        this.#emit({ type: 'storeError', ...subject, storeOperation: 'renew', generation, error, willRetry: true }),
+    });
+    let run: HandlerRun<T>;
+    try {
+      run = await runHandler(() => handler(claimContext(endpoint, record, lease.signal)));
+    } finally {
+      lease.stop();
+    }
     if (!run.started) {
       await this.#release(endpoint, record);
       throw run.cause;
     }
     const { result, durationMs } = run;
     const outcome = this.#outcomeOf(endpoint, result);
-    await this.#storeOutcome(endpoint, record, outcome, this.#withErrors(endpoint, outcome, result), durationMs);
-    return { ...result, replayed: false, generation: record.generation };
+    const leaseUntil = Math.max(record.leaseUntil.getTime(), lease.renewedAt + endpoint.leaseMs);
+    await this.#storeOutcome(
+      endpoint,
+      { ...record, leaseUntil: new Date(leaseUntil) },
+      outcome,
+      this.#withErrors(endpoint, outcome, result),
+      durationMs,
+    );
+    return { ...result, replayed: false, generation };
+  }
+
+  /**
+   * E3w: a duplicate of an execution in progress asks the store again, with back-off, until the
+   * outcome is stored (then replayed), the claim is free (then this request claims it), or
+   * `waitMs` passes (then 409). Nothing is held between two asks.
+   */
+  async #wait(endpoint: Endpoint, first: Extract<ClaimResult, { outcome: 'existing' }>): Promise<ClaimResult> {
+    const start = Date.now();
+    const deadline = start + endpoint.waitMs;
+    let claim: ClaimResult = first;
+    let delay = FIRST_WAIT_POLL_MS;
+    while (claim.outcome === 'existing' && isAwaitable(endpoint, claim) && Date.now() < deadline) {
+      await sleep(Math.min(delay, deadline - Date.now()));
+      delay = Math.min(delay * 2, MAX_WAIT_POLL_MS);
+      claim = await this.#claim(endpoint);
+    }
+    const answer =
+      claim.outcome === 'claimed' ? 'claimed' : isReplayable(claim.record) ? 'replayed' : ('conflict' as const);
+    this.#emit({
+      type: 'waited',
+      ...endpoint.subject,
+      generation: claim.record.generation,
+      waitedMs: Date.now() - start,
+      answer,
+    });
+    return claim;
   }
 
   async executeAtomic<T>(
@@ -276,6 +345,10 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   ): Promise<ExecuteResult<T>> {
     const { transaction } = atomicModeOf(this.store, { asking: 'executeAtomic', otherwise: 'use `execute`' });
     const endpoint = this.#endpoint(request);
+    if (endpoint.waitMs > 0)
+      throw new TypeError(
+        '[idem] `wait` cannot be combined with atomic mode: a claim there is invisible until its transaction commits, so a duplicate has no outcome in progress to wait for (E3w)',
+      );
 
     // E1: a new key is claimed inside the transaction its handler runs in, so nothing of it is
     // visible, and nothing stays after a crash, before the commit.
@@ -335,16 +408,31 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   ): Promise<TransactionEnd<AtomicRun<T>>> {
     // The handler's own time, inside the savepoint: without the savepoint's statements.
     let durationMs = 0;
+    // What the handler itself threw, to tell its failure from the savepoint's own statements'.
+    let thrown: { error: unknown } | undefined;
+    let returned = false;
     const run = await runHandler(() =>
       t.savepoint(async (tx) => {
         const start = performance.now();
         try {
-          return await handler({ ...claimContext(endpoint, record), tx });
+          // The open transaction holds the claim (E6): nothing can take it over before it ends.
+          const value = await handler({ ...claimContext(endpoint, record, neverAborted()), tx });
+          returned = true;
+          return value;
+        } catch (error) {
+          thrown = { error };
+          throw error;
         } finally {
           durationMs = performance.now() - start;
         }
       }),
     );
+    // `SAVEPOINT`, `RELEASE` or `ROLLBACK TO` failed (a lost connection, a transaction the database
+    // aborted): not the handler's outcome, and nothing of it may be stored or shown. The
+    // transaction failed: it rolls back, and the client is answered 503 (E5).
+    const handlerError = thrown?.error;
+    if (run.started && !run.result.ok && (returned || thrown === undefined || run.result.error !== handlerError))
+      throw run.result.error;
     if (!run.started) return { commit: false, value: { outcome: 'notStarted', cause: run.cause } };
     let stored: StoredOutcome;
     try {
@@ -394,7 +482,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
 
   /** @throws ScopeTooLongError (400) before anything is claimed, for a scope no store can key (S1). */
   #endpoint(request: ExecuteRequest): Endpoint {
-    const { key, fingerprint, lease, retention } = request;
+    const { key, fingerprint, lease, retention, wait } = request;
     const scope = assertScopeFits(request.scope);
     const { operation, principal } = scopeParts(request);
     const requestId = request.requestId ?? randomUUID();
@@ -412,6 +500,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       leaseMs,
       retentionMs,
       expiredReuse: request.expiredReuse ?? this.policy.expiredReuse,
+      waitMs: wait === undefined ? this.policy.waitMs : waitMilliseconds(wait),
     };
   }
 
@@ -585,8 +674,39 @@ function claimRequest({ scope, key, fingerprint, leaseMs, retentionMs, expiredRe
   return { scope, key, fingerprint, token: randomUUID(), leaseMs, retentionMs, expiredReuse };
 }
 
-function claimContext<TTx>({ scope, key }: Endpoint, { generation, token }: IdempotencyRecord): ClaimContext<TTx> {
-  return { scope, key, generation, token, deriveKey: (label) => deriveKey({ scope, key, generation }, label) };
+function claimContext<TTx>(
+  { scope, key }: Endpoint,
+  { generation, token }: IdempotencyRecord,
+  signal: AbortSignal,
+): ClaimContext<TTx> {
+  return { scope, key, generation, token, signal, deriveKey: (label) => deriveKey({ scope, key, generation }, label) };
+}
+
+/** E3w: the back-off of a waiting duplicate: its first ask again, and the longest pause between two. */
+const FIRST_WAIT_POLL_MS = 25;
+const MAX_WAIT_POLL_MS = 500;
+
+/** E3w: `wait` in milliseconds; 0 (or `'0s'`…) for no wait. */
+function waitMilliseconds(wait: Duration): number {
+  return wait === 0 || (typeof wait === 'string' && /^\s*0+(\.0+)?\s*(ms|s|m|h|d)\s*$/.test(wait))
+    ? 0
+    : toMilliseconds(wait);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+}
+
+/**
+ * E3w: whether a duplicate may wait on what it found: a claim in progress for the same payload.
+ * Not an expired key (R2), another payload (F3), or a stored outcome (E2): those answer at once.
+ */
+function isAwaitable(
+  { fingerprint }: Endpoint,
+  { record, expired }: Extract<ClaimResult, { outcome: 'existing' }>,
+): boolean {
+  if (expired || record.state !== 'processing') return false;
+  return record.fingerprint === null || fingerprint === null || record.fingerprint === fingerprint;
 }
 
 function ownerOf({ scope, key }: Endpoint, { token }: IdempotencyRecord): ClaimOwner {

@@ -42,7 +42,7 @@ export interface ExpiredGeneration {
 }
 
 /** Which store call failed, in a `storeError` event. */
-export type StoreOperation = 'claim' | 'complete' | 'release';
+export type StoreOperation = 'claim' | 'complete' | 'release' | 'renew';
 
 /** What the engine reports about a keyed request: every event but `unkeyed`. */
 export type KeyedIdempotencyEvent =
@@ -87,6 +87,26 @@ export type KeyedIdempotencyEvent =
   | (EventBase & { type: 'released'; generation: number })
   | (EventBase & { type: 'staleTakeover'; generation: number; previousLeaseUntil: Date; takeovers: number })
   | (EventBase & { type: 'fenced'; generation: number })
+  | (EventBase & {
+      /**
+       * E6: a running handler lost its claim: a renewal found it taken over (`fenced`), or the store
+       * was unreachable for longer than the lease (`unreachable`). Its `claim.signal` aborts.
+       */
+      type: 'leaseLost';
+      generation: number;
+      reason: 'fenced' | 'unreachable';
+    })
+  | (EventBase & {
+      /**
+       * E3w: a duplicate waited for the outcome of the execution in progress: answered with its
+       * `replayed` outcome, with a `conflict` (409) when the wait ended first, or `claimed` when
+       * the claim became free (released, or its owner stopped renewing) and this request ran it.
+       */
+      type: 'waited';
+      generation: number;
+      waitedMs: number;
+      answer: 'replayed' | 'conflict' | 'claimed';
+    })
   | (EventBase & { type: 'expiredKeyReused'; generation: number; previous: ExpiredGeneration })
   | (EventBase & { type: 'expiredKeyRejected'; previous: ExpiredGeneration })
   | (EventBase & {

@@ -20,6 +20,7 @@ export {
   type IdempotencyEngine,
 } from './engine.js';
 export { idempotencyClaim, deriveKey, type ClaimContext, type ClaimCarrier } from './claim.js';
+export { LeaseLostError, type LeaseLossReason } from './lease.js';
 export { sharedPrincipal } from './adapter.js';
 export { MAX_SCOPE_BYTES } from './scope.js';
 export type { IdempotencyStore } from './store.js';
@@ -41,6 +42,7 @@ export {
   lookUpKeyStatus,
   parseKeyStatusQuery,
   KeyStatusQueryError,
+  SharedPrincipalLookupError,
   MAX_OPERATION_LENGTH,
   type KeyStatusDocument,
   type KeyGenerationStatus,
@@ -51,6 +53,7 @@ export {
   type KeyStatusTarget,
   type StoredOutcomeValue,
 } from './key-status.js';
+export { MASKED_ERROR_MESSAGE, maskStoredError, maskStoredOutcome, maskStoredValue } from './outcome-mask.js';
 
 // Errors (X1) and how outcomes are stored (E2, E4).
 export {

@@ -15,6 +15,7 @@ import { formatScope } from './engine.js';
 import { readArgumentKey } from './key.js';
 import { MissingKeyError } from './errors.js';
 import { deserializeValue, type OutcomeSerializer, type StoredErrorDescription } from './outcome.js';
+import { maskStoredOutcome } from './outcome-mask.js';
 import type { IdempotencyRecord, IdempotencyStore, TimelineEntry } from './store.js';
 
 export type {
@@ -37,6 +38,37 @@ export class KeyStatusQueryError extends Error {
   constructor(detail: string) {
     super(detail);
     this.name = 'KeyStatusQueryError';
+  }
+}
+
+/**
+ * A lookup by a shared principal (`sharedPrincipals`, by default `'*'`, `sharedPrincipal` of
+ * `@idem/core`): every caller of that principal would read every other's stored outcomes by key
+ * alone, so the lookup refuses it. Answered 403, with the problem type
+ * `<documentation URL>#idempotency_lookup_shared_principal`.
+ */
+export class SharedPrincipalLookupError extends Error {
+  readonly code = 'idempotency_lookup_shared_principal' as const;
+  readonly status = 403 as const;
+  readonly title = 'Key lookup needs your own credentials';
+  constructor(
+    detail = 'Keys of the shared anonymous account cannot be looked up: anyone could read them by key. Authenticate, and look up the keys you sent with your credentials.',
+  ) {
+    super(detail);
+    this.name = 'SharedPrincipalLookupError';
+  }
+
+  /** The problem+json body (RFC 9457); `type` is the documentation URL with the code as fragment. */
+  toProblem(documentationUrl: string): { type: string; title: string; status: 403; detail: string; code: string } {
+    const fragment = documentationUrl.indexOf('#');
+    const base = fragment === -1 ? documentationUrl : documentationUrl.slice(0, fragment);
+    return {
+      type: `${base}#${this.code}`,
+      title: this.title,
+      status: this.status,
+      detail: this.message,
+      code: this.code,
+    };
   }
 }
 
@@ -202,11 +234,15 @@ function storedOutcomeValue(
   try {
     if (kind === 'success') {
       const value = deserializeValue(serializer, body);
-      return presentOutcome({ kind, value }, value);
+      return maskStoredOutcome(presentOutcome({ kind, value }, value), value);
     }
     const description = JSON.parse(body) as StoredErrorDescription;
     const { name, code, message, status } = description;
-    return presentOutcome({ kind, error: { name, code, message, status } }, description);
+    // The one masking rule holds whatever `presentOutcome` does: no unexpected error's text leaves.
+    return maskStoredOutcome(
+      presentOutcome({ kind, error: { name, code, message, status } }, description),
+      description,
+    );
   } catch {
     // A body this serializer cannot read is not replayable through this lookup: its status still is.
     return undefined;
@@ -219,19 +255,26 @@ export interface KeyStatusLookupOptions<TContext> extends KeyStatusOptions {
   store: Pick<IdempotencyStore, 'timeline' | 'get'>;
   /** The adapter's `principal` (S1): only the caller's own records are read. Required. */
   principal: (context: TContext) => string | Promise<string>;
+  /**
+   * Principals many callers share (an anonymous account): a lookup by one of them is refused
+   * with {@link SharedPrincipalLookupError} (403), as any of those callers could read every
+   * other's stored outcomes by key alone. Defaults to `['*']` (`sharedPrincipal`).
+   */
+  sharedPrincipals?: readonly string[];
 }
 
 /**
  * For adapters: a lookup bound to the adapter's store and principal. `scopesOf` maps the asked
  * operation to the operations its records live under (GraphQL keeps field keys and header keys
- * apart); defaults to the operation itself.
+ * apart); defaults to the operation itself. The lookup rejects with {@link SharedPrincipalLookupError}
+ * (403) for a principal listed in `sharedPrincipals`.
  * @throws TypeError `[idem] …` when `store` or `principal` is missing.
  */
 export function createKeyStatusLookup<TContext>(
   options: KeyStatusLookupOptions<TContext>,
   scopesOf: (operation: string) => readonly string[] = (operation) => [operation],
 ): (context: TContext, query: KeyStatusQuery) => Promise<KeyStatusDocument | null> {
-  const { store, principal, ...lookupOptions } = options;
+  const { store, principal, sharedPrincipals = ['*'], ...lookupOptions } = options;
   if (typeof principal !== 'function')
     throw new TypeError(
       "[idem] a key status lookup needs the adapter's `principal(context)` function (S1): pass the options you pass to the adapter",
@@ -240,6 +283,7 @@ export function createKeyStatusLookup<TContext>(
     throw new TypeError("[idem] a key status lookup needs the adapter's `store`");
   return async (context, { key, operation }) => {
     const id = await principal(context);
+    if (sharedPrincipals.includes(id)) throw new SharedPrincipalLookupError();
     const scopes = scopesOf(operation).map((name) => ({ scope: formatScope(name, id), operation: name }));
     return lookUpKeyStatus(store, { key, operation, scopes }, lookupOptions);
   };

@@ -1,4 +1,5 @@
 import type {
+  ClaimRenewal,
   ClaimRequest,
   ClaimResult,
   IdempotencyRecord,
@@ -84,6 +85,13 @@ export class MemoryStore implements IdempotencyStore {
     record.completedAt = new Date(now);
     // R1: retention counts from completion; the claim carried it as expiresAt − createdAt.
     record.expiresAt = new Date(now + (record.expiresAt.getTime() - record.createdAt.getTime()));
+    return true;
+  }
+
+  async renew({ scope, key, token, leaseMs }: ClaimRenewal): Promise<boolean> {
+    const record = this.#owned(scope, key, token);
+    if (!record) return false;
+    record.leaseUntil = new Date(this.#now() + leaseMs);
     return true;
   }
 

@@ -70,7 +70,19 @@ export interface IdempotencyTelemetryOptions {
    * that the host's instrumentation, or your code, started). Defaults to `true`.
    */
   spans?: boolean;
+  /**
+   * How many distinct `idempotency.operation` values the metrics carry: past
+   * this many, a new operation is labelled {@link OTHER_OPERATION}, so that a path full of ids,
+   * or mutations sent without a key in ever new combinations, cannot grow a series per request.
+   * A request without a key that ran without idempotency (`unkeyed`, not refused) never takes
+   * one of these places: its operation is labelled as it is only when another request already
+   * made it known. Defaults to 100.
+   */
+  maxOperations?: number;
 }
+
+/** The `idempotency.operation` value of operations past `maxOperations`, and of unkeyed requests to unknown operations. */
+export const OTHER_OPERATION = '(other)';
 
 /** The slice of `@opentelemetry/api` this entry uses. */
 interface OpenTelemetryApi {
@@ -110,6 +122,11 @@ function loadApi(): OpenTelemetryApi {
  *   `idempotency.operation`, `idempotency.replayed` and `idempotency.outcome` (see
  *   {@link IdempotencyOutcome}).
  *
+ * On the metrics, `idempotency.operation` is bounded: at most `maxOperations` values (default
+ * 100), then `(other)`; requests run without a key add none. With `@idem/fetch`, label by route template: the
+ * Hono middleware's operation is the matched route (`POST /orders/:id`); give `idempotent()` an
+ * `operation` that names the route rather than the raw path.
+ *
  * No attribute carries the principal or the key: one value per caller or per request would
  * explode a metric's cardinality, and neither belongs next to a trace's payload (K5). Compose it
  * with your own hook through `combineEventHandlers`.
@@ -117,7 +134,15 @@ function loadApi(): OpenTelemetryApi {
  */
 export function idempotencyTelemetry(options: IdempotencyTelemetryOptions = {}): IdempotencyEventHandler {
   const api = loadApi();
-  const { meter = api.metrics.getMeter(IDEMPOTENCY_METER_NAME), spans = true } = options;
+  const { meter = api.metrics.getMeter(IDEMPOTENCY_METER_NAME), spans = true, maxOperations = 100 } = options;
+  const operations = new Set<string>();
+  // The label an event may carry: bounded by `maxOperations`, never grown by an unkeyed request.
+  const labelOf = (event: IdempotencyEvent): string => {
+    if (operations.has(event.operation)) return event.operation;
+    if ((event.type === 'unkeyed' && !event.refused) || operations.size >= maxOperations) return OTHER_OPERATION;
+    operations.add(event.operation);
+    return event.operation;
+  };
   const events: Counter = meter.createCounter(IDEMPOTENCY_EVENTS_METRIC, {
     description: 'Idempotency events (claimed, completed, replayed, conflict, mismatch, …), by operation.',
     unit: '{event}',
@@ -129,18 +154,20 @@ export function idempotencyTelemetry(options: IdempotencyTelemetryOptions = {}):
   });
 
   return (event) => {
-    countEvent(events, event);
+    // Metrics by the bounded label; a span is one request's, and says which operation it was.
+    const operation = labelOf(event);
+    countEvent(events, event, operation);
     if (event.type === 'completed')
       duration.record(event.durationMs / 1000, {
-        'idempotency.operation': event.operation,
+        'idempotency.operation': operation,
         'idempotency.outcome_kind': event.outcomeKind,
       });
     if (spans) api.trace.getActiveSpan()?.setAttributes(spanAttributes(event));
   };
 }
 
-function countEvent(counter: Counter, event: IdempotencyEvent): void {
-  const attributes: Attributes = { 'idempotency.event': event.type, 'idempotency.operation': event.operation };
+function countEvent(counter: Counter, event: IdempotencyEvent, operation: string): void {
+  const attributes: Attributes = { 'idempotency.event': event.type, 'idempotency.operation': operation };
   if (event.type === 'storeError') attributes['idempotency.store_operation'] = event.storeOperation;
   if (event.type === 'unkeyed') attributes['idempotency.refused'] = event.refused;
   counter.add(1, attributes);

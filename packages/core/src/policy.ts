@@ -16,6 +16,11 @@ export interface EndpointPolicyDescription {
   required: boolean;
   retentionMs: number;
   leaseMs: number;
+  /**
+   * E3w: how long a duplicate that finds the key in progress waits for the outcome before it
+   * answers 409 (`wait`); 0 when it answers 409 at once (E3). Optional: absent reads as 0.
+   */
+  waitMs?: number;
   expiredReuse: 'execute' | 'reject';
   /** What is stored and replayed, in words. */
   stored: string;
@@ -28,7 +33,7 @@ export interface PolicyDocument {
   title: string;
   /** The URL this document is served at; each problem's `type` is this URL with the problem's code as fragment. */
   documentationUrl: string;
-  endpoints: Array<EndpointPolicyDescription & { retention: string; lease: string }>;
+  endpoints: Array<EndpointPolicyDescription & { retention: string; lease: string; waitMs: number; wait: string }>;
   /**
    * The problems a client can meet, and what to do about each. `type` is the problem type of
    * problem bodies (`<documentationUrl>#<code>`); the HTML page has an anchor for each.
@@ -158,6 +163,8 @@ export function createPolicyDocument(options: {
     ...endpoint,
     retention: formatDuration(endpoint.retentionMs),
     lease: formatDuration(endpoint.leaseMs),
+    waitMs: endpoint.waitMs ?? 0,
+    wait: endpoint.waitMs ? formatDuration(endpoint.waitMs) : 'none (409 at once)',
   }));
   const shortest = Math.min(...endpoints.map((endpoint) => endpoint.retentionMs));
   return {
@@ -176,7 +183,7 @@ export function renderPolicyHtml(policy: PolicyDocument): string {
   const rows = policy.endpoints
     .map(
       (e) =>
-        `<tr><td>${escapeHtml(e.endpoint)}</td><td>${escapeHtml(e.retention)}</td><td>${escapeHtml(e.lease)}</td><td>${escapeHtml(e.keySources.join(', '))}${e.required ? ' (required)' : ' (optional)'}</td><td>${escapeHtml(e.expiredReuse === 'execute' ? 'executed as new, recorded' : 'refused (422)')}</td><td>${escapeHtml(e.stored)}</td><td>${escapeHtml(e.fingerprint)}</td></tr>`,
+        `<tr><td>${escapeHtml(e.endpoint)}</td><td>${escapeHtml(e.retention)}</td><td>${escapeHtml(e.lease)}</td><td>${escapeHtml(e.wait)}</td><td>${escapeHtml(e.keySources.join(', '))}${e.required ? ' (required)' : ' (optional)'}</td><td>${escapeHtml(e.expiredReuse === 'execute' ? 'executed as new, recorded' : 'refused (422)')}</td><td>${escapeHtml(e.stored)}</td><td>${escapeHtml(e.fingerprint)}</td></tr>`,
     )
     .join('\n');
   const statuses = policy.statuses
@@ -193,7 +200,7 @@ export function renderPolicyHtml(policy: PolicyDocument): string {
 <p>Send an <code>Idempotency-Key</code> header (a quoted string, e.g. <code>Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"</code>) or the key argument where listed. Keys are scoped per account and endpoint.</p>
 <p><strong>${escapeHtml(policy.clientGuidance)}</strong></p>
 <h2>Endpoints</h2>
-<table><thead><tr><th>Endpoint</th><th>Retention</th><th>Lease</th><th>Key</th><th>Reuse after retention</th><th>Stored and replayed</th><th>Fingerprint</th></tr></thead><tbody>
+<table><thead><tr><th>Endpoint</th><th>Retention</th><th>Lease</th><th>A duplicate in progress waits</th><th>Key</th><th>Reuse after retention</th><th>Stored and replayed</th><th>Fingerprint</th></tr></thead><tbody>
 ${rows}
 </tbody></table>
 <h2>Statuses</h2>

@@ -118,6 +118,11 @@ export interface ClaimOwner {
   token: string;
 }
 
+/** A renewal of a claim's lease (E6): the owner, and the lease it extends to from now. */
+export interface ClaimRenewal extends ClaimOwner {
+  leaseMs: number;
+}
+
 /** What {@link StoreTransaction.insertClaim} found. */
 export type TransactionClaim =
   /** Rule 1 inside the transaction: the record now owned by `request.token`, invisible to others until the commit. */
@@ -208,6 +213,15 @@ export interface IdempotencyStore<TTx = unknown> extends Partial<AtomicMode<TTx>
    * Returns false when it does not own it (fenced out by a takeover, E6): the record is left untouched.
    */
   complete(args: { scope: string; key: string; token: string; outcome: StoredOutcome }): Promise<boolean>;
+
+  /**
+   * E6: extends the lease of a claim its owner still runs: if `token` owns the `processing`
+   * record, `leaseUntil` becomes now + `leaseMs` (the store's clock) and it answers true;
+   * otherwise (taken over, completed, released, gone) false, and the record is left untouched.
+   * The engine calls it every third of the lease while the handler runs, so that only a claim
+   * whose owner stopped renewing (died, lost its store, stalled past the lease) is taken over.
+   */
+  renew(args: ClaimRenewal): Promise<boolean>;
 
   /**
    * Gives back a claim whose handler never started (E4): if `token` owns the `processing`

@@ -33,6 +33,7 @@ function overriding(real: MemoryStore, overrides: Partial<IdempotencyStore>): Id
   return {
     claim: (request) => real.claim(request),
     complete: (args) => real.complete(args),
+    renew: (args) => real.renew(args),
     release: (args) => real.release(args),
     get: (scope, key) => real.get(scope, key),
     timeline: (scope, key) => real.timeline(scope, key),

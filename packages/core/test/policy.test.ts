@@ -29,6 +29,18 @@ describe('published policy (R4)', () => {
     expect(doc.statuses.map((s) => s.status)).toEqual([400, 400, 400, 400, 400, 409, 422, 422, 503]);
   });
 
+  it('R4/E3w: publishes how long a duplicate in progress waits (waitMs), none unless the endpoint says', () => {
+    const doc = createPolicyDocument({
+      documentationUrl: '/idempotency',
+      endpoints: [endpoint, { ...endpoint, endpoint: 'GraphQL Mutation.refund', waitMs: 5_000 }],
+    });
+    expect(doc.endpoints.map((e) => [e.waitMs, e.wait])).toEqual([
+      [0, 'none (409 at once)'],
+      [5_000, '5s'],
+    ]);
+    expect(renderPolicyHtml(doc)).toContain('<td>5s</td>');
+  });
+
   it('R4: renders HTML with every endpoint, escaping what it prints', () => {
     const html = renderPolicyHtml(
       createPolicyDocument({

@@ -19,6 +19,7 @@ import { mysqlStatements } from './mysql-store.js';
 import { definePgTables } from './pg-schema.js';
 import { pgStatements } from './pg-store.js';
 import { rejectingWithoutParameters, withoutParameters } from './query-errors.js';
+import { renewalsOf } from './renewals.js';
 import { toRecord, toTimeline, type LiveRow } from './record-rows.js';
 import { defineSqliteTables } from './sqlite-schema.js';
 import { DEFAULT_BUSY_RETRY_MS } from './sqlite-busy.js';
@@ -51,7 +52,9 @@ export interface DrizzleStoreOptions {
    * Group commit (on by default): claims whose first step arrives while earlier ones are in
    * flight are sent together as one statement and one commit (PostgreSQL: one multi-row
    * `INSERT … ON CONFLICT DO NOTHING RETURNING` with the read of the rows that conflicted),
-   * and completions likewise (one `UPDATE … FROM (VALUES …)`); a lone request is sent at once,
+   * and completions likewise (one `UPDATE … FROM (VALUES …)`), and the lease renewals of running
+   * handlers (E6; one `UPDATE … WHERE (scope, key, token) IN …` per group, on one lane of the
+   * pool); a lone request is sent at once,
    * with no timer. Every rule holds as without it: each request gets the answer its own
    * statement would have given. The trade-off: a group's latency is that of its statement, and
    * when the statement fails the whole group failed (nothing of it was written); each of its
@@ -163,6 +166,7 @@ function storeOver<TTx>(
     groupCommit && completeMany
       ? grouped((args) => s.complete(args), completeMany.bind(s), { mode: groupMode })
       : (args) => s.complete(args);
+  const renew = renewalsOf(s, groupCommit, groupMode);
 
   /** The write of the rule `decideClaim` chose, on the row it read; undefined when it lost a race. */
   async function write(request: ClaimRequest, decision: ClaimWrite): Promise<ClaimResult | undefined> {
@@ -234,6 +238,7 @@ function storeOver<TTx>(
       },
     }),
     complete: guarded(complete),
+    renew: guarded(renew),
     release: guarded((args) => s.release(args)),
     get: guarded(async (scope, key) => {
       const row = await s.getLive(scope, key);

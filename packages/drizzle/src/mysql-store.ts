@@ -21,6 +21,7 @@ import type { AnyMysqlDatabase } from './dialect.js';
 import { openTransaction, type TransactionOf } from './owned-transaction.js';
 import { MYSQL_COLUMN_BYTES, RECORD_STATES, type MysqlTables } from './mysql-schema.js';
 import { toRecord, type LiveRow } from './record-rows.js';
+import { ownedClaims, renewByLease, renewedLease } from './renewals.js';
 import {
   boundTuples,
   archiving,
@@ -194,6 +195,12 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
   const complete = completeUpdate(db, b).prepare();
 
   const release = db.update(keys).set({ state: sql`'released'` }).where(ownedClaim(keys, b)).prepare();
+
+  const renew = db
+    .update(keys)
+    .set(renewedLease(clock, sql`${param('leaseMs')}`))
+    .where(ownedClaim(keys, b))
+    .prepare();
 
   const getLive = db.select().from(keys).where(thisKey(keys, b)).prepare();
 
@@ -524,6 +531,25 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
     async release({ scope, key, token }) {
       return affectedRows(await release.execute({ scope, key, token })) === 1;
     },
+    async renew({ scope, key, token, leaseMs }) {
+      return affectedRows(await renew.execute({ scope, key, token, leaseMs })) === 1;
+    },
+    // MySQL has no RETURNING: one UPDATE renews the group, and when it renewed fewer rows than it
+    // names (a claim taken over or completed meanwhile, which is rare), each one is asked alone.
+    renewMany: (renewals) =>
+      renewByLease(renewals, async (leaseMs, owners) => {
+        const renewed = affectedRows(
+          await db
+            .update(keys)
+            .set(renewedLease(clock, sql`${leaseMs}`))
+            .where(ownedClaims(keys, owners, (rows) => sql`(${boundTuples(rows)})`)),
+        );
+        if (renewed === owners.length) return owners;
+        const alone = await Promise.all(
+          owners.map(async (owner) => affectedRows(await renew.execute({ ...owner, leaseMs })) === 1 && owner),
+        );
+        return alone.filter((owner): owner is ClaimOwner => owner !== false);
+      }),
     async getLive(scope, key) {
       const [row] = await getLive.execute({ scope, key });
       return row;

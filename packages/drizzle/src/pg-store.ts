@@ -14,9 +14,11 @@ import type { AnyPgDatabase } from './dialect.js';
 import { openTransaction, type TransactionOf } from './owned-transaction.js';
 import { pgGroupStatements } from './pg-group.js';
 import type { PgTables } from './pg-schema.js';
+import { ownedClaims, renewByLease, renewedLease } from './renewals.js';
 import { columnsReadFrom, toRecord } from './record-rows.js';
 import {
   archiving,
+  boundTuples,
   claimParameters,
   claimPlaceholders,
   claimValues,
@@ -125,6 +127,13 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     .where(ownedClaim(keys, b))
     .returning({ token: keys.token })
     .prepare(name('release'));
+
+  const renew = db
+    .update(keys)
+    .set(renewedLease(clock, sql`${param('leaseMs')}`))
+    .where(ownedClaim(keys, b))
+    .returning({ token: keys.token })
+    .prepare(name('renew'));
 
   const getLive = db.select().from(keys).where(thisKey(keys, b)).prepare(name('get'));
 
@@ -295,6 +304,17 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     async release({ scope, key, token }) {
       return (await release.execute({ scope, key, token })).length === 1;
     },
+    async renew({ scope, key, token, leaseMs }) {
+      return (await renew.execute({ scope, key, token, leaseMs })).length === 1;
+    },
+    renewMany: (renewals) =>
+      renewByLease(renewals, (leaseMs, owners) =>
+        db
+          .update(keys)
+          .set(renewedLease(clock, sql`${leaseMs}`))
+          .where(ownedClaims(keys, owners, (rows) => sql`(VALUES ${boundTuples(rows)})`))
+          .returning({ scope: keys.scope, key: keys.key, token: keys.token }),
+      ),
     async getLive(scope, key) {
       const [row] = await getLive.execute({ scope, key });
       return row;

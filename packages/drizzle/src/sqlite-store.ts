@@ -43,6 +43,7 @@ import {
 import { openTransaction, type TransactionOf } from './owned-transaction.js';
 import type { SqliteTables } from './sqlite-schema.js';
 import { isSqliteBusy, whileBusy } from './sqlite-busy.js';
+import { ownedClaims, renewByLease, renewedLease } from './renewals.js';
 import type { FirstStep, StoreStatements } from './store-statements.js';
 
 const param = sql.placeholder;
@@ -173,6 +174,13 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
   const release = db
     .update(keys)
     .set({ state: sql`'released'` })
+    .where(ownedClaim(keys, b))
+    .returning({ token: keys.token })
+    .prepare();
+
+  const renew = db
+    .update(keys)
+    .set(renewedLease(clock, sql`${param('leaseMs')}`))
     .where(ownedClaim(keys, b))
     .returning({ token: keys.token })
     .prepare();
@@ -495,6 +503,17 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
     complete: ({ scope, key, token, outcome }) =>
       write(async () => (await complete.all({ scope, key, token, ...outcomeParameters(outcome) })).length === 1),
     release: ({ scope, key, token }) => write(async () => (await release.all({ scope, key, token })).length === 1),
+    renew: ({ scope, key, token, leaseMs }) =>
+      write(async () => (await renew.all({ scope, key, token, leaseMs })).length === 1),
+    renewMany: (renewals) =>
+      renewByLease(renewals, (leaseMs, owners) => {
+        const update = db
+          .update(keys)
+          .set(renewedLease(clock, sql`${leaseMs}`))
+          .where(ownedClaims(keys, owners, valuesOf))
+          .returning({ scope: keys.scope, key: keys.key, token: keys.token });
+        return write(async () => await update.all());
+      }),
     getLive: (scope, key) => read(() => getLive.get({ scope, key })),
     history: (scope, key) => read(() => historyOf.all({ scope, key })),
     sweep: (limit) => write(async () => (await sweep.all({ limit })).length),

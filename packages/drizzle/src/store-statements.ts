@@ -9,7 +9,7 @@
  * their many forms (`claimOrReadMany`, `completeMany`), the store groups concurrent requests'
  * first steps and completions into one statement or transaction each (group commit).
  */
-import type { AtomicMode, ClaimOwner, ClaimRequest, StoredOutcome } from '@idem/core/store';
+import type { AtomicMode, ClaimOwner, ClaimRenewal, ClaimRequest, StoredOutcome } from '@idem/core/store';
 import type { HistoryRow, LiveRead, LiveRow } from './record-rows.js';
 
 /** What the first step of a claim found: the row it inserted, or the live row with the clock. */
@@ -56,6 +56,10 @@ export interface StoreStatements {
    */
   groupMode?: 'inFlight' | 'tick';
   release(args: ClaimOwner): Promise<boolean>;
+  /** E6: the lease of the owner's `processing` claim runs again from now; false when it is not the owner's (`renewals.ts`). */
+  renew(args: ClaimRenewal): Promise<boolean>;
+  /** Group commit: several renewals in one statement per lease; `true` where that owner's claim was renewed, in input order. */
+  renewMany?(args: ClaimRenewal[]): Promise<boolean[]>;
   getLive(scope: string, key: string): Promise<LiveRow | undefined>;
   /** History rows of (scope, key), oldest generation first. */
   history(scope: string, key: string): Promise<HistoryRow[]>;

@@ -13,13 +13,12 @@ import {
   parseKeyStatusQuery,
   requestUrlOf,
   resolveDocumentationUrl,
+  SharedPrincipalLookupError,
   type KeyStatusDocument,
   type KeyStatusLookupOptions,
   type KeyStatusQuery,
-  type StoredOutcomeValue,
 } from '@idem/core';
 import { idempotencyGraphQLError } from './graphql-core/error-mapping.js';
-import type { StoredExecutionResult, StoredGraphQLError } from './graphql-core/stored-result.js';
 
 /** The field's name in `Query`, and where the clients' `reconcile` looks by default. */
 export const IDEMPOTENCY_KEY_STATUS_FIELD = 'idempotencyKeyStatus';
@@ -93,12 +92,13 @@ export interface KeyStatusResolverOptions<TContext> extends KeyStatusLookupOptio
 /**
  * The lookup behind the field, for other transports (a plain HTTP route): `query.operation` is
  * `Mutation.<field>` or `mutation:<fields>`. Stored results are presented as a masked replay
- * would be: the message of an error that was not a GraphQLError is `Unexpected error.`.
+ * would be (`maskStoredOutcome` of `@idem/core`, as every lookup): the message of an error that
+ * was not a GraphQLError is `Unexpected error.`.
  */
 export function createGraphQLKeyStatusLookup<TContext>(
   options: KeyStatusLookupOptions<TContext>,
 ): (context: TContext, query: KeyStatusQuery) => Promise<KeyStatusDocument | null> {
-  return createKeyStatusLookup({ presentOutcome: maskUnexpected, ...options }, keyStatusUnits);
+  return createKeyStatusLookup(options, keyStatusUnits);
 }
 
 /**
@@ -137,7 +137,17 @@ export function idempotencyKeyStatusResolver<TContext>({
         });
       throw error;
     }
-    const status = await lookUp(context, query);
+    let status: KeyStatusDocument | null;
+    try {
+      status = await lookUp(context, query);
+    } catch (error) {
+      if (!(error instanceof SharedPrincipalLookupError)) throw error;
+      const requestUrl = requestUrlOf((context as { request?: unknown } | null)?.request);
+      const problem = error.toProblem(resolveDocumentationUrl(documentationUrl, requestUrl));
+      throw new GraphQLError(error.message, {
+        extensions: { code: error.code.toUpperCase(), http: { status: error.status }, problem },
+      });
+    }
     if (!status) return null;
     return {
       ...status,
@@ -148,25 +158,3 @@ export function idempotencyKeyStatusResolver<TContext>({
     };
   };
 }
-
-/** A stored GraphQL result or error as a masked replay shows it. */
-function maskUnexpected(outcome: StoredOutcomeValue, stored: unknown): StoredOutcomeValue {
-  if (outcome.kind === 'error') {
-    const data = (stored as { data?: StoredGraphQLError } | null)?.data;
-    return data?.unexpected ? { kind: 'error', error: { ...outcome.error, message: UNEXPECTED } } : outcome;
-  }
-  const result = outcome.value as StoredExecutionResult | null;
-  if (!result?.errors?.some((error) => error.unexpected)) return outcome;
-  return {
-    kind: 'success',
-    value: {
-      ...result,
-      errors: result.errors.map(({ unexpected, ...error }) =>
-        unexpected ? { message: UNEXPECTED, ...(error.path ? { path: error.path } : {}) } : error,
-      ),
-    },
-  };
-}
-
-/** What GraphQL Yoga's error masking says instead of an unexpected error's message. */
-const UNEXPECTED = 'Unexpected error.';

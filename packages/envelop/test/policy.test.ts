@@ -13,7 +13,7 @@ import { graphqlClient } from './fixtures/http.ts';
 import { storeTargets, type OpenStore } from './fixtures/stores.ts';
 
 const HOUR = 3_600_000;
-const policy = { 'Mutation.refund': { retention: '72h', lease: '2m', expiredReuse: 'reject' } } as const;
+const policy = { 'Mutation.refund': { retention: '72h', lease: '2m', wait: '5s', expiredReuse: 'reject' } } as const;
 
 describe.each(storeTargets)('per-mutation policy over $name', (target) => {
   let opened: OpenStore;
@@ -60,7 +60,7 @@ describe.each(storeTargets)('per-mutation policy over $name', (target) => {
     expect((await retentionOf(formatScope('mutation:refund,sendReceipt', 'alice'), key)).retention).toBe(72 * HOUR);
   });
 
-  it('R4: describeEndpoints publishes each mutation with its own retention, lease and reuse rule', () => {
+  it('R4/E3w: describeEndpoints publishes each mutation with its own retention, lease, wait and reuse rule', () => {
     const { idempotency } = app();
     const endpoints = idempotency.describeEndpoints();
     const document = createPolicyDocument({ documentationUrl: 'https://api.example.com/idempotency', endpoints });
@@ -70,6 +70,8 @@ describe.each(storeTargets)('per-mutation policy over $name', (target) => {
       retentionMs: 72 * HOUR,
       retention: '3d',
       lease: '2m',
+      waitMs: 5_000,
+      wait: '5s',
       expiredReuse: 'reject',
       keySources: [
         'Idempotency-Key header (the whole mutation operation is one record)',
@@ -80,6 +82,7 @@ describe.each(storeTargets)('per-mutation policy over $name', (target) => {
     expect(document.endpoints.find((endpoint) => endpoint.operation === 'Mutation.sendReceipt')).toMatchObject({
       retention: '24h',
       lease: '30s',
+      waitMs: 0,
       expiredReuse: 'execute',
       keySources: [
         'Idempotency-Key header (the whole mutation operation is one record)',

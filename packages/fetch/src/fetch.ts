@@ -3,6 +3,7 @@ import { idempotencyClaim, type ClaimCarrier, type ClaimContext, type Idempotenc
 import type { HttpIdempotencyOptions } from './options.js';
 import { createHttpPipeline } from './pipeline.js';
 import { readRequestBody } from './request-body.js';
+import { normalizedPath } from './normalized-path.js';
 
 /** The options of {@link idempotent}: `principal` and `operation` read the request. */
 export type IdempotentOptions<TRequest extends Request = Request, TTx = unknown> = HttpIdempotencyOptions<
@@ -22,8 +23,12 @@ export interface IdempotentHandler<TRequest extends Request, TArgs extends unkno
   readonly engine: IdempotencyEngine<TTx>;
 }
 
-/** The default operation (S1): the method and the path, without the query string. */
-export const requestOperation = (request: Request): string => `${request.method} ${new URL(request.url).pathname}`;
+/**
+ * The default operation (S1): the method and the path, without the query string, normalised
+ * (`normalizedPath`: `/orders/%31` is `/orders/1`, as the router that matches it sees it).
+ */
+export const requestOperation = (request: Request): string =>
+  `${request.method} ${normalizedPath(new URL(request.url).pathname)}`;
 
 /**
  * Makes a Fetch-standard handler idempotent — a Next.js route handler, a Bun or Deno server, a

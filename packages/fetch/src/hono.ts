@@ -23,8 +23,18 @@ export type HonoIdempotencyMiddleware<E extends Env = Env, TTx = unknown> = Midd
   readonly engine: IdempotencyEngine<TTx>;
 };
 
-/** The default operation (S1): the method and the path, without the query string (`POST /orders/42`). */
-export const honoOperation = (c: Context): string => `${c.req.method} ${c.req.path}`;
+/**
+ * The default operation (S1): the method and the template of the route that answers
+ * (`POST /orders/:id`, Hono's matched route, as `routePath(c, -1)` of `hono/route` reads it), so
+ * that the scope and the telemetry label are one per route, not one per id in the path. The same
+ * key on `/orders/1` and then `/orders/2` is then one record asked two things: 422 (F3; the
+ * fingerprint holds the path). Without a matched route, the path (`c.req.path`).
+ */
+export const honoOperation = (c: Context): string => {
+  // `matchedRoutes` (every Hono 4) lists the middlewares' routes, then the handler's: the last one answers.
+  const template = c.req.matchedRoutes.at(-1)?.path;
+  return `${c.req.method} ${template ?? c.req.path}`;
+};
 
 /**
  * Makes the Hono routes it is put on idempotent, as `idempotent()` does for a Fetch handler: the

@@ -10,6 +10,8 @@ import {
   KeyStatusQueryError,
   parseKeyStatusQuery,
   resolveDocumentationUrl,
+  SharedPrincipalLookupError,
+  type KeyStatusDocument,
   type KeyStatusLookupOptions,
   type KeyStatusQuery,
 } from '@idem/core';
@@ -35,7 +37,8 @@ export interface KeyStatusRouteOptions<TRequest extends Request = Request>
  * - 200 `application/json`: every generation of the key under the caller's principal, and the
  *   stored response (`{ status, headers, body }`) while it is replayable;
  * - 404: the caller has no record of this key (unknown, or another principal's: one answer for
- *   both, S1); 400: a malformed key (K1–K3) or operation; 405: a method other than GET or HEAD.
+ *   both, S1); 400: a malformed key (K1–K3) or operation; 403: a caller whose principal is a
+ *   shared one (`sharedPrincipals`, by default `'*'`); 405: a method other than GET or HEAD.
  *
  * Every answer is `Cache-Control: no-store`: a stored outcome may be personal.
  * @throws TypeError `[idem] …` when `store` or `principal` is missing.
@@ -68,7 +71,17 @@ export function keyStatusRoute<TRequest extends Request = Request>(
       if (error instanceof KeyStatusQueryError) return problem(400, 'Bad Request', error.message);
       throw error;
     }
-    const status = await lookUp(request, query);
+    let status: KeyStatusDocument | null;
+    try {
+      status = await lookUp(request, query);
+    } catch (error) {
+      if (!(error instanceof SharedPrincipalLookupError)) throw error;
+      return json(
+        403,
+        error.toProblem(resolveDocumentationUrl(documentationUrl, request.url)),
+        'application/problem+json',
+      );
+    }
     if (!status)
       return problem(
         404,

@@ -21,8 +21,10 @@ export interface HttpIdempotencyOptions<TContext, TTx = unknown> extends Adapter
   methods?: readonly string[];
   /**
    * S1: the operation a request is for, which the scope holds (with the principal) and `required`
-   * names. Defaults to the method and the path without the query string, `POST /orders/42`: the
-   * same key on another path is another record.
+   * names. Defaults to the method and the path without the query string, with the
+   * percent-encoding of unreserved characters decoded, `POST /orders/42` (`idempotent()`: the same
+   * key on another path is another record), or the matched route template, `POST /orders/:id`
+   * (Hono: the same key on another id of the route is a 422, F3).
    */
   operation?: (context: TContext) => string;
   /**

@@ -2,6 +2,7 @@
  * The request side: the body read within its limit (413 past it, before anything is claimed), and
  * what the fingerprint reads of a request (F1).
  */
+import { normalizedPath } from './normalized-path.js';
 import type { RequestFingerprintInput } from './options.js';
 
 /** The request body is larger than `maxBodyBytes`: 413, nothing claimed or run. */
@@ -115,7 +116,7 @@ export function fingerprintInput(
   const url = new URL(request.url);
   const input: RequestFingerprintInput = {
     method: request.method.toUpperCase(),
-    path: url.pathname,
+    path: normalizedPath(url.pathname),
     contentType: body.contentType,
   };
   if (fingerprintQuery) input.query = url.search;

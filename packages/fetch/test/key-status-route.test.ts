@@ -76,4 +76,15 @@ describe('keyStatusRoute (R2, A1, S1)', () => {
     expect(post.status).toBe(405);
     expect(post.headers.get('allow')).toBe('GET, HEAD');
   });
+
+  it("S1: a caller whose principal is the shared '*' is refused with 403 problem+json, and sees nothing", async () => {
+    const { order, status } = app();
+    expect((await order('k-shared', '*')).status).toBe(201);
+    const response = await status(`/api/idempotency/keys/k-shared?operation=${operation}`, '*');
+    expect(response.status).toBe(403);
+    expect(response.headers.get('content-type')).toBe('application/problem+json');
+    const text = await response.text();
+    expect(JSON.parse(text)).toMatchObject({ status: 403, code: 'idempotency_lookup_shared_principal' });
+    expect(text).not.toContain('o-1');
+  });
 });

@@ -1,7 +1,8 @@
-import type { TRPCProcedureBuilder, TRPCUnsetMarker } from '@trpc/server';
+import { TRPCError, type TRPCProcedureBuilder, type TRPCUnsetMarker } from '@trpc/server';
 import {
   createKeyStatusLookup,
   parseKeyStatusQuery,
+  SharedPrincipalLookupError,
   type KeyStatusDocument,
   type KeyStatusLookupOptions,
   type KeyStatusQuery,
@@ -23,7 +24,8 @@ type Overwrite<TBase, TWith> = Omit<TBase, keyof TWith> & TWith;
  * generation of that key under the caller's principal — state, first seen, completed, expired
  * or archived, the outcome status, and the stored outcome while it is still replayable — or
  * `null` when there is none: an unknown key and another principal's key get the same answer.
- * A malformed key or operation is refused with `BAD_REQUEST` (400, K1–K3).
+ * A malformed key or operation is refused with `BAD_REQUEST` (400, K1–K3); a caller whose principal
+ * is a shared one (`sharedPrincipals`, by default `'*'`) with `FORBIDDEN` (403).
  *
  * Build it on the procedure your mutations use (the same auth middlewares), with the options
  * of their `idempotency()` middleware, so that it reads the same principal (S1):
@@ -57,8 +59,13 @@ export function idempotencyStatusProcedure<TContext, TMeta, TContextOverrides, T
   const lookUp = createKeyStatusLookup(options);
   return procedure
     .input((input: unknown): KeyStatusQuery => parseKeyStatusQuery(input))
-    .query(
-      ({ ctx, input }): Promise<KeyStatusDocument | null> =>
-        lookUp(ctx as Overwrite<TContext, TContextOverrides>, input),
-    );
+    .query(async ({ ctx, input }): Promise<KeyStatusDocument | null> => {
+      try {
+        return await lookUp(ctx as Overwrite<TContext, TContextOverrides>, input);
+      } catch (error) {
+        if (error instanceof SharedPrincipalLookupError)
+          throw new TRPCError({ code: 'FORBIDDEN', message: error.message, cause: error });
+        throw error;
+      }
+    });
 }

@@ -60,11 +60,11 @@ export interface IdempotencyOptions<TContext = Record<string, any>, TTx = unknow
    */
   getHeaders?: (context: TContext) => RequestHeaders | null | undefined;
   /**
-   * R1, E6, R2 per mutation, by schema coordinate (like `@envelop/response-cache`'s
-   * `ttlPerSchemaCoordinate`): `{ 'Mutation.refund': { retention: '72h', lease: '2m', expiredReuse: 'reject' } }`.
+   * R1, E6, E3w, R2 per mutation, by schema coordinate (like `@envelop/response-cache`'s
+   * `ttlPerSchemaCoordinate`): `{ 'Mutation.refund': { retention: '72h', lease: '2m', wait: '5s', expiredReuse: 'reject' } }`.
    * A field left out, and every field left out of an entry, has the plugin's `retention`,
-   * `lease` and `expiredReuse`. A header key over several root fields (one unit) gets the longest
-   * retention and lease of its fields, and `'reject'` if any of them rejects. Published by
+   * `lease`, `wait` and `expiredReuse`. A header key over several root fields (one unit) gets the
+   * longest retention and lease of its fields, the shortest wait, and `'reject'` if any of them rejects. Published by
    * `describeEndpoints()` (R4). Defaults to `{}`.
    */
   policy?: Readonly<Record<string, EndpointPolicy>>;

@@ -1,4 +1,4 @@
-/** Retention, lease and reuse rule per mutation, by schema coordinate (R1, E6, R2), and as published (R4). */
+/** Retention, lease, wait and reuse rule per mutation, by schema coordinate (R1, E6, E3w, R2), and as published (R4). */
 import type { GraphQLSchema } from 'graphql';
 import { toMilliseconds, type EndpointPolicy, type EndpointPolicyDescription } from '@idem/core';
 import type { AdapterKit } from '@idem/core/adapter';
@@ -6,6 +6,7 @@ import type { AdapterKit } from '@idem/core/adapter';
 interface Resolved {
   retentionMs: number;
   leaseMs: number;
+  waitMs: number;
   expiredReuse: 'execute' | 'reject';
 }
 
@@ -20,6 +21,7 @@ export function endpointPolicies(policy: Readonly<Record<string, EndpointPolicy>
     resolved.set(coordinate, {
       retentionMs: entry.retention === undefined ? defaults.retentionMs : toMilliseconds(entry.retention),
       leaseMs: entry.lease === undefined ? defaults.leaseMs : toMilliseconds(entry.lease),
+      waitMs: entry.wait === undefined ? defaults.waitMs : entry.wait === 0 ? 0 : toMilliseconds(entry.wait),
       expiredReuse: entry.expiredReuse ?? defaults.expiredReuse,
     });
   }
@@ -28,7 +30,8 @@ export function endpointPolicies(policy: Readonly<Record<string, EndpointPolicy>
   return {
     /**
      * The policy of a unit over these root fields, for the engine's request: none of its own
-     * when no field has an entry; else the longest retention and lease, `reject` if any rejects.
+     * when no field has an entry; else the longest retention and lease, the shortest wait (a unit
+     * waits only as long as each of its fields allows), `reject` if any rejects.
      */
     forUnit(coordinates: readonly string[]): EndpointPolicy {
       if (!coordinates.some((coordinate) => resolved.has(coordinate))) return {};
@@ -36,6 +39,7 @@ export function endpointPolicies(policy: Readonly<Record<string, EndpointPolicy>
       return {
         retention: Math.max(...entries.map((entry) => entry.retentionMs)),
         lease: Math.max(...entries.map((entry) => entry.leaseMs)),
+        wait: Math.min(...entries.map((entry) => entry.waitMs)),
         expiredReuse: entries.some((entry) => entry.expiredReuse === 'reject') ? 'reject' : 'execute',
       };
     },
