@@ -3,7 +3,7 @@
 //
 // It packs every package with `npm pack`, installs the tarballs into fresh apps in a temporary
 // directory, and then, with nothing of the monorepo on the path:
-//   (a) takes the tRPC and Yoga quick starts and the client snippet from docs/ itself,
+//   (a) takes the tRPC, Yoga and Apollo Server quick starts and the client snippet from docs/ itself,
 //       type-checks and compiles them with the app's own tsc 5.9 (NodeNext, strict,
 //       skipLibCheck), runs the JavaScript on plain Node and shows a replay over HTTP;
 //   (b) imports every entry point with require() and with import;
@@ -42,7 +42,7 @@ import { policyRecipeSteps } from './consumer/policy-recipes.mjs';
 import { t3AppSteps } from './consumer/t3-app.mjs';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const PACKAGES = ['core', 'drizzle', 'trpc', 'envelop', 'fetch'];
+const PACKAGES = ['core', 'drizzle', 'trpc', 'envelop', 'fetch', 'apollo-server'];
 /** Versions of the host libraries: the ones this workspace's lock resolved, so the npm cache serves them. */
 const version = (name) => JSON.parse(readFileSync(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')).version;
 const NEXT_VERSION = '16.4.6';
@@ -209,7 +209,15 @@ async function assertReplay(label, url, body, otherBody, { graphql = false } = {
 }
 
 /** The docs/ pages whose snippets the consumer test compiles and runs. */
-const DOC_PAGES = ['trpc.md', 'graphql-yoga.md', 'http-routes.md', 'clients.md', 'policy.md', 'create-t3-app.md'];
+const DOC_PAGES = [
+  'trpc.md',
+  'graphql-yoga.md',
+  'apollo-server.md',
+  'http-routes.md',
+  'clients.md',
+  'policy.md',
+  'create-t3-app.md',
+];
 
 /** The first ```ts block after a heading of the guides (docs/). */
 function readmeBlock(readme, heading) {
@@ -290,6 +298,8 @@ async function plainNodeApp(tarballs) {
         '@apollo/client': version('@apollo/client'),
         rxjs: version('rxjs'),
         '@urql/core': version('@urql/core'),
+        // The peer of @idem/apollo-server.
+        '@apollo/server': version('@apollo/server'),
         'drizzle-orm': '0.44.7',
         'better-sqlite3': version('better-sqlite3'),
         typescript: version('typescript'),
@@ -485,6 +495,12 @@ async function main() {
           ".listen(Number(process.env['PORT']))",
           'Yoga quick start',
         );
+        const apollo = patch(
+          readmeBlock(readme, '## Standalone'),
+          'listen: { port: 4000 }',
+          "listen: { port: Number(process.env['PORT']) }",
+          'Apollo Server quick start',
+        );
         let client = patch(
           readmeBlock(readme, '## Clients that know the shelf life'),
           "'http://localhost:3000'",
@@ -496,6 +512,7 @@ async function main() {
         client = `import type { AppRouter } from './trpc.js';\n${client}\nconsole.log(JSON.stringify(await trpc.createOrder.mutate({ amount: 7 })));\n`;
         writeFileSync(join(nodeApp, 'src/trpc.ts'), trpc);
         writeFileSync(join(nodeApp, 'src/yoga.ts'), yoga);
+        writeFileSync(join(nodeApp, 'src/apollo.ts'), apollo);
         writeFileSync(join(nodeApp, 'src/client.ts'), client);
         writeFileSync(join(nodeApp, 'src/hono.ts'), honoQuickStart({ readme, readmeBlock, patch }));
         await run('npx', ['--no-install', 'tsc', '-p', '.'], { cwd: nodeApp });
@@ -560,6 +577,32 @@ async function main() {
         await server.stop();
       }
     });
+
+    await step(
+      '(a) the compiled Apollo Server quick start (@idem/apollo-server, @apollo/server) runs on plain Node and replays over HTTP',
+      async () => {
+        const apolloPort = await freePort();
+        const server = await startServer(process.execPath, ['dist/apollo.js'], {
+          cwd: nodeApp,
+          env: { PORT: String(apolloPort) },
+          url: `http://127.0.0.1:${apolloPort}/`,
+        });
+        try {
+          const mutation = (amount) => ({ query: `mutation { createOrder(amount: ${amount}) { id amount } }` });
+          await assertReplay(
+            'Apollo Server quick start',
+            `http://127.0.0.1:${apolloPort}/`,
+            mutation(42),
+            mutation(43),
+            {
+              graphql: true,
+            },
+          );
+        } finally {
+          await server.stop();
+        }
+      },
+    );
 
     await step(
       '(h) the compiled Hono quick start runs on plain Node: 201, byte-identical replay, 422, 400',

@@ -13,7 +13,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const packages = ['core', 'drizzle', 'trpc', 'envelop', 'fetch'];
+const packages = ['core', 'drizzle', 'trpc', 'envelop', 'fetch', 'apollo-server'];
 const checks = [
   (dir) => ['publint', ['--strict', dir]],
   (dir) => ['attw', ['--pack', dir, '--profile', 'esm-only', '--format', 'table-flipped']],

@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const PACKAGES = ['core', 'drizzle', 'trpc', 'envelop', 'fetch'];
+const PACKAGES = ['core', 'drizzle', 'trpc', 'envelop', 'fetch', 'apollo-server'];
 
 const markdownFiles = execFileSync('git', ['ls-files', '*.md'], { cwd: ROOT, encoding: 'utf8' })
   .split('\n')

@@ -1,8 +1,9 @@
 /**
  * Scenario 8, the GraphQL generative oracle (K2, K4, E1–E4): generated legal mutation operations
- * (see support/graphql-oracle.ts) sent through GraphQL Yoga with `useYogaIdempotency` on SQLite
- * (2,000 operations) and PostgreSQL (300), each three times: first with its answer dropped, then
- * twice more. The oracle counts the side effects of every root field, with the claim each ran
+ * (see support/graphql-oracle.ts) sent through GraphQL Yoga with `useYogaIdempotency` and through
+ * Apollo Server 5 with `useApolloIdempotency` (the same GraphQL core, one store) on SQLite (2,000
+ * operations) and PostgreSQL (300), each case through both hosts, three times each: first with
+ * its answer dropped, then twice more. The same invariants hold on both hosts. The oracle counts the side effects of every root field, with the claim each ran
  * under, and checks:
  *
  * - E1/E4: every side effect is recorded under exactly one key: its record is completed in the store;
@@ -27,12 +28,14 @@ import {
   operationModel,
   printOperation,
   type GeneratedRequest,
+  type OracleHost,
   type OperationModel,
   type SideEffect,
 } from './support/graphql-oracle.ts';
 
 const SEED = Number(process.env['IDEM_ORACLE_SEED'] ?? 20_270_120);
 const TIME_LIMIT_MS = 480_000;
+const HOSTS: readonly OracleHost[] = ['yoga', 'apollo'];
 
 interface Answer {
   status: number;
@@ -51,56 +54,78 @@ describe.each([
     app = createOracleApp(database.store);
   });
   afterAll(async () => {
+    await app?.stop();
     await database?.close();
   });
 
   it.skipIf(!kind.available)(
-    `E1–E4, K2, K4: ${runs} generated operations, each sent three times, run every side effect once under its own claim, or none`,
+    `E1–E4, K2, K4: ${runs} generated operations, each sent three times through Yoga and through Apollo Server, run every side effect once under its own claim, or none`,
     async () => {
-      const stats = { operations: 0, executed: 0, unclaimed: 0, requestErrors: 0, fieldUnits: 0, parts: 0 };
-      const post = async (request: GeneratedRequest, model: OperationModel, user: string, send: number) => {
-        const response = await app.yoga.fetch('http://oracle/graphql', {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            accept: 'application/graphql-response+json',
+      const stats = {
+        operations: 0,
+        executed: 0,
+        apolloExecuted: 0,
+        unclaimed: 0,
+        requestErrors: 0,
+        fieldUnits: 0,
+        parts: 0,
+      };
+      const post = async (
+        host: OracleHost,
+        request: GeneratedRequest,
+        model: OperationModel,
+        user: string,
+        send: number,
+      ) =>
+        (await app.post(
+          host,
+          {
             'x-user': user,
             'x-send': String(send),
             ...(model.header === null ? {} : { 'idempotency-key': model.header }),
           },
-          body: JSON.stringify(request),
-        });
-        return { status: response.status, body: await response.json() } as Answer;
-      };
+          request,
+        )) as Answer;
 
       await fc.assert(
         fc.asyncProperty(operationModel, async (model) => {
-          const user = `op${++stats.operations}`;
+          const operation = ++stats.operations;
           const request = printOperation(model);
           const expectation = expectationOf(model);
-          const answers: Answer[] = [];
-          for (const send of [1, 2, 3]) answers.push(await post(request, model, user, send));
-          const effects = app.effects.get(user) ?? [];
-          const violations = await check(expectation, answers, effects, database!);
-          if (expectation.ownKeys !== undefined && (await clientAddsHeader(request)) === expectation.ownKeys)
-            violations.push(
-              `K4: createIdempotentFetch ${expectation.ownKeys ? 'adds' : 'does not add'} a header key, but a root field ${expectation.ownKeys ? 'carries' : 'does not carry'} its own`,
-            );
-          if (violations.length > 0)
-            throw new Error(
-              `${violations.join('\n')}\n\n${request.query}\nvariables ${JSON.stringify(request.variables)} header ${model.header}\nanswers ${JSON.stringify(answers.map((answer) => answer.body))}\neffects ${JSON.stringify(effects)}`,
-            );
-          if (effects.length > 0) stats.executed++;
-          if (effects.some((effect) => effect.claim === null)) stats.unclaimed++;
-          if (effects.some((effect) => effect.claim?.part !== undefined)) stats.parts++;
-          if (effects.some((effect) => effect.claim?.scope.endsWith(`/Mutation.${effect.field}`))) stats.fieldUnits++;
-          if (!('data' in answers[0]!.body)) stats.requestErrors++;
+          for (const host of HOSTS) {
+            // Each host sends the case as a principal of its own: the two never meet on a record.
+            const user = `${host}-op${operation}`;
+            const answers: Answer[] = [];
+            for (const send of [1, 2, 3]) answers.push(await post(host, request, model, user, send));
+            const effects = app.effects.get(user) ?? [];
+            const violations = await check(expectation, answers, effects, database!);
+            if (
+              host === 'yoga' &&
+              expectation.ownKeys !== undefined &&
+              (await clientAddsHeader(request)) === expectation.ownKeys
+            )
+              violations.push(
+                `K4: createIdempotentFetch ${expectation.ownKeys ? 'adds' : 'does not add'} a header key, but a root field ${expectation.ownKeys ? 'carries' : 'does not carry'} its own`,
+              );
+            if (violations.length > 0)
+              throw new Error(
+                `${host}: ${violations.join('\n')}\n\n${request.query}\nvariables ${JSON.stringify(request.variables)} header ${model.header}\nanswers ${JSON.stringify(answers.map((answer) => answer.body))}\neffects ${JSON.stringify(effects)}`,
+              );
+            if (host === 'apollo' && effects.length > 0) stats.apolloExecuted++;
+            if (host !== 'yoga') continue;
+            if (effects.length > 0) stats.executed++;
+            if (effects.some((effect) => effect.claim === null)) stats.unclaimed++;
+            if (effects.some((effect) => effect.claim?.part !== undefined)) stats.parts++;
+            if (effects.some((effect) => effect.claim?.scope.endsWith(`/Mutation.${effect.field}`))) stats.fieldUnits++;
+            if (!('data' in answers[0]!.body)) stats.requestErrors++;
+          }
         }),
         { seed: SEED, numRuns: runs, interruptAfterTimeLimit: TIME_LIMIT_MS, markInterruptAsFailure: true },
       );
       console.log(`[reliability] graphql oracle on ${kind.label} (seed ${SEED}): ${JSON.stringify(stats)}`);
       // The generator explores every way an operation can go, not one of them.
       expect(stats.executed).toBeGreaterThan(runs * 0.2);
+      expect(stats.apolloExecuted).toBe(stats.executed);
       expect(stats.requestErrors).toBeGreaterThan(runs * 0.05);
       expect(Math.min(stats.unclaimed, stats.parts, stats.fieldUnits)).toBeGreaterThan(0);
     },

@@ -17,6 +17,7 @@ import { PaymentChannel } from './channel.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { createPaymentsRouter, createContext, type PaymentsStore } from './trpc.ts';
 import { createPaymentsYoga } from './graphql.ts';
+import { APOLLO_GRAPHQL_PATH, createPaymentsApollo } from './apollo.ts';
 import { paymentsPolicy } from './policy.ts';
 import { createPaymentsRest, REST_PAYMENTS_PATH } from './rest.ts';
 import { createKeyStatusRoute, KEY_STATUS_PATH, KEY_STATUS_QUERY_PATH } from './key-status.ts';
@@ -59,7 +60,7 @@ export interface PaymentsApp {
 export const DOCUMENTATION_PATH = '/idempotency';
 
 /**
- * One HTTP server: tRPC at `/trpc`, GraphQL Yoga at `/graphql`, `POST /v1/payments`, the published policy at
+ * One HTTP server: tRPC at `/trpc`, GraphQL Yoga at `/graphql`, Apollo Server at `/apollo/graphql`, `POST /v1/payments`, the published policy at
  * `/idempotency`, and `/healthz`, all made idempotent by idem over one store.
  */
 export function createPaymentsApp({
@@ -91,6 +92,8 @@ export function createPaymentsApp({
     maxBodyBytes,
     cors: corsConfiguration ?? false,
   });
+  // Apollo Server at /apollo/graphql: the same schema, store and channel, @idem/apollo-server.
+  const apollo = createPaymentsApollo({ ...shared, maxBodyBytes });
   // POST /v1/payments: a plain HTTP route (Hono, @idem/fetch/hono) over the same store and channel.
   const rest = createPaymentsRest({ ...shared, maxBodyBytes });
   // Published at its absolute URL, as problem bodies link to it (their `type` is this URL with a fragment per problem).
@@ -139,7 +142,7 @@ export function createPaymentsApp({
 
   const routeRequest = (req: IncomingMessage, res: ServerResponse, url: URL): void | Promise<void> => {
     const path = url.pathname;
-    if (path.startsWith('/trpc/') || path === '/graphql') {
+    if (path.startsWith('/trpc/') || path === '/graphql' || path === APOLLO_GRAPHQL_PATH) {
       try {
         accountOf(req.headers.authorization);
       } catch (error) {
@@ -151,6 +154,7 @@ export function createPaymentsApp({
     if (path === REST_PAYMENTS_PATH || path.startsWith(`${REST_PAYMENTS_PATH}/`)) return rest.listener(req, res);
     if (path.startsWith('/trpc/')) return trpc(req, res);
     if (path === '/graphql') return yoga(req, res);
+    if (path === APOLLO_GRAPHQL_PATH) return apollo.listener(req, res);
     if (path === DOCUMENTATION_PATH && (req.method === 'GET' || req.method === 'HEAD'))
       return sendPolicy(req, res, policyFor(req));
     if (path.startsWith(KEY_STATUS_PATH) || path === KEY_STATUS_QUERY_PATH) return keyStatus(req, res, url);
@@ -178,7 +182,10 @@ export function createPaymentsApp({
     server,
     store,
     channel,
-    drain: () => Promise.all([trpcEngine.drain(), graphqlEngine.drain(), rest.engine.drain()]).then(() => undefined),
+    drain: () =>
+      Promise.all([trpcEngine.drain(), graphqlEngine.drain(), apollo.engine.drain(), rest.engine.drain()]).then(
+        () => undefined,
+      ),
   };
 }
 

@@ -2,7 +2,7 @@ import { GraphQLError } from 'graphql';
 import { createSchema, createYoga, maskError, type Plugin, type YogaServerOptions } from 'graphql-yoga';
 import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth';
 import { maxTokensPlugin } from '@escape.tech/graphql-armor-max-tokens';
-import { HandlerNotStartedError } from '@idem/core';
+import { HandlerNotStartedError, type ClaimContext } from '@idem/core';
 import {
   useYogaIdempotency,
   idempotentDirectiveTypeDefs,
@@ -11,10 +11,12 @@ import {
 } from '@idem/envelop';
 import { accountOf, SHARED_ACCOUNTS } from './account.ts';
 import { ChargeNotRecordedError, ChargeRefusedError, innermostMessage, PaymentChannelError } from './channel.ts';
+import type { DrizzleDatabase, DrizzleTransaction } from '@idem/drizzle';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { paymentInput, UNEXPECTED_ERROR_MESSAGE, type PaymentsRouterOptions } from './trpc.ts';
 
-const typeDefs = /* GraphQL */ `
+/** The payments schema, served by GraphQL Yoga at `/graphql` and by Apollo Server at `/apollo/graphql`. */
+export const paymentsTypeDefs = /* GraphQL */ `
   ${idempotentDirectiveTypeDefs}
   ${idempotencyKeyStatusTypeDefs}
 
@@ -66,23 +68,21 @@ export interface PaymentsGraphQLOptions extends PaymentsRouterOptions {
   cors?: YogaServerOptions<object, object>['cors'];
 }
 
-interface GraphQLContext {
-  request: Request;
+/** The context both hosts build: the request's headers (Yoga's Fetch `Request`; a `Headers` from Node's on Apollo Server). */
+export interface GraphQLContext {
+  request: { headers: { get(name: string): string | null } };
 }
 
-/** GraphQL Yoga at `/graphql`: `createPayment` (idempotent) and `ledger`. */
-export function createPaymentsYoga({
+/** The options of the idempotency plugin, the same on both hosts (one store, one principal, one policy). */
+export function paymentsIdempotencyOptions({
   store,
-  channel,
   retentionMs,
   leaseMs,
   waitMs = 0,
   onEvent,
   atomic = false,
-  maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
-  cors = false,
-}: PaymentsGraphQLOptions) {
-  const options = {
+}: PaymentsRouterOptions) {
+  return {
     store,
     principal: (context: GraphQLContext) => accountOf(context.request.headers.get('authorization')),
     required: ['createPayment'],
@@ -92,8 +92,82 @@ export function createPaymentsYoga({
     atomic,
     ...(onEvent ? { onEvent } : {}),
   };
+}
+
+/** The resolvers of {@link paymentsTypeDefs}; `claim` is the plugin's `claim(context)`. */
+export function paymentsResolvers(
+  options: PaymentsRouterOptions,
+  claimOf: (context: GraphQLContext) => ClaimContext<DrizzleTransaction<DrizzleDatabase>> | undefined,
+) {
+  const { channel } = options;
+  return {
+    Query: {
+      ledger: () => channel.ledger(),
+      // What became of one of the caller's keys (reconcile, R2): the same store and principal as the plugin.
+      idempotencyKeyStatus: idempotencyKeyStatusResolver({
+        ...paymentsIdempotencyOptions(options),
+        sharedPrincipals: SHARED_ACCOUNTS,
+      }),
+    },
+    Mutation: {
+      createPayment: async (
+        _: unknown,
+        args: { input: { amount: number; currency: string } },
+        context: GraphQLContext,
+      ) => {
+        const parsed = paymentInput.safeParse(args.input);
+        // Refused before the channel is called: the claim is released, nothing stored (E4).
+        if (!parsed.success)
+          throw new HandlerNotStartedError(
+            new GraphQLError(
+              parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '),
+              { extensions: { code: 'BAD_USER_INPUT' } },
+            ),
+          );
+        const input = parsed.data;
+        // The claim, with the store's transaction typed (atomic mode): `idempotencyClaim(context)` for the plugin's store.
+        const claim = claimOf(context);
+        try {
+          return await channel.chargeFor(
+            {
+              account: accountOf(context.request.headers.get('authorization')),
+              amount: input.amount,
+              currency: input.currency,
+            },
+            claim,
+          );
+        } catch (error) {
+          // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
+          if (error instanceof ChargeNotRecordedError)
+            throw new HandlerNotStartedError(
+              new GraphQLError(error.message, {
+                extensions: { code: 'SERVICE_UNAVAILABLE', http: { status: 503, headers: { 'Retry-After': '1' } } },
+              }),
+            );
+          // The database refused the payment's data: the client's to fix, nothing charged (E4).
+          if (error instanceof ChargeRefusedError)
+            throw new HandlerNotStartedError(
+              new GraphQLError(error.message, { extensions: { code: 'BAD_USER_INPUT', http: { status: 400 } } }),
+            );
+          // The channel's failure after it charged is meant for the client (stored and replayed, E4).
+          if (error instanceof PaymentChannelError)
+            throw new GraphQLError(error.message, { extensions: { code: 'PAYMENT_CHANNEL_FAILED' } });
+          throw error;
+        }
+      },
+    },
+  };
+}
+
+/** GraphQL Yoga at `/graphql`: `createPayment` (idempotent) and `ledger`. */
+export function createPaymentsYoga({
+  maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
+  cors = false,
+  ...shared
+}: PaymentsGraphQLOptions) {
+  const options = paymentsIdempotencyOptions(shared);
   const idempotency = useYogaIdempotency(options);
-  const yoga = createYoga<GraphQLContext>({
+  const yoga = createYoga<{ request: Request }>({
     graphqlEndpoint: '/graphql',
     maxRequestBodySize: maxBodyBytes,
     cors,
@@ -114,57 +188,8 @@ export function createPaymentsYoga({
       },
     },
     schema: createSchema<GraphQLContext>({
-      typeDefs,
-      resolvers: {
-        Query: {
-          ledger: () => channel.ledger(),
-          // What became of one of the caller's keys (reconcile, R2): the same store and principal as the plugin.
-          idempotencyKeyStatus: idempotencyKeyStatusResolver({ ...options, sharedPrincipals: SHARED_ACCOUNTS }),
-        },
-        Mutation: {
-          createPayment: async (_, args: { input: { amount: number; currency: string } }, context) => {
-            const parsed = paymentInput.safeParse(args.input);
-            // Refused before the channel is called: the claim is released, nothing stored (E4).
-            if (!parsed.success)
-              throw new HandlerNotStartedError(
-                new GraphQLError(
-                  parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '),
-                  { extensions: { code: 'BAD_USER_INPUT' } },
-                ),
-              );
-            const input = parsed.data;
-            // The claim, with the store's transaction typed (atomic mode): `idempotencyClaim(context)` for the plugin's store.
-            const claim = idempotency.claim(context);
-            try {
-              return await channel.chargeFor(
-                {
-                  account: accountOf(context.request.headers.get('authorization')),
-                  amount: input.amount,
-                  currency: input.currency,
-                },
-                claim,
-              );
-            } catch (error) {
-              // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
-              if (error instanceof ChargeNotRecordedError)
-                throw new HandlerNotStartedError(
-                  new GraphQLError(error.message, {
-                    extensions: { code: 'SERVICE_UNAVAILABLE', http: { status: 503, headers: { 'Retry-After': '1' } } },
-                  }),
-                );
-              // The database refused the payment's data: the client's to fix, nothing charged (E4).
-              if (error instanceof ChargeRefusedError)
-                throw new HandlerNotStartedError(
-                  new GraphQLError(error.message, { extensions: { code: 'BAD_USER_INPUT', http: { status: 400 } } }),
-                );
-              // The channel's failure after it charged is meant for the client (stored and replayed, E4).
-              if (error instanceof PaymentChannelError)
-                throw new GraphQLError(error.message, { extensions: { code: 'PAYMENT_CHANNEL_FAILED' } });
-              throw error;
-            }
-          },
-        },
-      },
+      typeDefs: paymentsTypeDefs,
+      resolvers: paymentsResolvers(shared, (context) => idempotency.claim(context)),
     }),
     plugins: [
       useBodyLimitStatus(maxBodyBytes),

@@ -3,11 +3,20 @@
  * The `fetch` for GraphQL clients is on its own entry, `@idem/envelop/client`.
  */
 export { useIdempotency, type IdempotencyPlugin } from './plugin.js';
-export type { IdempotencyResultExtension } from './field-unit.js';
+export type { IdempotencyResultExtension } from './graphql-core/field-unit.js';
 export { useYogaIdempotency, type YogaIdempotencyHooks, type YogaIdempotencyOptions } from './yoga.js';
 export { DEFAULT_PREFLIGHT_HEADERS, type CsrfPreventionOptions } from './preflight.js';
-export type { IdempotencyOptions, GraphQLKeyOptions, FingerprintInput, RequestHeaders } from './options.js';
-export { idempotentDirective, idempotentDirectiveTypeDefs, IdempotentDirectivePlacementRule } from './directive.js';
+export type {
+  IdempotencyOptions,
+  GraphQLKeyOptions,
+  FingerprintInput,
+  RequestHeaders,
+} from './graphql-core/options.js';
+export {
+  idempotentDirective,
+  idempotentDirectiveTypeDefs,
+  IdempotentDirectivePlacementRule,
+} from './graphql-core/directive.js';
 export {
   idempotencyKeyStatusTypeDefs,
   idempotencyKeyStatusResolver,
@@ -16,8 +25,8 @@ export {
   IDEMPOTENCY_KEY_STATUS_FIELD,
   type KeyStatusResolverOptions,
 } from './key-status.js';
-export type { IdempotencyErrorExtensions, IdempotencyGraphQLErrorCode } from './error-mapping.js';
-export type { StoredExecutionResult, StoredGraphQLError } from './stored-result.js';
+export type { IdempotencyErrorExtensions, IdempotencyGraphQLErrorCode } from './graphql-core/error-mapping.js';
+export type { StoredExecutionResult, StoredGraphQLError } from './graphql-core/stored-result.js';
 // What GraphQL users need from the core without a second import.
 export {
   sharedPrincipal,

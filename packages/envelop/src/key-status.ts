@@ -18,7 +18,7 @@ import {
   type KeyStatusLookupOptions,
   type KeyStatusQuery,
 } from '@idem/core';
-import { idempotencyGraphQLError } from './error-mapping.js';
+import { idempotencyGraphQLError } from './graphql-core/error-mapping.js';
 
 /** The field's name in `Query`, and where the clients' `reconcile` looks by default. */
 export const IDEMPOTENCY_KEY_STATUS_FIELD = 'idempotencyKeyStatus';

@@ -1,9 +1,9 @@
 import { getOperationAST, parse, type ExecutionResult } from 'graphql';
 import { isAsyncIterable } from '@envelop/core';
-import type { IdempotencyOptions } from './options.js';
-import type { IdempotencyResultExtension } from './field-unit.js';
+import type { IdempotencyOptions } from './graphql-core/options.js';
+import { isReplayedResult } from './graphql-core/index.js';
 import { createIdempotencyPlugin, type IdempotencyPlugin } from './plugin.js';
-import { requestOf } from './request-headers.js';
+import { requestOf } from './graphql-core/request-headers.js';
 import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
 import {
   DEFAULT_PREFLIGHT_HEADERS,
@@ -97,17 +97,10 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
     onResultProcess({ result, setResult }) {
       // A batch answers with one status and one header set for all its operations: only the
       // body's `extensions.idempotency` can tell which of them were replayed.
-      if (Array.isArray(result) || isAsyncIterable(result) || !isReplayed(result)) return;
+      if (Array.isArray(result) || isAsyncIterable(result) || !isReplayedResult(result)) return;
       setResult(withResponseHeader(result as ExecutionResult, IDEMPOTENT_REPLAYED_HEADER, 'true'));
     },
   };
-}
-
-function isReplayed(result: unknown): boolean {
-  const extension = (result as ExecutionResult | null)?.extensions?.['idempotency'] as
-    | IdempotencyResultExtension
-    | undefined;
-  return extension?.replayed === true;
 }
 
 function withResponseHeader(result: ExecutionResult, name: string, value: string): ExecutionResult {

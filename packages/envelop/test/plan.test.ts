@@ -4,8 +4,8 @@ import { buildSchema, Kind, parse, type FragmentDefinitionNode, type OperationDe
 import { collectFields } from 'graphql/execution/collectFields.js';
 import { MemoryStore } from '@idem/core';
 import { createAdapterKit } from '@idem/core/adapter';
-import { fieldSelection, normalizedOperation } from '../src/normalized-document.ts';
-import { planOperation } from '../src/plan.ts';
+import { fieldSelection, normalizedOperation } from '../src/graphql-core/normalized-document.ts';
+import { planOperation } from '../src/graphql-core/plan.ts';
 
 const schema = buildSchema(`
   directive @idempotent(key: String!) on FIELD

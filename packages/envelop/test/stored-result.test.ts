@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { GraphQLError, parse, Source } from 'graphql';
 import { createDefaultMaskError } from '@envelop/core';
-import { fromStoredResult, graphqlErrorCodec, toStoredResult } from '../src/stored-result.ts';
+import { fromStoredResult, graphqlErrorCodec, toStoredResult } from '../src/graphql-core/stored-result.ts';
 
 const source = new Source('mutation {\n  charge { id }\n}');
 const document = parse(source);

@@ -10,7 +10,7 @@ import { ledger, migrateExample, startExample, type LedgerEntry } from '../../..
 import { startLossyProxy, type LossyProxy, type ProxiedRequest } from './lossy-proxy.ts';
 
 export interface PaymentsUnderTest {
-  /** `/graphql` through the proxy: where the clients send their mutations. */
+  /** `/graphql` (or `/apollo/graphql`) through the proxy: where the clients send their mutations. */
   graphqlUrl: string;
   /** `/trpc` through the proxy. */
   trpcUrl: string;
@@ -25,19 +25,26 @@ export interface PaymentsUnderTest {
   waitForEvent(match: (event: IdempotencyEvent) => boolean): Promise<IdempotencyEvent>;
   /** The charges the channel saw for `amount` (each test pays its own amount). */
   charges(amount: number): Promise<LedgerEntry[]>;
-  /** The `/graphql` requests (POST, and GET with a query string) the proxy saw since `from` (an index into `proxy.requests`). */
+  /** The GraphQL requests (POST, and GET with a query string) the proxy saw since `from` (an index into `proxy.requests`). */
   graphqlRequests(from?: number): ProxiedRequest[];
   close(): Promise<void>;
 }
 
-/** Starts the example with `env` (IDEM_TTL, IDEM_LEASE, CHANNEL_DELAY_MS, as `npm start` reads them). */
-export async function startPayments(env: Record<string, string> = { IDEM_TTL: '30m' }): Promise<PaymentsUnderTest> {
+/**
+ * Starts the example with `env` (IDEM_TTL, IDEM_LEASE, CHANNEL_DELAY_MS, as `npm start` reads them).
+ * `graphqlPath` picks the GraphQL host the clients talk to: Yoga's `/graphql` (the default) or
+ * Apollo Server's `/apollo/graphql`.
+ */
+export async function startPayments(
+  env: Record<string, string> = { IDEM_TTL: '30m' },
+  { graphqlPath = '/graphql' }: { graphqlPath?: string } = {},
+): Promise<PaymentsUnderTest> {
   const target = await openSqliteTarget();
   await migrateExample(target.db);
   const example = await startExample(target.db, env);
   const proxy = await startLossyProxy(example.url);
   return {
-    graphqlUrl: `${proxy.url}/graphql`,
+    graphqlUrl: `${proxy.url}${graphqlPath}`,
     trpcUrl: `${proxy.url}/trpc`,
     serverUrl: example.url,
     policyUrl: `${example.url}/idempotency`,
@@ -54,7 +61,7 @@ export async function startPayments(env: Record<string, string> = { IDEM_TTL: '3
     graphqlRequests: (from = 0) =>
       proxy.requests
         .slice(from)
-        .filter((request) => request.path === '/graphql' || request.path.startsWith('/graphql?')),
+        .filter((request) => request.path === graphqlPath || request.path.startsWith(`${graphqlPath}?`)),
     async close() {
       await proxy.close();
       await example.close();

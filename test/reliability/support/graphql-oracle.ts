@@ -13,6 +13,8 @@ import { createSchema, createYoga } from 'graphql-yoga';
 import { HandlerNotStartedError, idempotencyClaim, type IdempotencyStore } from '@idem/core';
 import { idempotentDirectiveTypeDefs, useYogaIdempotency } from '@idem/envelop';
 import { createIdempotentFetch } from '@idem/envelop/client';
+import { ApolloServer, HeaderMap } from '@apollo/server';
+import { useApolloIdempotency } from '@idem/apollo-server';
 
 // ---------------------------------------------------------------------------------------------
 // The schema and its side effects.
@@ -58,8 +60,9 @@ export interface SideEffect {
   claim: { scope: string; key: string; part: string | undefined } | null;
 }
 
+/** Yoga's context has the Fetch `Request`; the Apollo one, Apollo's own `HeaderMap`. */
 interface Context {
-  request: Request;
+  request: { headers: { get(name: string): string | null } };
 }
 
 /**
@@ -109,21 +112,58 @@ function createOracleSchema(effects: Map<string, SideEffect[]>) {
 }
 
 /** GraphQL Yoga with `useYogaIdempotency` over `store`, principal = the `x-user` header (one per generated operation). */
+/**
+ * The oracle's schema served twice over one store, with the same options: GraphQL Yoga with
+ * `useYogaIdempotency`, and Apollo Server 5 with `useApolloIdempotency` (both on the one GraphQL
+ * core, `@idem/envelop/graphql-core`). `post` sends one request through either, as HTTP would.
+ */
 export function createOracleApp(store: IdempotencyStore) {
   const effects = new Map<string, SideEffect[]>();
+  const options = {
+    store,
+    principal: ({ request }: Context) => request.headers.get('x-user')!,
+    required: ['pay'],
+  };
   const yoga = createYoga<Context>({
     schema: createOracleSchema(effects),
     logging: false,
-    plugins: [
-      useYogaIdempotency<Context>({
-        store,
-        principal: ({ request }) => request.headers.get('x-user')!,
-        required: ['pay'],
-      }),
-    ],
+    plugins: [useYogaIdempotency<Context>(options)],
   });
-  return { yoga, effects };
+  const apollo = new ApolloServer<Context>({
+    schema: createOracleSchema(effects),
+    plugins: [useApolloIdempotency<Context>(options)],
+    stopOnTerminationSignals: false,
+  });
+  const started = apollo.start();
+  async function post(
+    host: OracleHost,
+    headers: Record<string, string>,
+    body: unknown,
+  ): Promise<{ status: number; body: any }> {
+    if (host === 'yoga') {
+      const response = await yoga.fetch('http://oracle/graphql', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json', ...headers },
+        body: JSON.stringify(body),
+      });
+      return { status: response.status, body: await response.json() };
+    }
+    await started;
+    const httpHeaders = new HeaderMap();
+    for (const [name, value] of Object.entries({ 'content-type': 'application/json', ...headers }))
+      httpHeaders.set(name.toLowerCase(), value);
+    const response = await apollo.executeHTTPGraphQLRequest({
+      // Parsed as Apollo's integrations parse it: JSON text in, values out.
+      httpGraphQLRequest: { method: 'POST', headers: httpHeaders, search: '', body: JSON.parse(JSON.stringify(body)) },
+      context: async () => ({ request: { headers: { get: (name: string) => httpHeaders.get(name) ?? null } } }),
+    });
+    if (response.body.kind !== 'complete') throw new Error('[oracle] Apollo Server answered in chunks');
+    return { status: response.status ?? 200, body: JSON.parse(response.body.string) };
+  }
+  return { yoga, apollo, effects, post, stop: () => apollo.stop() };
 }
+
+export type OracleHost = 'yoga' | 'apollo';
 
 // ---------------------------------------------------------------------------------------------
 // The operation model and its generator.

@@ -10,7 +10,6 @@
  * context. A resolver that throws `HandlerNotStartedError` did not start; its cause is its error.
  */
 import { defaultFieldResolver, type ExecutionArgs, type ExecutionResult, type GraphQLSchema } from 'graphql';
-import { isAsyncIterable } from '@envelop/core';
 import { HandlerNotStartedError, type ErrorCodec, type ExecuteRequest } from '@idem/core';
 import { attachClaim, claimForPart, type AdapterKit } from '@idem/core/adapter';
 import type { ClaimContext } from '@idem/core';
@@ -96,7 +95,7 @@ export async function runUnit(
 ): Promise<{ result: ExecutionResult; replayed: boolean }> {
   if (!wrappedSchemas.has(args.schema))
     throw new TypeError(
-      '[idem] useIdempotency: this mutation runs on a schema the plugin never saw in onSchemaChange (Envelop `useSchema`, Yoga `schema`); nothing was executed.',
+      '[idem] useIdempotency: this mutation runs on a schema the plugin never saw in onSchemaChange (Envelop `useSchema`, Yoga `schema`, Apollo Server `schema`); nothing was executed.',
     );
   const source = args.document.loc?.source;
   const errors = graphqlErrorCodec(source);
@@ -177,6 +176,10 @@ function rolledBackCodec(inner: ErrorCodec): ErrorCodec {
         ? new RolledBackExecution(description.data as StoredExecutionResult)
         : inner.revive(description),
   };
+}
+
+function isAsyncIterable(value: unknown): value is AsyncIterable<unknown> {
+  return typeof (value as { [Symbol.asyncIterator]?: unknown } | null)?.[Symbol.asyncIterator] === 'function';
 }
 
 function isObject(value: unknown): value is object {
