@@ -32,7 +32,8 @@ export function paymentsPolicy({
       },
       {
         ...common,
-        endpoint: 'GraphQL Mutation.createPayment (POST /graphql)',
+        endpoint:
+          'GraphQL Mutation.createPayment (POST /graphql on GraphQL Yoga, POST /apollo/graphql on Apollo Server: one record for both)',
         transport: 'graphql',
         operation: 'Mutation.createPayment',
         keySources: [
