@@ -53,6 +53,20 @@ async function main(): Promise<void> {
     onEvent: logEvent,
   });
   await app.channel.migrate();
+  // A clean stop on SIGTERM/SIGINT from the moment the port is announced: the handlers are in place
+  // before the server listens (Linux writes stdout pipes synchronously, so a supervisor can read
+  // the "listening" line and signal before the next statement runs).
+  let sweeper: ReturnType<typeof startSweeper> | undefined;
+  const shutdown = async () => {
+    app.server.close();
+    checkout?.close();
+    await sweeper?.stop();
+    await app.drain();
+    await database.close();
+    process.exit(0);
+  };
+  process.once('SIGINT', () => void shutdown());
+  process.once('SIGTERM', () => void shutdown());
   const port = await listen(app.server, config.port);
   apiPort = port;
   console.log(
@@ -69,7 +83,7 @@ async function main(): Promise<void> {
     );
 
   // R3: archive expired keys on a schedule; in a fleet only one process sweeps at a time.
-  const sweeper =
+  sweeper =
     config.sweepEveryMs === undefined
       ? undefined
       : startSweeper(createDrizzleStore(database.db), {
@@ -84,17 +98,6 @@ async function main(): Promise<void> {
     console.log(
       `[payments] sweeping expired keys every ${formatDuration(config.sweepEveryMs)} (IDEM_SWEEPER=off turns it off)`,
     );
-
-  const shutdown = async () => {
-    app.server.close();
-    checkout?.close();
-    await sweeper?.stop();
-    await app.drain();
-    await database.close();
-    process.exit(0);
-  };
-  process.once('SIGINT', () => void shutdown());
-  process.once('SIGTERM', () => void shutdown());
 }
 
 function listen(server: Server, port: number): Promise<number> {
