@@ -52,6 +52,7 @@ const EVERY_CALL: Record<string, (store: DrizzleStore) => Promise<unknown>> = {
     }),
   complete: (store) => store.complete({ ...unused, outcome }),
   release: (store) => store.release(unused),
+  renew: (store) => store.renew({ ...unused, leaseMs: 1 }),
   get: (store) => store.get(unused.scope, unused.key),
   timeline: (store) => store.timeline(unused.scope, unused.key),
   sweep: (store) => store.sweep(),
