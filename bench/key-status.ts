@@ -7,7 +7,8 @@
  * slower than the database's own primary-key reads become.
  */
 import { randomUUID } from 'node:crypto';
-import { formatScope, lookUpKeyStatus, type IdempotencyStore } from '@idem/core';
+import { formatScope, type IdempotencyStore } from '@idem/core';
+import { lookUpKeyStatus } from '@idem/core/key-status';
 import { createDrizzleStore } from '@idem/drizzle';
 import { openBenchPostgres, openBenchSqlite, type BenchDatabase } from './databases.ts';
 import { interleave, median, medianRatio, nanosSince, ratioSpread } from './measure.ts';

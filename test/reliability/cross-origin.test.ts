@@ -13,7 +13,7 @@ import cors from 'cors';
 import fc from 'fast-check';
 import { createSchema, createYoga } from 'graphql-yoga';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { idempotencyCors, idempotencyCorsHeaders, type IdempotencyCorsConfiguration } from '@idem/core';
+import { idempotencyCors, idempotencyCorsHeaders, type IdempotencyCorsConfiguration } from '@idem/core/http';
 
 const ORIGINS = [
   'https://shop.example',

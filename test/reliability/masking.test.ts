@@ -15,13 +15,8 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  formatScope,
-  createEngine,
-  MASKED_ERROR_MESSAGE,
-  StoreUnavailableError,
-  type IdempotencyStore,
-} from '@idem/core';
+import { formatScope, createEngine, StoreUnavailableError, type IdempotencyStore } from '@idem/core';
+import { MASKED_ERROR_MESSAGE } from '@idem/core/key-status';
 import type { StoredOutcome } from '@idem/core/store';
 import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
 import { openPostgresTarget } from '../../packages/drizzle/test/pg-target.ts';

@@ -7,9 +7,8 @@ import {
   renderPolicyHtml,
   requestUrlOf,
   resolveDocumentationUrl,
-  type IdempotencyEvent,
-  type IdempotencyStore,
-} from '@idem/core';
+} from '@idem/core/http';
+import type { IdempotencyEvent, IdempotencyStore } from '@idem/core';
 import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
 import { accountOf, BadCredentialsError } from './account.ts';
 import { ADMIN_TIMELINE_PATH, serveTimeline } from './admin.ts';

@@ -1,4 +1,5 @@
-import { idempotencyCors, toMilliseconds } from '@idem/core';
+import { idempotencyCors } from '@idem/core/http';
+import { toMilliseconds } from '@idem/core';
 import {
   DatabaseUrlError,
   parseDatabaseUrl as parseStoreDatabaseUrl,

@@ -17,16 +17,14 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
   createKeyStatusLookup,
-  isIdempotencyError,
   KeyStatusQueryError,
   parseKeyStatusQuery,
-  requestUrlOf,
-  resolveDocumentationUrl,
   SharedPrincipalLookupError,
-  type IdempotencyStore,
   type KeyStatusDocument,
   type KeyStatusQuery,
-} from '@idem/core';
+} from '@idem/core/key-status';
+import { isIdempotencyError, type IdempotencyStore } from '@idem/core';
+import { requestUrlOf, resolveDocumentationUrl } from '@idem/core/http';
 import { createGraphQLKeyStatusLookup } from '@idem/envelop';
 import { accountOf, BadCredentialsError, SHARED_ACCOUNTS } from './account.ts';
 

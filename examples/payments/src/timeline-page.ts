@@ -4,7 +4,8 @@
  * HTML from the store's `timeline(scope, key)`, with the answer to "why was this charged twice?"
  * above it. Timelines carry no bodies, so nothing stored is shown (K5).
  */
-import { escapeHtml, formatDuration } from '@idem/core';
+import { escapeHtml } from '@idem/core/http';
+import { formatDuration } from '@idem/core';
 import type { TimelineEntry } from '@idem/core/store';
 
 const WIDTH = 1100;

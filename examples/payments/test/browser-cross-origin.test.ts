@@ -16,7 +16,7 @@ import type { AddressInfo } from 'node:net';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { createSchema, createYoga } from 'graphql-yoga';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { idempotencyCors } from '@idem/core';
+import { idempotencyCors } from '@idem/core/http';
 import { openSqliteTarget, type SqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
 import { ledger, migrateExample, startExample, type RunningExample } from './http.ts';
 

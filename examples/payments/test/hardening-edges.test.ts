@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DrizzleDatabase } from '@idem/drizzle';
-import { MASKED_ERROR_MESSAGE } from '@idem/core';
+import { MASKED_ERROR_MESSAGE } from '@idem/core/key-status';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
 import { MAX_AMOUNT } from '../src/channel.ts';

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTRPCClient, httpLink, TRPCClientError } from '@trpc/client';
 import { createDrizzleStore, sweepAll, type DrizzleDatabase } from '@idem/drizzle';
-import type { KeyStatusDocument } from '@idem/core';
+import type { KeyStatusDocument } from '@idem/core/key-status';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
 import { pollUntil, untilEvent, untilExpired } from '../../../test/support/waiting.ts';

@@ -38,13 +38,8 @@ export {
   type IdempotencyErrorExtensions,
   type IdempotencyGraphQLErrorCode,
 } from '@idem/envelop/graphql-core';
-export {
-  sharedPrincipal,
-  idempotencyClaim,
-  HandlerNotStartedError,
-  type ClaimContext,
-  type Duration,
-} from '@idem/core';
+// What Apollo Server users need from the core without a second import (the list is core's, written once).
+export * from '@idem/core/essentials';
 
 /**
  * Options of {@link useApolloIdempotency}: those of `useIdempotency` (`store`, `principal`,

@@ -68,12 +68,6 @@ export interface AdapterOptions<TContext, TTx = unknown> extends EngineOptions<T
   atomic?: boolean;
 }
 
-/**
- * Principal for endpoints whose keys are deliberately shared by every caller (S1). Passing it
- * is an explicit choice: a stored response may then be replayed to anyone with the key.
- */
-export const sharedPrincipal = (): string => '*';
-
 /** How an adapter names itself and its key field in `[idem]` messages. */
 export interface AdapterDescription {
   /** The factory, e.g. `idempotency()` or `useIdempotency`. */
@@ -221,7 +215,6 @@ export function attachClaim(context: object, claim: ClaimContext<unknown> | unde
 }
 
 export { claimForPart, IDEMPOTENCY_CLAIM, type ClaimCarrier } from './claim.js';
-export { resolveDocumentationUrl, requestUrlOf } from './documentation-url.js';
-export { DEFAULT_KEY_FIELD, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type KeyOptions } from './key.js';
+export { DEFAULT_KEY_FIELD, type KeyOptions } from './key.js';
 export { OutcomeNotStoredError, OutcomeTooLargeError } from './outcome.js';
 export type { ErrorCodec, OutcomeSerializer, StoredErrorDescription } from './outcome.js';

@@ -1,10 +1,14 @@
 /**
  * `@idem/core` — what an application calls: the engine, its errors and events, key and
- * fingerprint helpers, the memory store and the published policy. Other entries:
+ * fingerprint helpers, the memory store and the published policy document. An explicit list,
+ * at most 40 runtime names (test/entries.test.ts counts them). Other entries:
+ * `@idem/core/http` (CORS, the policy page and handler, documentation URLs, HTML escaping),
+ * `@idem/core/key-status` (the key-status lookup and the masking of stored outcomes),
  * `@idem/core/client` (retries within the retention, for clients), `@idem/core/store` (the
- * store contract, for store authors), `@idem/core/adapter` (the per-request pipeline, for
- * adapter authors), `@idem/core/otel` (OpenTelemetry metrics and span attributes from the events)
- * and `@idem/core/conformance` (the store conformance suite, with vitest).
+ * store contract, for store authors), `@idem/core/adapter` (the per-request pipeline and the
+ * outcome protocol, for adapter authors), `@idem/core/essentials` (what every adapter
+ * re-exports for its users), `@idem/core/otel` (OpenTelemetry metrics and span attributes from
+ * the events) and `@idem/core/conformance` (the store conformance suite, with vitest).
  */
 
 // The engine.
@@ -21,7 +25,7 @@ export {
 } from './engine.js';
 export { idempotencyClaim, deriveKey, type ClaimContext, type ClaimCarrier } from './claim.js';
 export { LeaseLostError, type LeaseLossReason } from './lease.js';
-export { sharedPrincipal } from './adapter.js';
+export { sharedPrincipal } from './scope.js';
 export { MAX_SCOPE_BYTES } from './scope.js';
 export type { IdempotencyStore } from './store.js';
 export { MemoryStore, type MemoryStoreOptions } from './memory-store.js';
@@ -35,25 +39,6 @@ export {
   type ExpiredGeneration,
   type StoreOperation,
 } from './events.js';
-
-// The key-status lookup: a caller reconciles its key instead of retrying it (R2, A1, S1).
-export {
-  createKeyStatusLookup,
-  lookUpKeyStatus,
-  parseKeyStatusQuery,
-  KeyStatusQueryError,
-  SharedPrincipalLookupError,
-  MAX_OPERATION_LENGTH,
-  type KeyStatusDocument,
-  type KeyGenerationStatus,
-  type KeyGenerationState,
-  type KeyStatusLookupOptions,
-  type KeyStatusOptions,
-  type KeyStatusQuery,
-  type KeyStatusTarget,
-  type StoredOutcomeValue,
-} from './key-status.js';
-export { MASKED_ERROR_MESSAGE, maskStoredError, maskStoredOutcome, maskStoredValue } from './outcome-mask.js';
 
 // Errors (X1) and how outcomes are stored (E2, E4).
 export {
@@ -76,8 +61,6 @@ export {
 export {
   defaultErrorCodec,
   ReplayedError,
-  OutcomeNotStoredError,
-  OutcomeTooLargeError,
   type ErrorCodec,
   type OutcomeSerializer,
   type StoredErrorDescription,
@@ -103,28 +86,11 @@ export {
 } from './fingerprint.js';
 export { toMilliseconds, formatDuration, type Duration } from './duration.js';
 
-// The published policy (R4).
+// The published policy (R4); its page and handler are on `@idem/core/http`.
 export {
   createPolicyDocument,
   describeEndpoint,
-  renderPolicyHtml,
   type EndpointPolicyDescription,
   type PolicyDocument,
   type PublishedEndpoint,
 } from './policy.js';
-export { createPolicyHandler, prefersJson, type PolicyHandlerOptions } from './policy-handler.js';
-export { resolveDocumentationUrl, requestUrlOf } from './documentation-url.js';
-export { escapeHtml } from './html.js';
-
-// CORS for browser clients on another origin: the headers idem reads and sets.
-export {
-  idempotencyCors,
-  idempotencyCorsHeaders,
-  IDEMPOTENCY_CORS_ALLOWED_HEADERS,
-  IDEMPOTENCY_CORS_EXPOSED_HEADERS,
-  type CorsPackageOptions,
-  type CorsRequestLike,
-  type IdempotencyCorsConfiguration,
-  type IdempotencyCorsOptions,
-  type YogaCorsDecision,
-} from './cors.js';

@@ -16,6 +16,12 @@ export function assertScopeFits(scope: string): string {
   return scope;
 }
 
+/**
+ * Principal for endpoints whose keys are deliberately shared by every caller (S1). Passing it
+ * is an explicit choice: a stored response may then be replayed to anyone with the key.
+ */
+export const sharedPrincipal = (): string => '*';
+
 /** Builds a scope (S1): `<principal>/<operation>`, the principal percent-encoded. */
 export function formatScope(operation: string, principal: string): string {
   return `${encodeURIComponent(principal)}/${operation}`;

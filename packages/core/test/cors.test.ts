@@ -4,7 +4,7 @@
  * are served: packages/trpc/test/cors.test.ts and examples/payments/test/cors.test.ts.
  */
 import { describe, expect, it } from 'vitest';
-import { idempotencyCors, idempotencyCorsHeaders } from '../src/index.ts';
+import { idempotencyCors, idempotencyCorsHeaders } from '../src/http-entry.ts';
 
 const preflight = (origin: string) =>
   new Request('http://api.test/trpc/pay', {

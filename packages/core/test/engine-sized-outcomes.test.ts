@@ -4,14 +4,8 @@
  * is stored as any outcome over `maxStoredBytes` is (E4).
  */
 import { describe, expect, it, vi } from 'vitest';
-import {
-  createEngine,
-  formatScope,
-  MemoryStore,
-  OutcomeTooLargeError,
-  type IdempotencyEvent,
-  type OutcomeSerializer,
-} from '@idem/core';
+import { createEngine, formatScope, MemoryStore, type IdempotencyEvent, type OutcomeSerializer } from '@idem/core';
+import { OutcomeTooLargeError } from '@idem/core/adapter';
 
 const scope = formatScope('POST /orders', 'acct_1');
 

@@ -14,12 +14,10 @@ import {
   InvalidKeyError,
   KeyExpiredError,
   MissingKeyError,
-  renderPolicyHtml,
   RequestInProgressError,
-  requestUrlOf,
-  resolveDocumentationUrl,
   StoreUnavailableError,
 } from '@idem/core';
+import { renderPolicyHtml, requestUrlOf, resolveDocumentationUrl } from '@idem/core/http';
 
 const errors = [
   new MissingKeyError(),

@@ -8,16 +8,8 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import {
-  createEngine,
-  createKeyStatusLookup,
-  formatScope,
-  InvalidKeyError,
-  KeyStatusQueryError,
-  MemoryStore,
-  MissingKeyError,
-  parseKeyStatusQuery,
-} from '@idem/core';
+import { createEngine, formatScope, InvalidKeyError, MemoryStore, MissingKeyError } from '@idem/core';
+import { createKeyStatusLookup, KeyStatusQueryError, parseKeyStatusQuery } from '@idem/core/key-status';
 import { toReconciliation, type KeyStatusDocument } from '@idem/core/client';
 
 const RETENTION_MS = 10_000;

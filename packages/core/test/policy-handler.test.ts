@@ -1,15 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import {
-  createEngine,
-  createPolicyHandler,
-  describeEndpoint,
-  MemoryStore,
-  MissingKeyError,
-  prefersJson,
-  resolveDocumentationUrl,
-  type PolicyDocument,
-} from '@idem/core';
+import { createEngine, describeEndpoint, MemoryStore, MissingKeyError, type PolicyDocument } from '@idem/core';
+import { createPolicyHandler, prefersJson, resolveDocumentationUrl } from '@idem/core/http';
 
 const endpoints = [{ transport: 'trpc' as const, operation: 'post.create' }];
 

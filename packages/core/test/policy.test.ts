@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { createPolicyDocument, describeEndpoint, renderPolicyHtml } from '@idem/core';
+import { createPolicyDocument, describeEndpoint } from '@idem/core';
+import { renderPolicyHtml } from '@idem/core/http';
 
 const endpoint = {
   endpoint: 'tRPC mutation payments.create',

@@ -27,14 +27,5 @@ export {
 } from './key-status.js';
 export type { IdempotencyErrorExtensions, IdempotencyGraphQLErrorCode } from './graphql-core/error-mapping.js';
 export type { StoredExecutionResult, StoredGraphQLError } from './graphql-core/stored-result.js';
-// What GraphQL users need from the core without a second import.
-export {
-  sharedPrincipal,
-  idempotencyClaim,
-  HandlerNotStartedError,
-  type ClaimContext,
-  type Duration,
-  type FingerprintOption,
-  type IdempotencyErrorCode,
-} from '@idem/core';
-export type { KeyOptions, RequiredOption } from '@idem/core/adapter';
+// What GraphQL users need from the core without a second import (the list is core's, written once).
+export * from '@idem/core/essentials';

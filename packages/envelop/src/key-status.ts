@@ -8,16 +8,15 @@
 import { GraphQLError } from 'graphql';
 import {
   createKeyStatusLookup,
-  isIdempotencyError,
   KeyStatusQueryError,
   parseKeyStatusQuery,
-  requestUrlOf,
-  resolveDocumentationUrl,
   SharedPrincipalLookupError,
   type KeyStatusDocument,
   type KeyStatusLookupOptions,
   type KeyStatusQuery,
-} from '@idem/core';
+} from '@idem/core/key-status';
+import { isIdempotencyError } from '@idem/core';
+import { requestUrlOf, resolveDocumentationUrl } from '@idem/core/http';
 import { idempotencyGraphQLError } from './graphql-core/error-mapping.js';
 
 /** The field's name in `Query`, and where the clients' `reconcile` looks by default. */

@@ -9,14 +9,5 @@ export { notStarted } from './pipeline.js';
 export { keyStatusRoute, type KeyStatusRouteOptions } from './key-status-route.js';
 export type { HttpIdempotencyOptions, RequestFingerprintInput } from './options.js';
 export { DEFAULT_REPLAY_HEADERS } from './stored-response.js';
-// What route handlers need from the core without a second import.
-export {
-  sharedPrincipal,
-  idempotencyClaim,
-  HandlerNotStartedError,
-  type ClaimContext,
-  type Duration,
-  type FingerprintOption,
-  type IdempotencyErrorCode,
-} from '@idem/core';
-export type { KeyOptions, RequiredOption } from '@idem/core/adapter';
+// What route handlers need from the core without a second import (the list is core's, written once).
+export * from '@idem/core/essentials';

@@ -6,15 +6,15 @@
  */
 import {
   createKeyStatusLookup,
-  isIdempotencyError,
   KeyStatusQueryError,
   parseKeyStatusQuery,
-  resolveDocumentationUrl,
   SharedPrincipalLookupError,
   type KeyStatusDocument,
   type KeyStatusLookupOptions,
   type KeyStatusQuery,
-} from '@idem/core';
+} from '@idem/core/key-status';
+import { isIdempotencyError } from '@idem/core';
+import { resolveDocumentationUrl } from '@idem/core/http';
 
 /**
  * The options of {@link keyStatusRoute}: the `store` and `principal` of the `idempotent()` routes

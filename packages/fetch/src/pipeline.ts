@@ -12,7 +12,8 @@ import {
   type IdempotencyError,
   type ProblemDetails,
 } from '@idem/core';
-import { createAdapterKit, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from '@idem/core/adapter';
+import { createAdapterKit } from '@idem/core/adapter';
+import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
 import type { HttpIdempotencyOptions } from './options.js';
 import {
   fingerprintInput,

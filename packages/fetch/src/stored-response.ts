@@ -2,7 +2,8 @@
  * The response side (E2, E4): a `Response` as idem stores it — status, the allowed headers, the
  * body's bytes — and as it replays it, byte for byte, with `Idempotent-Replayed: true`.
  */
-import { IDEMPOTENT_REPLAYED_HEADER, OutcomeTooLargeError, type OutcomeSerializer } from '@idem/core/adapter';
+import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
+import { OutcomeTooLargeError, type OutcomeSerializer } from '@idem/core/adapter';
 import { concat } from './request-body.js';
 
 /** The headers stored with every response: those that describe its body and where it lives. */

@@ -1,5 +1,5 @@
 import type { TRPCRequestInfo } from '@trpc/server/http';
-import { requestUrlOf } from '@idem/core';
+import { requestUrlOf } from '@idem/core/http';
 
 /** Where the transport lives in the tRPC context. A symbol, so it never collides with your own fields. */
 export const IDEMPOTENCY_TRANSPORT: unique symbol = Symbol.for('@idem/trpc/transport');

@@ -18,16 +18,5 @@ export {
   type IdempotencyErrorData,
   type IdempotencyErrorShape,
 } from './error-mapping.js';
-// What tRPC users need from the core without a second import.
-export {
-  sharedPrincipal,
-  idempotencyClaim,
-  HandlerNotStartedError,
-  type ClaimContext,
-  type Duration,
-  type FingerprintOption,
-  type IdempotencyErrorCode,
-  type KeyStatusDocument,
-  type KeyGenerationStatus,
-} from '@idem/core';
-export type { KeyOptions, RequiredOption } from '@idem/core/adapter';
+// What tRPC users need from the core without a second import (the list is core's, written once).
+export * from '@idem/core/essentials';

@@ -6,13 +6,8 @@ import {
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
-import {
-  claimFields,
-  createAdapterKit,
-  IDEMPOTENCY_KEY_HEADER,
-  IDEMPOTENT_REPLAYED_HEADER,
-  type AdapterKit,
-} from '@idem/core/adapter';
+import { claimFields, createAdapterKit, type AdapterKit } from '@idem/core/adapter';
+import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
 import { getTransport, type IdempotencyTransport } from './context.js';
 import { trpcErrorCodec } from './error-codec.js';
 import { markReplayedError, toTRPCError } from './error-mapping.js';

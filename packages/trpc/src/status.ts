@@ -6,7 +6,7 @@ import {
   type KeyStatusDocument,
   type KeyStatusLookupOptions,
   type KeyStatusQuery,
-} from '@idem/core';
+} from '@idem/core/key-status';
 
 /**
  * Options of {@link idempotencyStatusProcedure}: the middleware's `store`, `principal` and

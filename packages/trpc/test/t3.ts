@@ -13,7 +13,8 @@ import { fetchRequestHandler } from '@trpc/server/adapters/fetch';
 import { incomingMessageToRequest } from '@trpc/server/adapters/node-http';
 import superjson from 'superjson';
 import { z, ZodError } from 'zod';
-import { idempotencyCors, idempotencyCorsHeaders, MemoryStore } from '@idem/core';
+import { idempotencyCors, idempotencyCorsHeaders } from '@idem/core/http';
+import { MemoryStore } from '@idem/core';
 import {
   idempotency,
   idempotencyContext,

@@ -5,7 +5,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import { fileURLToPath } from 'node:url';
-import { escapeHtml } from '@idem/core';
+import { escapeHtml } from '@idem/core/http';
 import { build } from 'esbuild';
 
 const CLIENT_ENTRY = fileURLToPath(new URL('./client.ts', import.meta.url));

@@ -26,7 +26,8 @@ import {
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
-import { createAdapterKit, requestUrlOf, type RequestScope } from '@idem/core/adapter';
+import { createAdapterKit, type RequestScope } from '@idem/core/adapter';
+import { requestUrlOf } from '@idem/core/http';
 import { IDEMPOTENT_DIRECTIVE_NAME, IdempotentDirectivePlacementRule } from './directive.js';
 import { idempotencyGraphQLError } from './error-mapping.js';
 import { runFieldUnit, type IdempotencyResultExtension } from './field-unit.js';

@@ -1,10 +1,6 @@
 import { GraphQLError, type ExecutionResult, type Source, type SourceLocation } from 'graphql';
-import {
-  OutcomeNotStoredError,
-  type ErrorCodec,
-  type OutcomeSerializer,
-  type StoredErrorDescription,
-} from '@idem/core';
+import { OutcomeNotStoredError } from '@idem/core/adapter';
+import type { ErrorCodec, OutcomeSerializer, StoredErrorDescription } from '@idem/core';
 
 /**
  * A GraphQL error as stored (E4). `unexpected` remembers that the error wrapped something other
