@@ -3,6 +3,6 @@ import { defineConfig } from 'drizzle-kit';
 
 export default defineConfig({
   dialect: 'mysql',
-  schema: './src/mysql-schema.ts',
+  schema: './src/mysql/schema.ts',
   out: './migrations/mysql',
 });

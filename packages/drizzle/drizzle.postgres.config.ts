@@ -3,6 +3,6 @@ import { defineConfig } from 'drizzle-kit';
 
 export default defineConfig({
   dialect: 'postgresql',
-  schema: './src/pg-schema.ts',
+  schema: './src/pg/schema.ts',
   out: './migrations/postgres',
 });

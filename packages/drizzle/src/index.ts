@@ -33,18 +33,18 @@ export {
   idemKeys as pgIdemKeys,
   idemKeyHistory as pgIdemKeyHistory,
   type PgTables,
-} from './pg-schema.js';
+} from './pg/schema.js';
 export {
   defineSqliteTables,
   idemKeys as sqliteIdemKeys,
   idemKeyHistory as sqliteIdemKeyHistory,
   type SqliteTables,
-} from './sqlite-schema.js';
+} from './sqlite/schema.js';
 export {
   defineMysqlTables,
   idemKeys as mysqlIdemKeys,
   idemKeyHistory as mysqlIdemKeyHistory,
   type MysqlTables,
-} from './mysql-schema.js';
+} from './mysql/schema.js';
 export { StoreQueryError } from './query-errors.js';
-export { retrySqliteBusy, isSqliteBusy, DEFAULT_BUSY_RETRY_MS } from './sqlite-busy.js';
+export { retrySqliteBusy, isSqliteBusy, DEFAULT_BUSY_RETRY_MS } from './sqlite/busy.js';

@@ -18,9 +18,9 @@ import {
   type SqliteDatabase,
 } from './dialect.js';
 import { migrationsFor } from './migration-files.js';
-import { executedRows } from './mysql-store.js';
+import { executedRows } from './mysql/statements.js';
 import { openTransaction } from './owned-transaction.js';
-import { retrySqliteBusy } from './sqlite-busy.js';
+import { retrySqliteBusy } from './sqlite/busy.js';
 
 export interface MigrateOptions {
   /** The journal table recording applied migrations. Defaults to `__idem_migrations`. */

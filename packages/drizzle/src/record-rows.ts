@@ -5,9 +5,9 @@
  */
 import { toTimelineEntry, type IdempotencyRecord, type TimelineEntry } from '@idem/core/store';
 import type { Column, SQL } from 'drizzle-orm';
-import type { MysqlTables } from './mysql-schema.js';
-import type { PgTables } from './pg-schema.js';
-import type { SqliteTables } from './sqlite-schema.js';
+import type { MysqlTables } from './mysql/schema.js';
+import type { PgTables } from './pg/schema.js';
+import type { SqliteTables } from './sqlite/schema.js';
 
 /** A row of the live table. */
 export type LiveRow = PgTables['keys']['$inferSelect'];

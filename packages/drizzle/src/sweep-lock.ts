@@ -21,9 +21,9 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { sqliteClock } from './database-clock.js';
 import type { DetectedDatabase } from './dialect.js';
-import { executedRows } from './mysql-store.js';
+import { executedRows } from './mysql/statements.js';
 import { openTransaction } from './owned-transaction.js';
-import { retrySqliteBusy } from './sqlite-busy.js';
+import { retrySqliteBusy } from './sqlite/busy.js';
 import type { TableNames } from './table-names.js';
 
 /** What a round gets while it holds the lock: whether it still does (SQLite renews its lease here). */

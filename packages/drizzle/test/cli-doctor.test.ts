@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, migrate, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
-import { statsQueries } from '../src/cli-health.ts';
+import { statsQueries } from '../src/cli/health.ts';
 import type { OpenedDatabase } from '../src/connect.ts';
 import type { AnyPgDatabase } from '../src/dialect.ts';
 import { DEFAULT_TABLE_NAMES } from '../src/table-names.ts';

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { runCli } from '../src/cli.ts';
+import { runCli } from '../src/cli/index.ts';
 
 const folders: string[] = [];
 afterEach(() => {

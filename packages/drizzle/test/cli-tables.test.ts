@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
-import { declaredTables, planTables, tablesFilterPrefixes, TableOptionError } from '../src/cli-tables.ts';
+import { declaredTables, planTables, tablesFilterPrefixes, TableOptionError } from '../src/cli/tables.ts';
 import { DEFAULT_TABLE_NAMES } from '../src/index.ts';
 import { resolveTableNames } from '../src/table-names.ts';
 

@@ -9,10 +9,10 @@ import { pathToFileURL } from 'node:url';
 import type { TimelineEntry } from '@idem/core/store';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
-import { explainTimeline, renderTimelineTable } from '../src/cli-explain.ts';
+import { explainTimeline, renderTimelineTable } from '../src/cli/explain.ts';
 import { formatDuration } from '@idem/core';
-import { renderTable } from '../src/cli-format.ts';
-import { commandHelp, parseInvocation, usage } from '../src/cli.ts';
+import { renderTable } from '../src/cli/format.ts';
+import { commandHelp, parseInvocation, usage } from '../src/cli/index.ts';
 import { DatabaseUrlError, openDatabase, parseDatabaseUrl, redactDatabaseUrl } from '../src/connect.ts';
 import { migrate } from '../src/index.ts';
 

@@ -9,7 +9,7 @@ import type { Logger } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDrizzleStore, definePgTables, migrate, type DrizzleDatabase } from '../src/index.ts';
 import type { AnyPgDatabase } from '../src/dialect.ts';
-import { pgStatements } from '../src/pg-store.ts';
+import { pgStatements } from '../src/pg/statements.ts';
 import { DRIVERS, type DriverTarget } from './drivers.ts';
 
 const CONCURRENT = 64;

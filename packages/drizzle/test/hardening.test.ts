@@ -12,7 +12,7 @@ import { drizzle as drizzleNodePostgres } from 'drizzle-orm/node-postgres';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createEngine, RequestInProgressError, StoreUnavailableError, type IdempotencyEvent } from '@idem/core';
 import type { ClaimRequest } from '@idem/core/store';
-import { runCli } from '../src/cli.ts';
+import { runCli } from '../src/cli/index.ts';
 import { createDrizzleStore, migrate, type DrizzleDatabase } from '../src/index.ts';
 import { openDatabase, type OpenedDatabase } from '../src/connect.ts';
 import { CREATE_PAYMENTS, countPgPayments, payOnPostgres } from './payments.ts';

@@ -4,7 +4,7 @@ import { sql, type SQL } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, definePgTables, migrate } from '../src/index.ts';
-import { pgSweepCandidates } from '../src/pg-store.ts';
+import { pgSweepCandidates } from '../src/pg/statements.ts';
 import { isServerReachable, openPostgresTarget, postgresRequired, type PostgresTarget } from './pg-target.ts';
 import { DRIVERS } from './drivers.ts';
 import {

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { drizzle } from 'drizzle-orm/better-sqlite3';
 import { describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, defineSqliteTables, migrate } from '../src/index.ts';
-import { sqliteSweepCandidates } from '../src/sqlite-store.ts';
+import { sqliteSweepCandidates } from '../src/sqlite/statements.ts';
 import { openSqliteTarget } from './sqlite-target.ts';
 import { DRIVERS } from './drivers.ts';
 import {

@@ -9,7 +9,7 @@
  * The committed migrations in `migrations/mysql` create the default-named tables below.
  */
 import { customType, datetime, index, int, mysqlTable, primaryKey, varbinary, varchar } from 'drizzle-orm/mysql-core';
-import { resolveTableNames, type TableOptions } from './table-names.js';
+import { resolveTableNames, type TableOptions } from '../table-names.js';
 
 export const RECORD_STATES = ['processing', 'completed', 'released', 'archived'] as const;
 const OUTCOME_KINDS = ['success', 'error'] as const;

@@ -5,7 +5,7 @@
  */
 import { sql } from 'drizzle-orm';
 import { index, integer, primaryKey, sqliteTable, text } from 'drizzle-orm/sqlite-core';
-import { resolveTableNames, type TableOptions } from './table-names.js';
+import { resolveTableNames, type TableOptions } from '../table-names.js';
 
 const RECORD_STATES = ['processing', 'completed', 'released', 'archived'] as const;
 const OUTCOME_KINDS = ['success', 'error'] as const;

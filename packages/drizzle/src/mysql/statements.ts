@@ -15,13 +15,13 @@
 import { createHash } from 'node:crypto';
 import type { ClaimOwner, ClaimRequest, StoredOutcome, StoreTransaction } from '@idem/core/store';
 import { and, eq, getTableColumns, getTableName, inArray, sql, type SQL } from 'drizzle-orm';
-import { savepointOn, transactionEndingAs } from './atomic-transaction.js';
-import { mysqlClock as clock } from './database-clock.js';
-import type { AnyMysqlDatabase } from './dialect.js';
-import { openTransaction, type TransactionOf } from './owned-transaction.js';
-import { MYSQL_COLUMN_BYTES, RECORD_STATES, type MysqlTables } from './mysql-schema.js';
-import { toRecord, type LiveRow } from './record-rows.js';
-import { ownedClaims, renewByLease, renewedLease } from './renewals.js';
+import { savepointOn, transactionEndingAs } from '../atomic-transaction.js';
+import { mysqlClock as clock } from '../database-clock.js';
+import type { AnyMysqlDatabase } from '../dialect.js';
+import { openTransaction, type TransactionOf } from '../owned-transaction.js';
+import { MYSQL_COLUMN_BYTES, RECORD_STATES, type MysqlTables } from './schema.js';
+import { toRecord, type LiveRow } from '../record-rows.js';
+import { ownedClaims, renewByLease, renewedLease } from '../renewals.js';
 import {
   boundTuples,
   archiving,
@@ -44,8 +44,8 @@ import {
   type ClaimBindings,
   type OutcomeBindings,
   type OwnerBindings,
-} from './row-writes.js';
-import type { FirstStep, StoreStatements } from './store-statements.js';
+} from '../row-writes.js';
+import type { FirstStep, StoreStatements } from '../store-statements.js';
 
 const param = sql.placeholder;
 

@@ -11,17 +11,17 @@
  */
 import type { ClaimOwner, ClaimRequest, StoredOutcome, StoreTransaction } from '@idem/core/store';
 import { and, eq, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
-import { savepointOn, transactionEndingAs } from './atomic-transaction.js';
-import { sqliteClock as clock } from './database-clock.js';
+import { savepointOn, transactionEndingAs } from '../atomic-transaction.js';
+import { sqliteClock as clock } from '../database-clock.js';
 import type {
   AnySQLiteDatabase,
   AsyncSQLiteDatabase,
   SQLiteDatabaseOf as SqliteOf,
   SqliteDatabase,
   SyncSQLiteDatabase,
-} from './dialect.js';
-import { assertLiveReadOrder, liveRowOfValues, nowOfValues } from './drizzle-seams.js';
-import { toRecord, type LiveRead, type LiveRow } from './record-rows.js';
+} from '../dialect.js';
+import { assertLiveReadOrder, liveRowOfValues, nowOfValues } from '../drizzle-seams.js';
+import { toRecord, type LiveRead, type LiveRow } from '../record-rows.js';
 import {
   boundTuples,
   archiving,
@@ -39,12 +39,12 @@ import {
   stillStale,
   takeover,
   thisKey,
-} from './row-writes.js';
-import { openTransaction, type TransactionOf } from './owned-transaction.js';
-import type { SqliteTables } from './sqlite-schema.js';
-import { isSqliteBusy, whileBusy } from './sqlite-busy.js';
-import { ownedClaims, renewByLease, renewedLease } from './renewals.js';
-import type { FirstStep, StoreStatements } from './store-statements.js';
+} from '../row-writes.js';
+import { openTransaction, type TransactionOf } from '../owned-transaction.js';
+import type { SqliteTables } from './schema.js';
+import { isSqliteBusy, whileBusy } from './busy.js';
+import { ownedClaims, renewByLease, renewedLease } from '../renewals.js';
+import type { FirstStep, StoreStatements } from '../store-statements.js';
 
 const param = sql.placeholder;
 

@@ -3,7 +3,7 @@
  * rewritten in place (rows done, rate, batches); elsewhere (cron, a CI log) one line on stdout
  * every N batches; with `--json` nothing until the one object at the end.
  */
-import type { BatchProgress } from './sweeper.js';
+import type { BatchProgress } from '../sweeper.js';
 
 export interface ProgressSink {
   stdout(text: string): void;

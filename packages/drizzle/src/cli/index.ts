@@ -13,19 +13,19 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs, parseEnv } from 'node:util';
 import { isIdempotencyError, parseIdempotencyKey, toMilliseconds } from '@idem/core';
-import { explainJson, renderExplain, type KeyTimelines } from './cli-explain.js';
-import { plural } from './cli-format.js';
-import { progressReporter } from './cli-progress.js';
-import { diagnose, doctorJson, renderDoctor, renderStats, statsJson } from './cli-doctor.js';
-import { EstimateUnavailableError, readStats, type CountsMode } from './cli-health.js';
+import { explainJson, renderExplain, type KeyTimelines } from './explain.js';
+import { plural } from './format.js';
+import { progressReporter } from './progress.js';
+import { diagnose, doctorJson, renderDoctor, renderStats, statsJson } from './doctor.js';
+import { EstimateUnavailableError, readStats, type CountsMode } from './health.js';
 import {
   asPublishedPolicy,
   databasePolicyJson,
   renderDatabasePolicy,
   renderPublishedPolicy,
   type PublishedPolicy,
-} from './cli-policy.js';
-import { databaseNow, existingTables, findScopes, pingDatabase, scopeFigures } from './cli-queries.js';
+} from './policy.js';
+import { databaseNow, existingTables, findScopes, pingDatabase, scopeFigures } from './queries.js';
 import {
   DRIZZLE_CONFIG_FILES,
   planTables,
@@ -34,7 +34,7 @@ import {
   type TableChoice,
   type TableFlags,
   type TablePlan,
-} from './cli-tables.js';
+} from './tables.js';
 import {
   DatabaseUrlError,
   describeDatabase,
@@ -45,10 +45,10 @@ import {
   type DatabaseLocation,
   type DriverName,
   type OpenedDatabase,
-} from './connect.js';
-import { createDrizzleStore } from './drizzle-store.js';
-import { migrate } from './migrate.js';
-import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
+} from '../connect.js';
+import { createDrizzleStore } from '../drizzle-store.js';
+import { migrate } from '../migrate.js';
+import { DEFAULT_TABLE_NAMES, type TableNames } from '../table-names.js';
 
 /** A failure with its exit status: 2 for bad usage, 1 for everything else. */
 class CliError extends Error {

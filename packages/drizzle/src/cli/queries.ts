@@ -4,15 +4,15 @@
  * `policy` reads one row per scope, not every record.
  */
 import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
-import type { OpenedDatabase } from './connect.js';
-import { mysqlClock, postgresClock, sqliteClock, type DatabaseClock } from './database-clock.js';
-import { expiredAt } from './row-writes.js';
-import { defineMysqlTables } from './mysql-schema.js';
-import { executedRows } from './mysql-store.js';
-import { pgExecutedRows } from './pg-group.js';
-import { definePgTables } from './pg-schema.js';
-import { defineSqliteTables } from './sqlite-schema.js';
-import type { TableNames } from './table-names.js';
+import type { OpenedDatabase } from '../connect.js';
+import { mysqlClock, postgresClock, sqliteClock, type DatabaseClock } from '../database-clock.js';
+import { expiredAt } from '../row-writes.js';
+import { defineMysqlTables } from '../mysql/schema.js';
+import { executedRows } from '../mysql/statements.js';
+import { pgExecutedRows } from '../pg/groups.js';
+import { definePgTables } from '../pg/schema.js';
+import { defineSqliteTables } from '../sqlite/schema.js';
+import type { TableNames } from '../table-names.js';
 
 export type Row = Record<string, unknown>;
 

@@ -4,11 +4,11 @@
  * primary key); the drizzle README says which read what, with PostgreSQL's EXPLAIN.
  */
 import { sql, type SQL } from 'drizzle-orm';
-import type { OpenedDatabase } from './connect.js';
-import { clockOf, epochMs, existingTables, rows, tablesOf, toDate } from './cli-queries.js';
-import { migrationsFor } from './migration-files.js';
-import { expiredAt } from './row-writes.js';
-import { DEFAULT_TABLE_NAMES, type TableNames } from './table-names.js';
+import type { OpenedDatabase } from '../connect.js';
+import { clockOf, epochMs, existingTables, rows, tablesOf, toDate } from './queries.js';
+import { migrationsFor } from '../migration-files.js';
+import { expiredAt } from '../row-writes.js';
+import { DEFAULT_TABLE_NAMES, type TableNames } from '../table-names.js';
 
 const DAY_MS = 86_400_000;
 

@@ -7,7 +7,7 @@
  */
 import { sql } from 'drizzle-orm';
 import { index, integer, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
-import { resolveTableNames, type TableOptions } from './table-names.js';
+import { resolveTableNames, type TableOptions } from '../table-names.js';
 
 const RECORD_STATES = ['processing', 'completed', 'released', 'archived'] as const;
 const OUTCOME_KINDS = ['success', 'error'] as const;

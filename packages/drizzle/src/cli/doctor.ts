@@ -3,12 +3,12 @@
  * and what to do about it.
  */
 import { formatDuration } from '@idem/core';
-import { iso, NONE, plural, renderTable } from './cli-format.js';
-import { claimsPastLease, expiredBacklog, hasExpiryIndex, migrationsBehind, type Stats } from './cli-health.js';
-import type { PublishedPolicy } from './cli-policy.js';
-import { databaseNow } from './cli-queries.js';
-import type { OpenedDatabase } from './connect.js';
-import type { TableNames } from './table-names.js';
+import { iso, NONE, plural, renderTable } from './format.js';
+import { claimsPastLease, expiredBacklog, hasExpiryIndex, migrationsBehind, type Stats } from './health.js';
+import type { PublishedPolicy } from './policy.js';
+import { databaseNow } from './queries.js';
+import type { OpenedDatabase } from '../connect.js';
+import type { TableNames } from '../table-names.js';
 
 /** More apart than this, the application's and the database's clocks disagree (R1: expiry uses the database's). */
 export const MAX_CLOCK_SKEW_MS = 2000;

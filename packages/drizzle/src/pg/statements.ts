@@ -8,14 +8,14 @@
  */
 import type { ClaimRequest, StoreTransaction } from '@idem/core/store';
 import { and, eq, getTableColumns, getTableName, sql, type Placeholder, type SQL } from 'drizzle-orm';
-import { savepointOn, transactionEndingAs } from './atomic-transaction.js';
-import { postgresClock as clock, postgresStatementClock } from './database-clock.js';
-import type { AnyPgDatabase } from './dialect.js';
-import { openTransaction, type TransactionOf } from './owned-transaction.js';
-import { pgGroupStatements } from './pg-group.js';
-import type { PgTables } from './pg-schema.js';
-import { ownedClaims, renewByLease, renewedLease } from './renewals.js';
-import { columnsReadFrom, toRecord } from './record-rows.js';
+import { savepointOn, transactionEndingAs } from '../atomic-transaction.js';
+import { postgresClock as clock, postgresStatementClock } from '../database-clock.js';
+import type { AnyPgDatabase } from '../dialect.js';
+import { openTransaction, type TransactionOf } from '../owned-transaction.js';
+import { pgGroupStatements } from './groups.js';
+import type { PgTables } from './schema.js';
+import { ownedClaims, renewByLease, renewedLease } from '../renewals.js';
+import { columnsReadFrom, toRecord } from '../record-rows.js';
 import {
   archiving,
   boundTuples,
@@ -39,8 +39,8 @@ import {
   type ClaimBindings,
   type OutcomeBindings,
   type OwnerBindings,
-} from './row-writes.js';
-import type { StoreStatements } from './store-statements.js';
+} from '../row-writes.js';
+import type { StoreStatements } from '../store-statements.js';
 
 const param = sql.placeholder;
 

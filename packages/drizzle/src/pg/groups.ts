@@ -24,12 +24,12 @@
  */
 import type { ClaimOwner, ClaimRequest, StoredOutcome } from '@idem/core/store';
 import { getTableColumns, sql, type Column, type SQL } from 'drizzle-orm';
-import { postgresClock, postgresStatementClock } from './database-clock.js';
-import type { AnyPgDatabase } from './dialect.js';
-import type { PgTables } from './pg-schema.js';
-import { columnsReadFrom, type LiveRow } from './record-rows.js';
-import { completion, freshClaim, ownedClaim } from './row-writes.js';
-import type { FirstStep, StoreStatements } from './store-statements.js';
+import { postgresClock, postgresStatementClock } from '../database-clock.js';
+import type { AnyPgDatabase } from '../dialect.js';
+import type { PgTables } from './schema.js';
+import { columnsReadFrom, type LiveRow } from '../record-rows.js';
+import { completion, freshClaim, ownedClaim } from '../row-writes.js';
+import type { FirstStep, StoreStatements } from '../store-statements.js';
 
 /** The rows of `db.execute`, whichever driver answered (node-postgres and PGlite: `{ rows }`; postgres-js: an array). */
 export function pgExecutedRows(result: unknown): Array<Record<string, unknown>> {

@@ -4,7 +4,7 @@
  */
 import type { TimelineEntry } from '@idem/core/store';
 import { formatDuration } from '@idem/core';
-import { iso, NONE, plural, renderTable } from './cli-format.js';
+import { iso, NONE, plural, renderTable } from './format.js';
 
 /** The timelines of one key, one per scope that holds it. */
 export interface KeyTimelines {

@@ -8,7 +8,7 @@
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
-import { DEFAULT_TABLE_NAMES, resolveTableNames, type TableNames } from './table-names.js';
+import { DEFAULT_TABLE_NAMES, resolveTableNames, type TableNames } from '../table-names.js';
 
 /** The environment variable that gives the prefix when `--prefix` does not. */
 export const TABLE_PREFIX_ENV = 'IDEM_TABLE_PREFIX';

@@ -3,8 +3,8 @@
  * configuration), or, with `--url`, the policy document an app publishes (R4).
  */
 import { formatDuration } from '@idem/core';
-import type { ScopeFigures } from './cli-queries.js';
-import { iso, NONE, renderTable } from './cli-format.js';
+import type { ScopeFigures } from './queries.js';
+import { iso, NONE, renderTable } from './format.js';
 
 const duration = (ms: number | null) => (ms === null ? NONE : formatDuration(ms));
 
