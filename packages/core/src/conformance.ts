@@ -214,6 +214,19 @@ export function runStoreConformance<TTx = unknown>({
       expect(other.record.leaseUntil.getTime()).toBeGreaterThan(other.now.getTime());
     });
 
+    it('rule 6: a request claiming again with its own token (its first answer lost) owns its claim as it is', async () => {
+      const req = request();
+      const first = claimed(await store.claim(req));
+      const again = claimed(await store.claim(req));
+      expect(again.record).toMatchObject({ token: req.token, state: 'processing', generation: 1, takeovers: 0 });
+      expect(again.record.leaseUntil).toEqual(first.record.leaseUntil);
+      expect(again.takeover).toBeUndefined();
+      expect(again.expired).toBeUndefined();
+      expect(await store.complete({ scope, key: req.key, token: req.token, outcome: success('"own"') })).toBe(true);
+      // Completed, the record is no longer a claim: the same request now finds its outcome.
+      expect(existing(await store.claim(req)).record.outcome?.body).toBe('"own"');
+    });
+
     it('E4: a released claim is taken over as new, with the new fingerprint, in the same generation', async () => {
       const req = request();
       claimed(await store.claim(req));

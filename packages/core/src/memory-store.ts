@@ -38,6 +38,8 @@ export class MemoryStore implements IdempotencyStore {
     switch (decision.rule) {
       case 'existing':
         return { outcome: 'existing', record: copy(decision.record), now: new Date(now), expired: decision.expired };
+      case 'own':
+        return { outcome: 'claimed', record: copy(decision.record) };
       case 'insert':
         return { outcome: 'claimed', record: copy(this.#put(id, fresh(request, now, 1))) };
       case 'reclaim':

@@ -21,7 +21,7 @@ export function fingerprintsMatch(stored: string | null, incoming: string | null
 }
 
 /** What {@link decideClaim} reads of a live record (an `IdempotencyRecord`, or a store's row of one). */
-export type ClaimedRecordView = Pick<IdempotencyRecord, 'state' | 'fingerprint' | 'leaseUntil' | 'expiresAt'>;
+export type ClaimedRecordView = Pick<IdempotencyRecord, 'state' | 'token' | 'fingerprint' | 'leaseUntil' | 'expiresAt'>;
 
 /**
  * The rule of `IdempotencyStore.claim` that applies, and the write it asks the store for:
@@ -29,24 +29,30 @@ export type ClaimedRecordView = Pick<IdempotencyRecord, 'state' | 'fingerprint' 
  * - `reuse` (rule 2, `expiredReuse: 'execute'`): the record expired: move it to history and claim generation + 1;
  * - `reclaim` (rule 3): the claim was released: take it over as new, in the same generation;
  * - `takeover` (rule 4): a `processing` claim whose lease passed, same payload: new token and lease, `takeovers + 1`;
- * - `existing` (rule 5, or rule 2 with `expiredReuse: 'reject'`, then `expired`): answer the record as it is.
+ * - `existing` (rule 5, or rule 2 with `expiredReuse: 'reject'`, then `expired`): answer the record as it is;
+ * - `own` (rule 6, asked first): the record is a `processing` claim holding the request's own
+ *   token: it is the request's claim already; answer it `claimed` as it is, no write.
  */
 export type ClaimDecision<R extends ClaimedRecordView> =
   | { rule: 'insert' }
+  | { rule: 'own'; record: R }
   | { rule: 'reuse' | 'reclaim' | 'takeover'; record: R }
   | { rule: 'existing'; record: R; expired: boolean };
 
 /**
- * The claim rules, in one place (`IdempotencyStore.claim`, rules 1–5): which applies to the live
+ * The claim rules, in one place (`IdempotencyStore.claim`, rules 1–6): which applies to the live
  * `record` of (scope, key) as read at the store's clock `now` (epoch milliseconds). Pure: the
  * store then performs the write, atomically, on the record it read.
  */
 export function decideClaim<R extends ClaimedRecordView>(
   record: R | null | undefined,
-  request: Pick<ClaimRequest, 'fingerprint' | 'expiredReuse'>,
+  request: Pick<ClaimRequest, 'token' | 'fingerprint' | 'expiredReuse'>,
   now: number,
 ): ClaimDecision<R> {
   if (!record) return { rule: 'insert' };
+  // Rule 6 before the others: a token is unique to one request, so a `processing` claim holding
+  // it is this request's own (its first answer was lost, e.g. a group whose statement committed).
+  if (record.state === 'processing' && record.token === request.token) return { rule: 'own', record };
   if (isExpired(record, now))
     return request.expiredReuse === 'execute' ? { rule: 'reuse', record } : { rule: 'existing', record, expired: true };
   if (record.state === 'released') return { rule: 'reclaim', record };

@@ -199,7 +199,12 @@ export interface IdempotencyStore<TTx = unknown> extends Partial<AtomicMode<TTx>
    * 3. `released` → take it over as new (new token, fingerprint, timestamps): `claimed`;
    * 4. `processing`, `leaseUntil <= now`, and fingerprints match (equal, or either is null)
    *    → new token and lease, `takeovers + 1`: `claimed` with `takeover`;
-   * 5. otherwise → `existing` (the engine decides: replay, 409 or 422).
+   * 5. otherwise → `existing` (the engine decides: replay, 409 or 422);
+   * 6. asked before rules 2–5: a `processing` record that holds `request.token` is the request's
+   *    own claim (a token is unique to one request: its first answer was lost, e.g. a group
+   *    commit whose statement committed before the connection failed, and the store retried)
+   *    → `claimed` with the record as it is, nothing written; answering `existing` would hold the
+   *    request's own client off until the lease ends.
    *
    * The choice between the rules is `decideClaim(record, request, now)` (`@idem/core/store`): a
    * store reads the live record and the clock, asks it, and performs the write it names

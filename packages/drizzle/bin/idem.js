@@ -7,7 +7,9 @@ try {
   cli = await import('../dist/cli/index.js');
 } catch (error) {
   if (error?.code !== 'ERR_MODULE_NOT_FOUND' || !String(error.url ?? '').endsWith('/dist/cli/index.js')) throw error;
-  process.stderr.write('idem: @idem/drizzle is not built (no dist/cli/index.js): run `npm run build` in the repository\n');
+  process.stderr.write(
+    'idem: @idem/drizzle is not built (no dist/cli/index.js): run `npm run build` in the repository\n',
+  );
   process.exit(1);
 }
 process.exitCode = await cli.runCli(process.argv.slice(2));

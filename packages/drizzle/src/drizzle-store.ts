@@ -44,7 +44,7 @@ export interface DrizzleStoreOptions {
    * process writing) is retried — asynchronously, so the event loop keeps serving replays and
    * health checks — before the store rejects and the engine answers 503 with `Retry-After`.
    * Open the connection with `busy_timeout = 0` (`openDatabase` does): better-sqlite3's own
-   * busy timeout waits synchronously, blocking the whole process. Ignored on PostgreSQL.
+   * busy timeout waits synchronously, blocking the whole process. Ignored on PostgreSQL and MySQL.
    * Defaults to 5000 ms.
    */
   busyRetryMs?: number;
@@ -59,8 +59,8 @@ export interface DrizzleStoreOptions {
    * statement would have given. The trade-off: a group's latency is that of its statement, and
    * when the statement fails the whole group failed (nothing of it was written); each of its
    * requests is then retried alone, and answers 503 only if its own retry fails too.
-   * `false` sends one statement per request, exactly as before. Dialects without the many forms
-   * ignore it.
+   * `false` sends one statement per request, exactly as before. Every dialect has the many
+   * forms (PostgreSQL, SQLite on better-sqlite3 and libsql, MySQL).
    */
   groupCommit?: boolean;
 }
@@ -199,12 +199,10 @@ function storeOver<TTx>(
       if (first && 'inserted' in first) return { outcome: 'claimed', record: toRecord(first.inserted) };
       let seen = first ? first.live : await s.readLive(request.scope, request.key);
       for (let round = 0; round < MAX_CLAIM_ROUNDS; round++) {
-        // This request's own claim (its token is unique to it): a group whose statement committed
-        // but whose answer was lost, retried alone, finds the row it wrote. It owns it, as the
-        // first answer would have said; answering 409 would hold its own client off until the lease.
-        if (seen?.row.token === request.token && seen.row.state === 'processing')
-          return { outcome: 'claimed', record: toRecord(seen.row) };
         const decision = decideClaim(seen?.row, request, seen ? seen.now.getTime() : 0);
+        // Rule 6: a group whose statement committed but whose answer was lost, retried alone,
+        // finds the row it wrote; the request owns it, as the first answer would have said.
+        if (decision.rule === 'own') return { outcome: 'claimed', record: toRecord(decision.record) };
         if (decision.rule !== 'existing') {
           const result = await write(request, decision);
           if (result) return result;
@@ -280,7 +278,7 @@ function storeOver<TTx>(
 }
 
 /** A rule of `decideClaim` that writes. */
-type ClaimWrite = Exclude<ClaimDecision<LiveRow>, { rule: 'existing' }>;
+type ClaimWrite = Exclude<ClaimDecision<LiveRow>, { rule: 'existing' | 'own' }>;
 
 /** A claim the store wrote (rules 1 and 3), or undefined when its insert or compare-and-set lost. */
 function claimedAs(row: LiveRow | undefined): ClaimResult | undefined {

@@ -9,6 +9,9 @@
  * concurrently), so that one poisoned row cannot fail the others; each call then gets its own
  * result or its own error. A lone call's error is its own.
  */
+import type { ClaimOwner, ClaimRequest } from '@idem/core/store';
+import type { LiveRead } from './record-rows.js';
+import type { FirstStep } from './store-statements.js';
 
 /** How a group forms; see `StoreStatements.groupMode`. */
 export type GroupMode = 'inFlight' | 'tick';
@@ -117,4 +120,70 @@ export function grouped<I, O>(
       queue.push({ input, resolve, reject });
       drain();
     });
+}
+
+/**
+ * The bookkeeping of a group's many forms where the dialect cannot answer each request in the
+ * statement itself (SQLite, MySQL: PostgreSQL tags each row with its request's index): which
+ * requests insert, and which row answers which request. Written once here for every dialect.
+ */
+
+/** One string per (scope, key), for matching a group's rows to its requests. */
+export const keyOf = (scope: string, key: string): string => `${scope.length}:${scope}${key}`;
+
+/** One string per owner (scope, key, token), for matching a group's completed rows to its completions. */
+export const ownerKeyOf = ({ scope, key, token }: ClaimOwner): string => `${keyOf(scope, key)}\u0000${token}`;
+
+/** The live rows a group's read found (or its insert wrote), each with the clock, by {@link keyOf}. */
+export function liveByKey(reads: Iterable<LiveRead>): Map<string, LiveRead> {
+  const found = new Map<string, LiveRead>();
+  for (const live of reads) found.set(keyOf(live.row.scope, live.row.key), live);
+  return found;
+}
+
+/**
+ * A group's first step, planned over the live rows its read `found`: the `misses` to insert
+ * (one request per missing key, the first: the winner), and the answer to every request once
+ * the insert `wrote` its rows. A request that is not `admitted` (the dialect refuses it alone)
+ * and a row no longer readable answer undefined: the store reads again and decides alone. Of a
+ * key twice in the group, the winner inserted and the others find its row live; a row holding
+ * the winner's token is its own (tokens are never shared), any other row is someone else's.
+ */
+export function planClaims(
+  requests: readonly ClaimRequest[],
+  found: ReadonlyMap<string, LiveRead>,
+  admitted: (request: ClaimRequest) => boolean = () => true,
+): { misses: ClaimRequest[]; answer(wrote: ReadonlyMap<string, LiveRead>): Array<FirstStep | undefined> } {
+  const misses = new Map<string, ClaimRequest>();
+  const winners = new Set<number>();
+  for (const [i, request] of requests.entries()) {
+    const id = keyOf(request.scope, request.key);
+    if (!admitted(request) || found.has(id) || misses.has(id)) continue;
+    misses.set(id, request);
+    winners.add(i);
+  }
+  return {
+    misses: [...misses.values()],
+    answer: (wrote) =>
+      requests.map((request, i): FirstStep | undefined => {
+        if (!admitted(request)) return undefined;
+        const id = keyOf(request.scope, request.key);
+        const live = found.get(id);
+        if (live) return { live };
+        const mine = wrote.get(id);
+        if (!mine) return undefined;
+        return winners.has(i) && mine.row.token === request.token ? { inserted: mine.row } : { live: mine };
+      }),
+  };
+}
+
+/**
+ * The answer to each completion of a group, in input order, from the owners the statement
+ * `completed`: true where that owner's claim was completed. A completion twice in the group
+ * completed the row once: the first answers true, a later one finds it done (false).
+ */
+export function answerCompletions(completions: readonly ClaimOwner[], completed: Iterable<ClaimOwner>): boolean[] {
+  const done = new Set<string>();
+  for (const owner of completed) done.add(ownerKeyOf(owner));
+  return completions.map((owner) => done.delete(ownerKeyOf(owner)));
 }

@@ -18,7 +18,7 @@ import {
   type SqliteDatabase,
 } from './dialect.js';
 import { migrationsFor } from './migration-files.js';
-import { executedRows } from './mysql/statements.js';
+import { executedRows } from './dialect-rows.js';
 import { openTransaction } from './owned-transaction.js';
 import { retrySqliteBusy } from './sqlite/busy.js';
 
@@ -104,6 +104,7 @@ async function migrateMysql(db: AnyMysqlDatabase, migrations: readonly Migration
   const journal = sql.identifier(table);
   await openTransaction(db, async (tx) => {
     const [answer] = executedRows(
+      'mysql',
       await tx.execute(sql`SELECT GET_LOCK(${lock}, ${MYSQL_MIGRATION_WAIT_SECONDS}) AS got`),
     );
     if (Number(answer?.got) !== 1)

@@ -6,7 +6,7 @@
  * a renewal is due a whole third of a lease ahead, so it never needs to race the fresh path.
  */
 import type { ClaimOwner, ClaimRenewal } from '@idem/core/store';
-import { sql, type Column, type SQL } from 'drizzle-orm';
+import type { SQL } from 'drizzle-orm';
 import type { DatabaseClock } from './database-clock.js';
 import { grouped, type GroupMode } from './group-commit.js';
 import type { StoreStatements } from './store-statements.js';
@@ -14,19 +14,6 @@ import type { StoreStatements } from './store-statements.js';
 /** The assignment of a renewal: the lease runs again from now (the database clock). */
 export function renewedLease(clock: DatabaseClock, leaseMs: SQL) {
   return { leaseUntil: clock.after(leaseMs) };
-}
-
-/**
- * The `processing` claims of `owners`, as one condition: `(scope, key, token) IN <list>`, the list
- * as the dialect writes a list of rows (`(VALUES (…), …)` on PostgreSQL and SQLite, `((…), …)` on MySQL).
- */
-export function ownedClaims(
-  columns: { scope: Column; key: Column; token: Column; state: Column },
-  owners: readonly ClaimOwner[],
-  rows: (rows: unknown[][]) => SQL,
-): SQL {
-  const list = rows(owners.map(({ scope, key, token }) => [scope, key, token]));
-  return sql`(${columns.scope}, ${columns.key}, ${columns.token}) IN ${list} AND ${columns.state} = 'processing'`;
 }
 
 const ownerId = ({ scope, key, token }: ClaimOwner) => JSON.stringify([scope, key, token]);

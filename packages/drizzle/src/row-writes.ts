@@ -6,7 +6,7 @@
  * (bound values).
  */
 import { and, eq, or, sql, type Column, type SQL, type SQLWrapper } from 'drizzle-orm';
-import type { ClaimRequest, StoredOutcome } from '@idem/core/store';
+import type { ClaimOwner, ClaimRequest, StoredOutcome } from '@idem/core/store';
 import type { DatabaseClock } from './database-clock.js';
 
 /** The inputs of a claim statement, each as SQL. */
@@ -137,6 +137,19 @@ export function expiredAt(
   return sql`(${columns.expiresAt} <= ${clock.now} AND NOT (${columns.state} = 'processing' AND ${columns.leaseUntil} > ${clock.now}))`;
 }
 
+/** The live rows the sweeper archives (R1, R3): not archived yet, and expired. */
+export function expiredLive(
+  clock: DatabaseClock,
+  columns: { state: SQLWrapper; expiresAt: SQLWrapper; leaseUntil: SQLWrapper },
+): SQL {
+  return sql`${columns.state} <> 'archived' AND ${expiredAt(clock, columns)}`;
+}
+
+/** The primary key of a live row, as a selection. */
+export function primaryKeyOf<C extends { scope: Column; key: Column }>(columns: C): Pick<C, 'scope' | 'key'> {
+  return { scope: columns.scope, key: columns.key };
+}
+
 /** The live table's columns the guards below read, in any dialect. */
 interface GuardedColumns {
   scope: Column;
@@ -153,9 +166,31 @@ export function thisKey(columns: Pick<GuardedColumns, 'scope' | 'key'>, b: Pick<
   return and(eq(columns.scope, b.scope), eq(columns.key, b.key));
 }
 
-/** The `processing` claim of (scope, key) that `token` owns: what `complete`, `release` and atomic mode's lock match (E6). */
-export function ownedClaim(columns: GuardedColumns, b: OwnerBindings) {
-  return and(thisKey(columns, b), eq(columns.token, b.token), sql`${columns.state} = 'processing'`);
+/** A claim still running: the one state in which its owner may write it (E6). */
+function processing(columns: Pick<GuardedColumns, 'state'>): SQL {
+  return sql`${columns.state} = 'processing'`;
+}
+
+/**
+ * The `processing` claim of (scope, key) that `token` owns: what `complete`, `release`, `renew`
+ * and atomic mode's lock match (E6). Every write an owner makes is guarded by this or by
+ * {@link ownedClaims}; no statement spells the guard itself.
+ */
+export function ownedClaim(columns: Pick<GuardedColumns, 'scope' | 'key' | 'token' | 'state'>, b: OwnerBindings) {
+  return and(thisKey(columns, b), eq(columns.token, b.token), processing(columns));
+}
+
+/**
+ * The `processing` claims of `owners`, as one condition: `(scope, key, token) IN <list>`, the list
+ * as the dialect writes a list of rows (`(VALUES (…), …)` on PostgreSQL and SQLite, `((…), …)` on MySQL).
+ */
+export function ownedClaims(
+  columns: { scope: Column; key: Column; token: Column; state: Column },
+  owners: readonly ClaimOwner[],
+  rows: (rows: unknown[][]) => SQL,
+): SQL {
+  const list = rows(owners.map(({ scope, key, token }) => [scope, key, token]));
+  return sql`(${columns.scope}, ${columns.key}, ${columns.token}) IN ${list} AND ${processing(columns)}`;
 }
 
 /** Rule 3 (`reclaim`), as a compare-and-set: still the released claim of `previousToken`, and not expired. */

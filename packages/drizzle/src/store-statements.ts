@@ -1,16 +1,20 @@
 /**
  * What a dialect provides: the store's statements, each one SQL statement (or, for the rare
  * reuse of an expired key, one short transaction) evaluated with the database clock, and atomic
- * mode's transaction. Which rule applies is decided once, by `decideClaim` in `drizzle-store.ts`;
+ * mode's transaction. Which rule applies is decided once, by core's `decideClaim`, asked in `drizzle-store.ts`;
  * the statements only perform the write it names, each a compare-and-set guarded by the helpers
  * of `row-writes.ts`.
  *
- * The fresh path is `claimOrRead` and then `complete`, one answer per request; where a dialect has
- * their many forms (`claimOrReadMany`, `completeMany`), the store groups concurrent requests'
- * first steps and completions into one statement or transaction each (group commit).
+ * The fresh path is `claimOrRead` and then `complete`, one answer per request; with their many
+ * forms (`claimOrReadMany`, `completeMany`: every dialect has them, in its `groups.ts`), the store
+ * groups concurrent requests' first steps and completions into one statement or transaction each
+ * (group commit), whose bookkeeping is `group-commit.ts`.
  */
 import type { AtomicMode, ClaimOwner, ClaimRenewal, ClaimRequest, StoredOutcome } from '@idem/core/store';
 import type { HistoryRow, LiveRead, LiveRow } from './record-rows.js';
+
+/** A completion: the owner and the outcome it stores (`complete`, and each request of `completeMany`). */
+export type Completion = ClaimOwner & { outcome: StoredOutcome };
 
 /** What the first step of a claim found: the row it inserted, or the live row with the clock. */
 export type FirstStep = { inserted: LiveRow } | { live: LiveRead };
@@ -37,7 +41,7 @@ export interface StoreStatements {
    * undefined when another claimant got there first.
    */
   reuseExpired(request: ClaimRequest, seen: LiveRow): Promise<{ record: LiveRow; archived: HistoryRow } | undefined>;
-  complete(args: ClaimOwner & { outcome: StoredOutcome }): Promise<boolean>;
+  complete(args: Completion): Promise<boolean>;
   /**
    * Group commit: the first step of several claims in one statement/transaction; results in input
    * order, each meaning exactly what `claimOrRead` of that request means (undefined: the insert
@@ -47,12 +51,13 @@ export interface StoreStatements {
    */
   claimOrReadMany?(requests: ClaimRequest[]): Promise<Array<FirstStep | undefined>>;
   /** Group commit: several completions in one statement/transaction; `true` where that owner's row was completed, in input order. */
-  completeMany?(args: Array<ClaimOwner & { outcome: StoredOutcome }>): Promise<boolean[]>;
+  completeMany?(args: Completion[]): Promise<boolean[]>;
   /**
-   * How a group forms (`group-commit.ts`): 'inFlight' (async drivers: requests that arrive while
-   * earlier writes are in flight go together as the next group) or 'tick' (synchronous
-   * better-sqlite3: the first call runs at once; calls made while that tick's group is open join
-   * one transaction flushed by setImmediate).
+   * How a group forms (`group-commit.ts`): 'inFlight' (drivers whose statements are in flight for
+   * a round trip: requests that arrive while earlier writes are in flight go together as the next
+   * group) or 'tick' (drivers that run a statement synchronously: better-sqlite3, and libsql on a
+   * local file behind its promises; the first call runs at once, calls made while that tick's
+   * group is open go together when setImmediate flushes it).
    */
   groupMode?: 'inFlight' | 'tick';
   release(args: ClaimOwner): Promise<boolean>;

@@ -21,7 +21,7 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
 import { sqliteClock } from './database-clock.js';
 import type { DetectedDatabase } from './dialect.js';
-import { executedRows } from './mysql/statements.js';
+import { executedRows } from './dialect-rows.js';
 import { openTransaction } from './owned-transaction.js';
 import { retrySqliteBusy } from './sqlite/busy.js';
 import type { TableNames } from './table-names.js';
@@ -76,7 +76,7 @@ export function sweepLock(detected: DetectedDatabase, tables: TableNames): Sweep
     const lockName = sql`CONCAT('idem:sweep:', LEFT(SHA2(CONCAT(DATABASE(), '.', ${tables.keys}), 256), 40))`;
     return (work) =>
       openTransaction(db, async (tx) => {
-        const [answer] = executedRows(await tx.execute(sql`SELECT GET_LOCK(${lockName}, 0) AS got`));
+        const [answer] = executedRows('mysql', await tx.execute(sql`SELECT GET_LOCK(${lockName}, 0) AS got`));
         if (Number(answer?.got) !== 1) return { ran: false as const };
         try {
           return { ran: true as const, value: await work(always) };

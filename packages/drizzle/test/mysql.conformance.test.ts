@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { runStoreConformance } from '@idem/core/conformance';
 import { createDrizzleStore, migrate } from '../src/index.ts';
 import { CREATE_MYSQL_PAYMENTS, payOnMysql } from './payments.ts';
-import { executedRows } from '../src/mysql/statements.ts';
+import { executedRows } from '../src/mysql/rows.ts';
 import { mariadbOnlyStatements, mysqlSuitesRun, openMysqlTarget, type MysqlTarget } from './mysql-target.ts';
 
 let target: MysqlTarget | undefined;

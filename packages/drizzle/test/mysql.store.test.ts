@@ -11,7 +11,8 @@ import { drizzle } from 'drizzle-orm/mysql2';
 import { describe, expect, it } from 'vitest';
 import type { ClaimRequest } from '@idem/core/store';
 import { createDrizzleStore, defineMysqlTables, migrate } from '../src/index.ts';
-import { executedRows, mysqlSweepCandidates } from '../src/mysql/statements.ts';
+import { executedRows } from '../src/mysql/rows.ts';
+import { mysqlSweepCandidates } from '../src/mysql/statements.ts';
 import { mariadbOnlyStatements, mysqlSuitesRun, openMysqlTarget, type MysqlTarget } from './mysql-target.ts';
 import { claimed, describeStoreBehaviour } from './store-behaviour.ts';
 

@@ -5,33 +5,28 @@
  */
 import { sql, type SQL, type SQLWrapper } from 'drizzle-orm';
 import type { OpenedDatabase } from '../connect.js';
-import { mysqlClock, postgresClock, sqliteClock, type DatabaseClock } from '../database-clock.js';
+import type { DatabaseClock } from '../database-clock.js';
+import { clockOf as dialectClock, readRows, tablesOf as dialectTables, type Row } from '../dialect-rows.js';
 import { expiredAt } from '../row-writes.js';
-import { defineMysqlTables } from '../mysql/schema.js';
-import { executedRows } from '../mysql/statements.js';
-import { pgExecutedRows } from '../pg/groups.js';
-import { definePgTables } from '../pg/schema.js';
-import { defineSqliteTables } from '../sqlite/schema.js';
 import type { TableNames } from '../table-names.js';
 
-export type Row = Record<string, unknown>;
+export type { Row };
 
-/** Runs a read statement and answers its rows as plain objects (column name → raw value). */
-export async function rows(opened: OpenedDatabase, query: SQL): Promise<Row[]> {
-  if (opened.dialect === 'sqlite') return (await opened.db.all<Row>(query)) as Row[];
-  // mysql2: `[rows, fields]`; `varbinary` columns (scope, key) come as Buffers, read with String().
-  if (opened.dialect === 'mysql') return executedRows(await opened.db.execute(query));
-  return pgExecutedRows(await opened.db.execute(query));
+/**
+ * Runs a read statement and answers its rows as plain objects (column name → raw value; on
+ * MySQL, `varbinary` columns such as scope and key come as Buffers, read with String()).
+ */
+export function rows(opened: OpenedDatabase, query: SQL): Promise<Row[]> {
+  return readRows(opened, query);
 }
 
 /** The tables of the opened dialect under `names`. */
 export function tablesOf(opened: OpenedDatabase, names: TableNames) {
-  if (opened.dialect === 'mysql') return defineMysqlTables(names);
-  return opened.dialect === 'sqlite' ? defineSqliteTables(names) : definePgTables(names);
+  return dialectTables(opened.dialect, names);
 }
 
 export function clockOf(opened: OpenedDatabase): DatabaseClock {
-  return opened.dialect === 'sqlite' ? sqliteClock : opened.dialect === 'mysql' ? mysqlClock : postgresClock;
+  return dialectClock(opened.dialect);
 }
 
 /**

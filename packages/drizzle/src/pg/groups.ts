@@ -30,12 +30,7 @@ import type { PgTables } from './schema.js';
 import { columnsReadFrom, type LiveRow } from '../record-rows.js';
 import { completion, freshClaim, ownedClaim } from '../row-writes.js';
 import type { FirstStep, StoreStatements } from '../store-statements.js';
-
-/** The rows of `db.execute`, whichever driver answered (node-postgres and PGlite: `{ rows }`; postgres-js: an array). */
-export function pgExecutedRows(result: unknown): Array<Record<string, unknown>> {
-  if (Array.isArray(result)) return result as Array<Record<string, unknown>>;
-  return (result as { rows?: Array<Record<string, unknown>> }).rows ?? [];
-}
+import { pgExecutedRows } from './rows.js';
 
 export function pgGroupStatements(
   db: AnyPgDatabase,

@@ -3,7 +3,7 @@
  * statements, each one atomic statement; the reuse of an expired key is a short transaction
  * that locks the live row (`SELECT … FOR UPDATE`) and re-checks it, so that of two concurrent
  * reusers exactly one writes the next generation and the history row. Atomic mode runs the same
- * claim and completion statements, unprepared, on the transaction's own connection. Under
+ * claim and writes.completion statements, unprepared, on the transaction's own connection. Under
  * concurrency the store groups claims and completions into one statement each (`pg-group.ts`).
  */
 import type { ClaimRequest, StoreTransaction } from '@idem/core/store';
@@ -14,32 +14,9 @@ import type { AnyPgDatabase } from '../dialect.js';
 import { openTransaction, type TransactionOf } from '../owned-transaction.js';
 import { pgGroupStatements } from './groups.js';
 import type { PgTables } from './schema.js';
-import { ownedClaims, renewByLease, renewedLease } from '../renewals.js';
+import { renewByLease, renewedLease } from '../renewals.js';
 import { columnsReadFrom, toRecord } from '../record-rows.js';
-import {
-  archiving,
-  boundTuples,
-  claimParameters,
-  claimPlaceholders,
-  claimValues,
-  completion,
-  expiredAt,
-  freshClaim,
-  historyCopy,
-  outcomeParameters,
-  outcomePlaceholders,
-  outcomeValues,
-  ownedClaim,
-  ownerValues,
-  stillExpired,
-  stillReleased,
-  stillStale,
-  takeover,
-  thisKey,
-  type ClaimBindings,
-  type OutcomeBindings,
-  type OwnerBindings,
-} from '../row-writes.js';
+import * as writes from '../row-writes.js';
 import type { StoreStatements } from '../store-statements.js';
 
 const param = sql.placeholder;
@@ -52,10 +29,11 @@ type AnyPgTransaction = TransactionOf<AnyPgDatabase>;
  * `SKIP LOCKED` lets several sweepers (one per app instance) share the work without waiting.
  */
 export function pgSweepCandidates(db: AnyPgDatabase, { keys }: PgTables, limit: number | Placeholder) {
+  const expired = writes.expiredLive(clock, keys);
   return db
-    .select({ scope: keys.scope, key: keys.key })
+    .select(writes.primaryKeyOf(keys))
     .from(keys)
-    .where(and(sql`${keys.state} <> 'archived'`, expiredAt(clock, keys)))
+    .where(expired)
     .orderBy(keys.expiresAt)
     .limit(limit)
     .for('update', { skipLocked: true });
@@ -67,21 +45,21 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   const name = (statement: string) => `idem:${statement}:${getTableName(keys)}:${getTableName(history)}`;
   const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) =>
     sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
-  const b = claimPlaceholders;
+  const b = writes.claimPlaceholders;
   const withClock = { ...getTableColumns(keys), now: sql`${clock.now}`.mapWith(keys.createdAt) };
 
   // Built on `db` and prepared for the hot path, or on a transaction with bound values (atomic mode).
-  const claimInsert = (on: AnyPgDatabase, b: ClaimBindings) =>
+  const claimInsert = (on: AnyPgDatabase, b: writes.ClaimBindings) =>
     on
       .insert(keys)
-      .values({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
+      .values({ scope: b.scope, key: b.key, generation: sql`1`, ...writes.freshClaim(clock, b) })
       .onConflictDoNothing({ target: [keys.scope, keys.key] })
       .returning();
-  const completeUpdate = (on: AnyPgDatabase, b: OwnerBindings, outcome: OutcomeBindings) =>
+  const completeUpdate = (on: AnyPgDatabase, b: writes.OwnerBindings, outcome: writes.OutcomeBindings) =>
     on
       .update(keys)
-      .set(completion(postgresStatementClock, keys, outcome))
-      .where(ownedClaim(keys, b))
+      .set(writes.completion(postgresStatementClock, keys, outcome))
+      .where(writes.ownedClaim(keys, b))
       .returning({ token: keys.token });
 
   const insertClaim = claimInsert(db, b).prepare(name('claim'));
@@ -99,81 +77,80 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     .from(
       sql`(SELECT true AS inserted, ${claimed}.*, ${clock.now} AS now FROM ${claimed}
            UNION ALL
-           SELECT false, ${keys}.*, ${clock.now} FROM ${keys} WHERE ${thisKey(keys, b)} AND NOT EXISTS (SELECT 1 FROM ${claimed})) AS r`,
+           SELECT false, ${keys}.*, ${clock.now} FROM ${keys} WHERE ${writes.thisKey(keys, b)} AND NOT EXISTS (SELECT 1 FROM ${claimed})) AS r`,
     )
     .prepare(name('claim_or_read'));
 
-  const readLive = db.select(withClock).from(keys).where(thisKey(keys, b)).prepare(name('read'));
+  const readLive = db.select(withClock).from(keys).where(writes.thisKey(keys, b)).prepare(name('read'));
 
   const reclaimReleased = db
     .update(keys)
-    .set(freshClaim(clock, b))
-    .where(stillReleased(clock, keys, b))
+    .set(writes.freshClaim(clock, b))
+    .where(writes.stillReleased(clock, keys, b))
     .returning()
     .prepare(name('reclaim'));
 
   const takeOverStale = db
     .update(keys)
-    .set(takeover(clock, b, keys.takeovers))
-    .where(stillStale(clock, keys, b))
+    .set(writes.takeover(clock, b, keys.takeovers))
+    .where(writes.stillStale(clock, keys, b))
     .returning()
-    .prepare(name('takeover'));
+    .prepare(name('writes.takeover'));
 
-  const complete = completeUpdate(db, b, outcomePlaceholders).prepare(name('complete'));
+  const complete = completeUpdate(db, b, writes.outcomePlaceholders).prepare(name('complete'));
 
   const release = db
     .update(keys)
     .set({ state: sql`'released'` })
-    .where(ownedClaim(keys, b))
+    .where(writes.ownedClaim(keys, b))
     .returning({ token: keys.token })
     .prepare(name('release'));
 
   const renew = db
     .update(keys)
     .set(renewedLease(clock, sql`${param('leaseMs')}`))
-    .where(ownedClaim(keys, b))
+    .where(writes.ownedClaim(keys, b))
     .returning({ token: keys.token })
     .prepare(name('renew'));
 
-  const getLive = db.select().from(keys).where(thisKey(keys, b)).prepare(name('get'));
+  const getLive = db.select().from(keys).where(writes.thisKey(keys, b)).prepare(name('get'));
 
   const historyOf = db
     .select()
     .from(history)
-    .where(and(eq(history.scope, b.scope), eq(history.key, b.key)))
+    .where(writes.thisKey(history, b))
     .orderBy(history.generation)
     .prepare(name('history'));
 
   const sweep = db
     .update(keys)
-    .set(archiving(clock))
+    .set(writes.archiving(clock))
     .where(sql`(${keys.scope}, ${keys.key}) IN ${pgSweepCandidates(db, tables, param('limit'))}`)
     .returning({ token: keys.token })
     .prepare(name('sweep'));
 
+  // Purge's candidates, locked with SKIP LOCKED so that two purges share the work without waiting.
+  const skipLocked = { skipLocked: true } as const;
+  const purgeableLive = db
+    .select(writes.primaryKeyOf(keys))
+    .from(keys)
+    .where(and(sql`${keys.state} = 'archived'`, archivedBefore(keys.archivedAt)))
+    .limit(param('limit'))
+    .for('update', skipLocked);
+  const purgeableHistory = db
+    .select({ scope: history.scope, key: history.key, generation: history.generation })
+    .from(history)
+    .where(archivedBefore(sql`${history.archivedAt}`))
+    .limit(param('limit'))
+    .for('update', skipLocked);
   const purgeLive = db
     .delete(keys)
-    .where(
-      sql`(${keys.scope}, ${keys.key}) IN ${db
-        .select({ scope: keys.scope, key: keys.key })
-        .from(keys)
-        .where(and(sql`${keys.state} = 'archived'`, archivedBefore(keys.archivedAt)))
-        .limit(param('limit'))
-        .for('update', { skipLocked: true })}`,
-    )
+    .where(sql`(${keys.scope}, ${keys.key}) IN ${purgeableLive}`)
     .returning({ token: keys.token })
     .prepare(name('purge_live'));
-
   const purgeHistory = db
     .delete(history)
-    .where(
-      sql`(${history.scope}, ${history.key}, ${history.generation}) IN ${db
-        .select({ scope: history.scope, key: history.key, generation: history.generation })
-        .from(history)
-        .where(archivedBefore(sql`${history.archivedAt}`))
-        .limit(param('limit'))
-        .for('update', { skipLocked: true })}`,
-    )
+    .where(sql`(${history.scope}, ${history.key}, ${history.generation}) IN ${purgeableHistory}`)
     .returning({ token: history.token })
     .prepare(name('purge_history'));
 
@@ -185,7 +162,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
    * the commit or rollback. Its 64-bit key hashes the table name, scope and key.
    */
   const lockedClaimInsert = (tx: AnyPgDatabase, request: ClaimRequest) => {
-    const b = claimValues(request, '');
+    const b = writes.claimValues(request, '');
     const lockKey = JSON.stringify([getTableName(keys), request.scope, request.key]);
     const lock = tx
       .$with('idem_lock')
@@ -197,7 +174,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     // The values of `claimInsert`, in the table's column order, as an INSERT … SELECT … WHERE got
     // (as SQL: drizzle's types of an insert-select want aliased fields; the statement is the same).
     const values = tx
-      .select({ scope: b.scope, key: b.key, generation: sql`1`, ...freshClaim(clock, b) })
+      .select({ scope: b.scope, key: b.key, generation: sql`1`, ...writes.freshClaim(clock, b) })
       .from(lock)
       .where(sql`${lock.got}`);
     const inserted = tx.$with('idem_inserted').as(
@@ -227,15 +204,12 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
       return inserted ? { outcome: 'claimed', record: toRecord(row) } : { outcome: 'exists' };
     },
     async lockOwned(owner) {
-      const [row] = await tx
-        .select()
-        .from(keys)
-        .where(ownedClaim(keys, ownerValues(owner)))
-        .for('update');
+      const owned = writes.ownedClaim(keys, writes.ownerValues(owner));
+      const [row] = await tx.select().from(keys).where(owned).for('update');
       return row ? toRecord(row) : null;
     },
     async complete({ outcome, ...owner }) {
-      return (await completeUpdate(tx, ownerValues(owner), outcomeValues(outcome))).length === 1;
+      return (await completeUpdate(tx, writes.ownerValues(owner), writes.outcomeValues(outcome))).length === 1;
     },
     savepoint: savepointOn(tx),
   });
@@ -248,11 +222,11 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
         (tx) => work(within(tx)),
       ),
     async insertClaim(request) {
-      const [row] = await insertClaim.execute(claimParameters(request));
+      const [row] = await insertClaim.execute(writes.claimParameters(request));
       return row;
     },
     async claimOrRead(request) {
-      const [found] = await claimOrRead.execute(claimParameters(request));
+      const [found] = await claimOrRead.execute(writes.claimParameters(request));
       if (!found) return undefined;
       const { inserted, now, ...row } = found;
       return inserted ? { inserted: row } : { live: { row, now } };
@@ -264,42 +238,39 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
       return { row, now };
     },
     async reclaimReleased(request, releasedToken) {
-      const [row] = await reclaimReleased.execute(claimParameters(request, releasedToken));
+      const [row] = await reclaimReleased.execute(writes.claimParameters(request, releasedToken));
       return row;
     },
     async takeOverStale(request, staleToken) {
-      const [row] = await takeOverStale.execute(claimParameters(request, staleToken));
+      const [row] = await takeOverStale.execute(writes.claimParameters(request, staleToken));
       return row;
     },
     async reuseExpired(request, seen) {
-      const v = claimValues(request, seen.token);
+      const v = writes.claimValues(request, seen.token);
       return openTransaction(db, async (tx) => {
-        const [locked] = await tx
-          .select({ token: keys.token })
-          .from(keys)
-          .where(stillExpired(clock, keys, v, seen.generation))
-          .for('update');
+        const expired = writes.stillExpired(clock, keys, v, seen.generation);
+        const [locked] = await tx.select({ token: keys.token }).from(keys).where(expired).for('update');
         if (!locked) return undefined;
         const [archived] = await tx
           .insert(history)
           .select(
             tx
-              .select(historyCopy(getTableColumns(keys), clock))
+              .select(writes.historyCopy(getTableColumns(keys), clock))
               .from(keys)
-              .where(thisKey(keys, v)),
+              .where(writes.thisKey(keys, v)),
           )
           .returning();
         const [record] = await tx
           .update(keys)
-          .set({ ...freshClaim(clock, v), generation: sql`${keys.generation} + 1` })
-          .where(and(thisKey(keys, v), eq(keys.token, v.previousToken)))
+          .set({ ...writes.freshClaim(clock, v), generation: sql`${keys.generation} + 1` })
+          .where(and(writes.thisKey(keys, v), eq(keys.token, v.previousToken)))
           .returning();
         if (!archived || !record) throw new Error('[idem] the locked row vanished during the reuse of an expired key');
         return { record, archived };
       });
     },
     async complete({ scope, key, token, outcome }) {
-      return (await complete.execute({ scope, key, token, ...outcomeParameters(outcome) })).length === 1;
+      return (await complete.execute({ scope, key, token, ...writes.outcomeParameters(outcome) })).length === 1;
     },
     async release({ scope, key, token }) {
       return (await release.execute({ scope, key, token })).length === 1;
@@ -312,7 +283,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
         db
           .update(keys)
           .set(renewedLease(clock, sql`${leaseMs}`))
-          .where(ownedClaims(keys, owners, (rows) => sql`(VALUES ${boundTuples(rows)})`))
+          .where(writes.ownedClaims(keys, owners, (rows) => sql`(VALUES ${writes.boundTuples(rows)})`))
           .returning({ scope: keys.scope, key: keys.key, token: keys.token }),
       ),
     async getLive(scope, key) {
