@@ -24,7 +24,7 @@ for migration in "$here"/../packages/drizzle/migrations/postgres/*.sql; do
   { echo "SET search_path TO $schema;"; cat "$migration"; } | psql "$url" -q -v ON_ERROR_STOP=1 >/dev/null
 done
 
-# The store's statements (pg-store.ts: claimInsert, completeUpdate), with the values a request binds.
+# The store's statements (packages/drizzle/src/pg/statements.ts: claimInsert, completeUpdate), with the values a request binds.
 cat >"$work/pair.sql" <<'SQL'
 \set lease 30000
 \set retention 86400000

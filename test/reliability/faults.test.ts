@@ -25,7 +25,7 @@ import { sleep } from './support/http.ts';
 import { untilLeaseEnds } from '../support/waiting.ts';
 
 const LEASE_MS = 3000;
-/** The named prepared statement that stores an outcome (packages/drizzle/src/pg-store.ts). */
+/** The named prepared statement that stores an outcome (packages/drizzle/src/pg/statements.ts). */
 const COMPLETE_STATEMENT = 'idem:complete:';
 /** The prepared renewal of a claim's lease (E6). */
 const RENEW_STATEMENT = 'idem:renew:';

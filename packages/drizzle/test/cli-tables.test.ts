@@ -1,5 +1,5 @@
 /**
- * Which tables the `idem` commands read (cli-tables.ts): the flags, then IDEM_TABLE_PREFIX, then
+ * Which tables the `idem` commands read (src/cli/tables.ts): the flags, then IDEM_TABLE_PREFIX, then
  * the app's drizzle-kit config read as text — the tables its schema defines, the prefixes of its
  * tablesFilter, the default names. Checked against the names the store itself gives a prefix
  * (`resolveTableNames`, the oracle), for any prefix and any way of quoting it.

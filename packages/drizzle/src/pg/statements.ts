@@ -4,7 +4,7 @@
  * that locks the live row (`SELECT … FOR UPDATE`) and re-checks it, so that of two concurrent
  * reusers exactly one writes the next generation and the history row. Atomic mode runs the same
  * claim and writes.completion statements, unprepared, on the transaction's own connection. Under
- * concurrency the store groups claims and completions into one statement each (`pg-group.ts`).
+ * concurrency the store groups claims and completions into one statement each (`groups.ts`).
  */
 import type { ClaimRequest, StoreTransaction } from '@idem/core/store';
 import { and, eq, getTableColumns, getTableName, sql, type Placeholder, type SQL } from 'drizzle-orm';
