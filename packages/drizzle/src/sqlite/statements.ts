@@ -11,7 +11,7 @@
  * are in `groups.ts`.
  */
 import type { ClaimRequest, StoreTransaction } from '@idem/core/store';
-import { and, eq, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
+import { and, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
 import { savepointOn, transactionEndingAs } from '../atomic-transaction.js';
 import { sqliteClock as clock } from '../database-clock.js';
 import type {
