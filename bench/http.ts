@@ -22,6 +22,7 @@ const REPLAY_VARIANTS: readonly HttpVariant[] = [
   'idem engine, SQLite, groupCommit: false',
   'idem engine, PostgreSQL',
   'idem engine, PostgreSQL, groupCommit: false',
+  'idem engine, PostgreSQL, local cache',
   'powertools, Redis',
   'node-idempotency, memory',
   'node-idempotency, Redis',
@@ -34,6 +35,8 @@ const ROUTE_BARE: Partial<Record<HttpVariant, HttpVariant>> = {
   'tRPC + idem, PostgreSQL': 'tRPC bare, PostgreSQL',
   'hono + idem, SQLite': 'hono bare, SQLite',
   'hono + idem, PostgreSQL': 'hono bare, PostgreSQL',
+  'tRPC + idem, PostgreSQL, atomic': 'tRPC bare, PostgreSQL',
+  'hono + idem, PostgreSQL, atomic': 'hono bare, PostgreSQL',
 };
 
 export interface HttpOptions {

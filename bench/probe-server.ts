@@ -49,9 +49,9 @@ let close = async () => {};
 let handle: Handle = async (account, _key, input) => ({ status: 200, body: charge(account, input) });
 
 if (config.variant === 'idem') {
-  const core = await load('packages/core/dist/index.js');
-  const { createDrizzleStore } = await load('packages/drizzle/dist/index.js');
-  let db: unknown;
+  const core = (await load('packages/core/dist/index.js')) as typeof import('@idem/core');
+  const { createDrizzleStore } = (await load('packages/drizzle/dist/index.js')) as typeof import('@idem/drizzle');
+  let db: Parameters<typeof createDrizzleStore>[0];
   if (config.url.startsWith('postgres')) {
     const pool = new pg.Pool({ connectionString: config.url, max: config.poolSize ?? 10 });
     probe = new PoolProbe(pool);
@@ -62,11 +62,13 @@ if (config.variant === 'idem') {
     sqlite.pragma('journal_mode = WAL');
     sqlite.pragma('busy_timeout = 0');
     db = drizzleSqlite(sqlite);
-    close = async () => sqlite.close();
+    close = async () => {
+      sqlite.close();
+    };
   }
   let store = createDrizzleStore(db, { groupCommit: config.groupCommit ?? true });
   if (config.localCache) {
-    const { withLocalCache } = await load('packages/core/dist/local-cache.js');
+    const { withLocalCache } = (await load('packages/core/dist/local-cache.js')) as typeof import('@idem/core/store');
     store = withLocalCache(store);
   }
   const engine = core.createEngine({ store });

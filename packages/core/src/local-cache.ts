@@ -43,7 +43,7 @@ interface Entry {
  * reads the store; the next ones do not); a record is never cached from this process's own
  * completion. Every other method is the store's own, unchanged; the result is typed as `store`.
  */
-export function withLocalCache<S extends IdempotencyStore<never>>(
+export function withLocalCache<S extends Pick<IdempotencyStore, 'claim'>>(
   store: S,
   { maxEntries = 1000, now = () => performance.now() }: LocalCacheOptions = {},
 ): S {
