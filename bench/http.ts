@@ -51,6 +51,8 @@ export interface HttpRow {
   requestsPerSecond: number;
   p50Ms: number;
   p99Ms: number;
+  /** Median over rounds of the server process's CPU time (user + system) per answered request, µs. */
+  serverCpuMicros: number;
   /** Median over rounds of this row's req/s over the bare handler's in the same round. */
   ratioToBare: number;
   /** tRPC + idem and hono + idem rows, fresh keys: the same ratio against the same route without idem. */
@@ -73,6 +75,7 @@ interface Sample {
   requestsPerSecond: number;
   p50Ms: number;
   p99Ms: number;
+  serverCpuMicros: number;
   non2xx: number;
   errors: number;
 }
@@ -167,6 +170,7 @@ export async function runHttp({ quick }: HttpOptions): Promise<HttpResult> {
             requestsPerSecond: median(list.map((s) => s.requestsPerSecond)),
             p50Ms: median(list.map((s) => s.p50Ms)),
             p99Ms: median(list.map((s) => s.p99Ms)),
+            serverCpuMicros: median(list.map((s) => s.serverCpuMicros)),
             ratioToBare: median(list.map((s, round) => s.requestsPerSecond / bare[round]!.requestsPerSecond)),
             non2xx: list.reduce((sum, s) => sum + s.non2xx, 0),
             errors: list.reduce((sum, s) => sum + s.errors, 0),
@@ -207,6 +211,7 @@ async function load(
 ): Promise<Sample> {
   // autocannon's histogram keeps whole milliseconds; loopback latencies need the fractions.
   const latencies: number[] = [];
+  const cpuBefore = await serverCpu(server);
   const result = await new Promise<autocannon.Result>((resolve, reject) => {
     const instance = autocannon(
       {
@@ -229,13 +234,28 @@ async function load(
       if (statusCode >= 200 && statusCode < 300) latencies.push(responseTime);
     });
   });
+  const cpuMicros = (await serverCpu(server)) - cpuBefore;
   return {
     requestsPerSecond: result.requests.total / result.duration,
+    serverCpuMicros: cpuMicros / Math.max(1, result.requests.total),
     p50Ms: percentile(latencies, 50),
     p99Ms: percentile(latencies, 99),
     non2xx: result.non2xx,
     errors: result.errors,
   };
+}
+
+/** The server process's CPU time so far (user + system), µs. */
+function serverCpu({ child }: RunningServer): Promise<number> {
+  return new Promise((resolve) => {
+    const listener = (message: unknown) => {
+      if (typeof message !== 'object' || message === null || !('cpuMicros' in message)) return;
+      child.off('message', listener);
+      resolve(Number(message.cpuMicros));
+    };
+    child.on('message', listener);
+    child.send('cpu');
+  });
 }
 
 /** One request and the same again: answers `200 → 200 replayed` when the variant replays as it should. */
