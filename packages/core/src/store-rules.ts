@@ -69,5 +69,6 @@ export function toTimelineEntry(record: IdempotencyRecord, reusedAt: Date | null
     archivedAt: record.archivedAt,
     reusedAt,
     takeovers: record.takeovers,
+    waits: record.waits,
   };
 }

@@ -260,9 +260,9 @@ const COMMANDS = {
   }),
   explain: command({
     synopsis: 'explain <key> [--scope S] [--json]',
-    summary: 'every generation of a key: first seen, completed, status, expiry, reuse (A1)',
+    summary: 'every generation of a key: first seen, completed, status, expiry, reuse, waits (A1)',
     description:
-      'Prints, per scope, one row per generation of the key and, when it ran more than once, how it came back. Without --scope it looks in every scope that holds the key (reading the tables by key alone). The key bare or as the header sends it (\'"8e03978e-…"\'). Stored bodies are never printed (K5).',
+      'Prints, per scope, one row per generation of the key (with the duplicates that waited for its outcome, E3w) and, when it ran more than once, how it came back. Without --scope it looks in every scope that holds the key (reading the tables by key alone). The key bare or as the header sends it (\'"8e03978e-…"\'). Stored bodies are never printed (K5).',
     options: ['scope', 'json'],
     examples: [
       'npx idem explain order-42',

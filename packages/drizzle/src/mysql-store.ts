@@ -22,6 +22,7 @@ import { openTransaction, type TransactionOf } from './owned-transaction.js';
 import { MYSQL_COLUMN_BYTES, RECORD_STATES, type MysqlTables } from './mysql-schema.js';
 import { toRecord, type LiveRow } from './record-rows.js';
 import { ownedClaims, renewByLease, renewedLease } from './renewals.js';
+import { sameGeneration, waitsAdded } from './wait-counts.js';
 import {
   boundTuples,
   archiving,
@@ -200,6 +201,12 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
     .update(keys)
     .set(renewedLease(clock, sql`${param('leaseMs')}`))
     .where(ownedClaim(keys, b))
+    .prepare();
+
+  const addWaits = db
+    .update(keys)
+    .set(waitsAdded(keys, sql`${param('count')}`))
+    .where(sameGeneration(keys, { scope: b.scope, key: b.key, generation: sql`${param('generation')}` }))
     .prepare();
 
   const getLive = db.select().from(keys).where(thisKey(keys, b)).prepare();
@@ -550,6 +557,9 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
         );
         return alone.filter((owner): owner is ClaimOwner => owner !== false);
       }),
+    async addWaits({ scope, key, generation }, count) {
+      return affectedRows(await addWaits.execute({ scope, key, generation, count })) === 1;
+    },
     async getLive(scope, key) {
       const [row] = await getLive.execute({ scope, key });
       return row;

@@ -15,6 +15,7 @@ import { openTransaction, type TransactionOf } from './owned-transaction.js';
 import { pgGroupStatements } from './pg-group.js';
 import type { PgTables } from './pg-schema.js';
 import { ownedClaims, renewByLease, renewedLease } from './renewals.js';
+import { sameGeneration, waitsAdded } from './wait-counts.js';
 import { columnsReadFrom, toRecord } from './record-rows.js';
 import {
   archiving,
@@ -134,6 +135,13 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     .where(ownedClaim(keys, b))
     .returning({ token: keys.token })
     .prepare(name('renew'));
+
+  const addWaits = db
+    .update(keys)
+    .set(waitsAdded(keys, sql`${param('count')}`))
+    .where(sameGeneration(keys, { scope: b.scope, key: b.key, generation: sql`${param('generation')}` }))
+    .returning({ token: keys.token })
+    .prepare(name('add_waits'));
 
   const getLive = db.select().from(keys).where(thisKey(keys, b)).prepare(name('get'));
 
@@ -315,6 +323,9 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
           .where(ownedClaims(keys, owners, (rows) => sql`(VALUES ${boundTuples(rows)})`))
           .returning({ scope: keys.scope, key: keys.key, token: keys.token }),
       ),
+    async addWaits({ scope, key, generation }, count) {
+      return (await addWaits.execute({ scope, key, generation, count })).length === 1;
+    },
     async getLive(scope, key) {
       const [row] = await getLive.execute({ scope, key });
       return row;

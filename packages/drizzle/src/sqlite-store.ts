@@ -44,6 +44,7 @@ import { openTransaction, type TransactionOf } from './owned-transaction.js';
 import type { SqliteTables } from './sqlite-schema.js';
 import { isSqliteBusy, whileBusy } from './sqlite-busy.js';
 import { ownedClaims, renewByLease, renewedLease } from './renewals.js';
+import { sameGeneration, waitsAdded } from './wait-counts.js';
 import type { FirstStep, StoreStatements } from './store-statements.js';
 
 const param = sql.placeholder;
@@ -182,6 +183,13 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
     .update(keys)
     .set(renewedLease(clock, sql`${param('leaseMs')}`))
     .where(ownedClaim(keys, b))
+    .returning({ token: keys.token })
+    .prepare();
+
+  const addWaits = db
+    .update(keys)
+    .set(waitsAdded(keys, sql`${param('count')}`))
+    .where(sameGeneration(keys, { scope: b.scope, key: b.key, generation: sql`${param('generation')}` }))
     .returning({ token: keys.token })
     .prepare();
 
@@ -514,6 +522,8 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
           .returning({ scope: keys.scope, key: keys.key, token: keys.token });
         return write(async () => await update.all());
       }),
+    addWaits: ({ scope, key, generation }, count) =>
+      write(async () => (await addWaits.all({ scope, key, generation, count })).length === 1),
     getLive: (scope, key) => read(() => getLive.get({ scope, key })),
     history: (scope, key) => read(() => historyOf.all({ scope, key })),
     sweep: (limit) => write(async () => (await sweep.all({ limit })).length),

@@ -9,7 +9,14 @@
  * their many forms (`claimOrReadMany`, `completeMany`), the store groups concurrent requests'
  * first steps and completions into one statement or transaction each (group commit).
  */
-import type { AtomicMode, ClaimOwner, ClaimRenewal, ClaimRequest, StoredOutcome } from '@idem/core/store';
+import type {
+  AtomicMode,
+  ClaimOwner,
+  ClaimRenewal,
+  ClaimRequest,
+  GenerationRef,
+  StoredOutcome,
+} from '@idem/core/store';
 import type { HistoryRow, LiveRead, LiveRow } from './record-rows.js';
 
 /** What the first step of a claim found: the row it inserted, or the live row with the clock. */
@@ -60,6 +67,8 @@ export interface StoreStatements {
   renew(args: ClaimRenewal): Promise<boolean>;
   /** Group commit: several renewals in one statement per lease; `true` where that owner's claim was renewed, in input order. */
   renewMany?(args: ClaimRenewal[]): Promise<boolean[]>;
+  /** E3w, A1: `waits + count` on the live row while it is still that generation; false when it is not (`wait-counts.ts`). */
+  addWaits(ref: GenerationRef, count: number): Promise<boolean>;
   getLive(scope: string, key: string): Promise<LiveRow | undefined>;
   /** History rows of (scope, key), oldest generation first. */
   history(scope: string, key: string): Promise<HistoryRow[]>;
