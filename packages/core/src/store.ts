@@ -184,7 +184,7 @@ export interface StoreTransaction<TTx = unknown> {
  * commit together with the claim and the stored outcome, or not at all. The engine drives it; the
  * store only opens the transaction and runs the statements. `TTx` is the transaction the handler
  * is given (`claim.tx`). `MemoryStore` has no atomic mode; which drivers of `@idem/drizzle` have
- * it is listed once, in the Drivers table of its README (packages/drizzle/README.md#drivers).
+ * it is listed once, in its Drivers table (docs/drizzle.md#drivers).
  */
 export interface AtomicMode<TTx = unknown> {
   /**
