@@ -197,7 +197,10 @@ export interface AddedColumn {
  * every other statement.
  */
 export function addedColumn(statement: string): AddedColumn | undefined {
-  const found = /^\s*ALTER TABLE\s+[`"]?([^`"\s]+)[`"]?\s+ADD\s+(?:COLUMN\s+)?(?:IF NOT EXISTS\s+)?[`"]?([^`"\s]+)[`"]?\s/i.exec(statement);
+  const found =
+    /^\s*ALTER TABLE\s+[`"]?([^`"\s]+)[`"]?\s+ADD\s+(?:COLUMN\s+)?(?:IF NOT EXISTS\s+)?[`"]?([^`"\s]+)[`"]?\s/i.exec(
+      statement,
+    );
   return found ? { table: found[1] as string, column: found[2] as string } : undefined;
 }
 
