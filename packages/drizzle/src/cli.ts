@@ -326,7 +326,7 @@ const COMMANDS = {
     synopsis: 'stats [--exact | --estimate] [--json]',
     summary: 'records per state and per operation, stuck claims, takeovers, expired not swept, history',
     description:
-      "Counts the live records per state and per operation (the scope after its principal), shows the oldest processing claim and whether its lease has passed, the takeovers of the last day, the records past their retention not swept yet (and since when), the archived records and the history rows. Each figure is one statement through an index; the drizzle README shows each one's plan on PostgreSQL. The counts by state and operation: on PostgreSQL, above 1,000,000 rows (the planner's estimate), from the planner statistics without reading the table (--exact counts every row instead, --estimate uses the statistics on any table); on SQLite and MySQL, counted.",
+      "Counts the live records per state and per operation (the scope after its principal), shows the oldest processing claim and whether its lease has passed, the takeovers of the last day, the records past their retention not swept yet (and since when), the archived records and the history rows. Each figure is one statement through an index; docs/drizzle.md (What stats and doctor read) shows each one's plan on PostgreSQL. The counts by state and operation: on PostgreSQL, above 1,000,000 rows (the planner's estimate), from the planner statistics without reading the table (--exact counts every row instead, --estimate uses the statistics on any table); on SQLite and MySQL, counted.",
     options: ['exact', 'estimate', 'json'],
     examples: ['npx idem stats', 'npx idem stats --json', 'npx idem stats --exact'],
     tables: 'find',

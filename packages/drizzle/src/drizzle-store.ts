@@ -70,7 +70,7 @@ export interface DrizzleStoreOptions {
  * An {@link IdempotencyStore} backed by drizzle, with the dialect, driver and table names it
  * uses, and atomic mode where the driver's transactions can await (`transaction`; the handler
  * gets the drizzle transaction, typed as `TTx`): on every driver but better-sqlite3 (see the
- * README's Drivers table).
+ * Drivers table, docs/drizzle.md#drivers).
  */
 export interface DrizzleStore<TTx = unknown> extends IdempotencyStore<TTx> {
   readonly dialect: Dialect;
