@@ -5,7 +5,7 @@
  *   core README documented `problemType`, which no entry exports), or is on the list below of
  *   the host's, the database's and the option names the prose calls;
  * - a snippet that opens better-sqlite3 does so with `timeout: 0` (its default busy timeout
- *   sleeps the whole process on a lock: the drizzle README's Don't/Do);
+ *   sleeps the whole process on a lock: the Drizzle store guide's Don't/Do, docs/drizzle.md);
  * - no page says the packages ship TypeScript to run or that the bin registers tsx (they ship
  *   compiled JavaScript; the bin is plain JavaScript).
  */

@@ -33,7 +33,7 @@ interface Recorded {
   replay: Answer;
 }
 
-/** The extension a GraphQL replay adds after the stored result (packages/envelop/README.md). */
+/** The extension a GraphQL replay adds after the stored result (docs/graphql-yoga.md). */
 function expectGraphQLReplayOf(first: Answer, replay: Answer, extension: Record<string, unknown>) {
   expect(first.text.endsWith('}')).toBe(true);
   expect(replay.text).toBe(`${first.text.slice(0, -1)},"extensions":{"idempotency":${JSON.stringify(extension)}}}`);

@@ -52,6 +52,7 @@ function countingClaims(store: IdempotencyStore): IdempotencyStore & { readonly 
     },
     complete: (args) => store.complete(args),
     renew: (args) => store.renew(args),
+    countWait: (args) => store.countWait(args),
     release: (args) => store.release(args),
     get: (scope, key) => store.get(scope, key),
     timeline: (scope, key) => store.timeline(scope, key),

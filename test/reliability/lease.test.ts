@@ -161,8 +161,21 @@ describe.each(SHARED_DATABASES)('E6/E3w on $label: renewed leases and waiting du
     60_000,
   );
 
+  /** A1 over HTTP: the key's status document (`GET /idempotency/keys`), as the caller's account reads it. */
+  const keyStatus = async (server: ExampleServer, operation: string, key: string, account = 'acct_lease') => {
+    const url = `${server.url}/idempotency/keys?${new URLSearchParams({ key, operation })}`;
+    const response = await fetch(url, { headers: { authorization: `Bearer ${account}` } });
+    expect(response.status).toBe(200);
+    return (await response.json()) as { generations: Array<{ generation: number; state: string; waits: number }> };
+  };
+  const operations = new Map<PaymentEndpoint, string>([
+    [trpcPayments, 'payments.create'],
+    [graphqlPayments, 'mutation:createPayment'],
+    [restPayments, 'POST /v1/payments'],
+  ]);
+
   it.skipIf(!available)(
-    'E3w: with IDEM_WAIT longer than the handler, duplicates on tRPC, GraphQL and HTTP get the replay, never a 409; the handler runs once',
+    "E3w/A1: with IDEM_WAIT longer than the handler, duplicates on tRPC, GraphQL and HTTP get the replay, never a 409; the handler runs once; the key's timeline counts the two waits",
     async () => {
       for (const endpoint of [trpcPayments, graphqlPayments, restPayments]) {
         const key = `wait-${randomUUID()}`;
@@ -178,6 +191,9 @@ describe.each(SHARED_DATABASES)('E6/E3w on $label: renewed leases and waiting du
         }
         expect(executions(key)).toBe(1);
         expect(waiting.events.filter((e) => e.type === 'waited' && e.key === key)).toHaveLength(2);
+        expect((await keyStatus(waiting, operations.get(endpoint)!, key)).generations).toEqual([
+          expect.objectContaining({ generation: 1, state: 'completed', waits: 2 }),
+        ]);
       }
     },
     60_000,
@@ -214,6 +230,12 @@ describe.each(SHARED_DATABASES)('E6/E3w on $label: renewed leases and waiting du
       expect(Object.fromEntries(statuses)).toEqual({ 201: 500 });
       expect(answers.every((each) => each.replayed)).toBe(true);
       expect(executions(key)).toBe(1);
+      // A1: every waiter counted exactly once, through group commit's `waits + n`.
+      const waited = waiting.events.filter((e) => e.type === 'waited' && e.key === key).length;
+      expect(waited).toBeGreaterThan(0);
+      expect((await keyStatus(waiting, 'POST /v1/payments', key)).generations).toEqual([
+        expect.objectContaining({ generation: 1, waits: waited }),
+      ]);
       const completed = waiting.events.find((e) => e.type === 'completed' && e.key === key);
       // The channel sleeps 1.5 s; the handler's own time stays near it with 500 waiters polling.
       expect(completed?.durationMs as number).toBeLessThan(1_500 + 1_000);

@@ -57,7 +57,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
   const atomic = flag('IDEM_ATOMIC', env.IDEM_ATOMIC);
   if (atomic && database.dialect !== 'postgres') {
     throw new ConfigError(
-      "IDEM_ATOMIC needs PostgreSQL here: the example opens SQLite with better-sqlite3, whose transactions cannot span the resolvers' awaits (libsql can: packages/drizzle/README.md#drivers)",
+      "IDEM_ATOMIC needs PostgreSQL here: the example opens SQLite with better-sqlite3, whose transactions cannot span the resolvers' awaits (libsql can: docs/drizzle.md#drivers)",
     );
   }
   const waitMs = flagOrDuration('IDEM_WAIT', env.IDEM_WAIT);

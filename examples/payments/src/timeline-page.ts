@@ -211,9 +211,9 @@ function table(generations: readonly TimelineEntry[]): string {
   const cell = (at: Date | null) => `<td>${at ? escapeHtml(iso(at)) : '—'}</td>`;
   const rows = generations.map(
     (entry) =>
-      `<tr><td>${entry.generation}</td>${cell(entry.firstSeenAt)}${cell(entry.completedAt)}<td>${escapeHtml(entry.status === null ? `none (${entry.state})` : `${entry.status} ${entry.outcomeKind ?? ''}`)}</td>${cell(entry.expiresAt)}${cell(entry.archivedAt)}${cell(entry.reusedAt)}<td>${entry.takeovers}</td></tr>`,
+      `<tr><td>${entry.generation}</td>${cell(entry.firstSeenAt)}${cell(entry.completedAt)}<td>${escapeHtml(entry.status === null ? `none (${entry.state})` : `${entry.status} ${entry.outcomeKind ?? ''}`)}</td>${cell(entry.expiresAt)}${cell(entry.archivedAt)}${cell(entry.reusedAt)}<td>${entry.takeovers}</td><td>${entry.waits}</td></tr>`,
   );
-  return `<table><thead><tr><th>generation</th><th>first seen</th><th>completed</th><th>status</th><th>retention ends</th><th>archived</th><th>reused</th><th>takeovers</th></tr></thead><tbody>${rows.join('')}</tbody></table>`;
+  return `<table><thead><tr><th>generation</th><th>first seen</th><th>completed</th><th>status</th><th>retention ends</th><th>archived</th><th>reused</th><th>takeovers</th><th>waits</th></tr></thead><tbody>${rows.join('')}</tbody></table>`;
 }
 
 function page(title: string, body: string): string {

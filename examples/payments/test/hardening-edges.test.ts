@@ -13,6 +13,7 @@ import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts'
 import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
 import { MAX_AMOUNT } from '../src/channel.ts';
 import { get, graphql, ledger, migrateExample, mutate, newKey, startExample, type RunningExample } from './http.ts';
+import { streamOf } from '../../../test/support/streams.ts';
 
 const ALICE = { authorization: 'Bearer alice' };
 const PAYMENT = { amount: 4200, currency: 'EUR' };
@@ -26,19 +27,6 @@ const databases: Array<{
   { name: 'SQLite', pg: false, open: () => openSqliteTarget() },
   { name: 'PostgreSQL', pg: true, open: () => openPostgresTarget({ schemaPrefix: 'idem_example_edges' }) },
 ];
-
-/** A body sent as a stream: Node's fetch then sends it chunked, without Content-Length. */
-function streamOf(text: string, chunkBytes = 1024): ReadableStream<Uint8Array> {
-  const bytes = new TextEncoder().encode(text);
-  let offset = 0;
-  return new ReadableStream({
-    pull(controller) {
-      if (offset >= bytes.byteLength) return controller.close();
-      controller.enqueue(bytes.subarray(offset, offset + chunkBytes));
-      offset += chunkBytes;
-    },
-  });
-}
 
 async function payChunked(url: string, body: string, key: string) {
   const response = await fetch(`${url}/v1/payments`, {

@@ -216,6 +216,7 @@ describe.each(databases)('hardening of the payments example (issue 14) on $name'
         claim: () => Promise.reject(new Error('store down')),
         complete: (args) => store.complete(args),
         renew: (args) => store.renew(args),
+        countWait: (args) => store.countWait(args),
         release: (args) => store.release(args),
         get: (scope, key) => store.get(scope, key),
         timeline: (scope, key) => store.timeline(scope, key),

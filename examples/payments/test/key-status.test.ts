@@ -79,6 +79,7 @@ for (const database of databases) {
             reusedAt: null,
             status: 200,
             outcomeKind: 'success',
+            waits: 0,
             replayable: true,
             outcome: { kind: 'success', value: payment },
           },

@@ -73,6 +73,7 @@ export function describeAtomicMode<TTx>({ store, scope, atomic, request, storePa
         claim: (request) => real.claim(request),
         complete: (args) => real.complete(args),
         renew: (args) => real.renew(args),
+        countWait: (args) => real.countWait(args),
         release: (args) => real.release(args),
         get: (scope, key) => real.get(scope, key),
         timeline: (scope, key) => real.timeline(scope, key),

@@ -463,6 +463,8 @@ export interface KeyGenerationStatus {
   /** The outcome's HTTP-equivalent status (200, 500, …); `null` when none was stored. */
   status: number | null;
   outcomeKind: 'success' | 'error' | null;
+  /** How many duplicates waited for this generation's outcome instead of answering 409 (E3w). */
+  waits: number;
   /** Whether a retry with this key now would replay the stored outcome (E2). */
   replayable: boolean;
   /** The stored outcome itself, only while `replayable`; never past the retention. */

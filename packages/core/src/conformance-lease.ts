@@ -1,12 +1,13 @@
 /**
- * The conformance cases of lease renewal (E6) and of a duplicate that waits (E3w), run by
- * `runStoreConformance` against the store under test.
+ * The conformance cases of lease renewal (E6) and of a duplicate that waits (E3w, with its count
+ * in the key's timeline, A1), run by `runStoreConformance` against the store under test.
  */
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { createEngine } from './engine.js';
 import { RequestInProgressError } from './errors.js';
 import { LeaseLostError } from './lease.js';
+import type { KeyedIdempotencyEvent } from './events.js';
 import type { ClaimRequest, ClaimResult, IdempotencyStore } from './store.js';
 
 export interface LeaseConformance {
@@ -150,6 +151,7 @@ export function describeLeaseConformance({ store, scope, request, storePassed, s
           await stalled;
           return real.renew(args);
         },
+        countWait: (args) => real.countWait(args),
         release: (args) => real.release(args),
         get: (scope, key) => real.get(scope, key),
         timeline: (scope, key) => real.timeline(scope, key),
@@ -217,6 +219,111 @@ export function describeLeaseConformance({ store, scope, request, storePassed, s
       expect(Date.now() - start).toBeGreaterThanOrEqual(shortMs - 5);
       release();
       await first;
+    });
+
+    it('E3w/A1: countWait adds one wait to the live record of that generation, in any state: concurrent counts all land, completion and a takeover keep them, the timeline shows them', async () => {
+      const req = request({ leaseMs: shortMs });
+      const record = claimedRecord(await store().claim(req));
+      expect(record.waits).toBe(0);
+      const generation = { scope, key: req.key, generation: 1 };
+      expect(await store().countWait(generation)).toBe(true);
+      expect(await store().get(scope, req.key)).toMatchObject({ state: 'processing', waits: 1 });
+      const counted = await Promise.all(Array.from({ length: 25 }, () => store().countWait(generation)));
+      expect(counted).toEqual(counted.map(() => true));
+      expect(await store().get(scope, req.key)).toMatchObject({ waits: 26, token: req.token });
+      await storePassed(record.leaseUntil);
+      const takeover = claimedRecord(await store().claim(request({ key: req.key })));
+      expect(takeover).toMatchObject({ takeovers: 1, waits: 26 });
+      expect(await store().complete({ scope, key: req.key, token: takeover.token, outcome: success('"done"') })).toBe(
+        true,
+      );
+      expect(await store().countWait(generation)).toBe(true);
+      expect(await store().get(scope, req.key)).toMatchObject({ state: 'completed', waits: 27 });
+      expect(await store().timeline(scope, req.key)).toEqual([
+        expect.objectContaining({ generation: 1, state: 'completed', takeovers: 1, waits: 27 }),
+      ]);
+    });
+
+    it("E3w/A1: countWait of an unknown key or of another generation answers false and changes nothing; a reused key keeps its earlier generation's waits in history and starts again at 0", async () => {
+      const req = request({ leaseMs: shortMs, retentionMs: shortMs });
+      expect(await store().countWait({ scope, key: req.key, generation: 1 })).toBe(false);
+      expect(await store().get(scope, req.key)).toBeNull();
+      claimedRecord(await store().claim(req));
+      expect(await store().countWait({ scope, key: req.key, generation: 2 })).toBe(false);
+      expect(await store().countWait({ scope: `${scope}-other`, key: req.key, generation: 1 })).toBe(false);
+      expect(await store().countWait({ scope, key: req.key, generation: 1 })).toBe(true);
+      await store().complete({ ...owner(req), outcome: success('1') });
+      const completed = await store().get(scope, req.key);
+      expect(completed).toMatchObject({ waits: 1 });
+      await storePassed(completed!.expiresAt);
+      const reuse = claimedRecord(await store().claim(request({ key: req.key })));
+      expect(reuse).toMatchObject({ generation: 2, waits: 0 });
+      expect(await store().countWait({ scope, key: req.key, generation: 1 })).toBe(false);
+      expect((await store().timeline(scope, req.key)).map(({ generation, waits }) => ({ generation, waits }))).toEqual([
+        { generation: 1, waits: 1 },
+        { generation: 2, waits: 0 },
+      ]);
+    });
+
+    it("E3w/A1: through the engine, each duplicate that waits is counted once in its generation's waits, and one that does not wait is not", async () => {
+      const key = randomUUID();
+      const engine = createEngine({ store: store(), lease: 30_000 });
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      let runs = 0;
+      const first = engine.execute({ scope, key, fingerprint: 'a' }, async () => {
+        runs++;
+        await gate;
+        return 'paid';
+      });
+      await untilProcessing(key);
+      await expect(engine.execute({ scope, key, fingerprint: 'a' }, () => 'again')).rejects.toBeInstanceOf(
+        RequestInProgressError,
+      );
+      const waiting = [1, 2].map(() => engine.execute({ scope, key, fingerprint: 'a', wait: 60_000 }, () => 'again'));
+      for (let i = 0; (await store().get(scope, key))?.waits !== 2 && i < 1000; i++) await sleep(5);
+      release();
+      for (const answer of await Promise.all(waiting)) expect(answer).toMatchObject({ value: 'paid', replayed: true });
+      await first;
+      expect(runs).toBe(1);
+      expect(await store().timeline(scope, key)).toEqual([expect.objectContaining({ generation: 1, waits: 2 })]);
+    });
+
+    it('E3w: a duplicate whose count fails still waits and gets the replay; the failure is a storeError (countWait)', async () => {
+      const key = randomUUID();
+      const real = store();
+      const events: KeyedIdempotencyEvent[] = [];
+      const failingCount: IdempotencyStore = {
+        claim: (request) => real.claim(request),
+        complete: (args) => real.complete(args),
+        renew: (args) => real.renew(args),
+        countWait: () => Promise.reject(new Error('store unreachable')),
+        release: (args) => real.release(args),
+        get: (scope, key) => real.get(scope, key),
+        timeline: (scope, key) => real.timeline(scope, key),
+        sweep: (options) => real.sweep(options),
+        purge: (options) => real.purge(options),
+        ping: () => real.ping(),
+      };
+      const engine = createEngine({
+        store: failingCount,
+        lease: 30_000,
+        onEvent: (event) => void (event.type !== 'unkeyed' && events.push(event)),
+      });
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      const first = engine.execute({ scope, key, fingerprint: 'a' }, () => gate.then(() => 'paid'));
+      await untilProcessing(key);
+      const waiting = engine.execute({ scope, key, fingerprint: 'a', wait: 60_000 }, () => 'again');
+      for (let i = 0; !events.some((e) => e.type === 'storeError') && i < 1000; i++) await sleep(5);
+      release();
+      expect(await waiting).toMatchObject({ value: 'paid', replayed: true });
+      await first;
+      expect(events.filter((e) => e.type === 'storeError')).toEqual([
+        expect.objectContaining({ storeOperation: 'countWait', generation: 1, willRetry: false }),
+      ]);
+      expect(events.filter((e) => e.type === 'waited')).toEqual([expect.objectContaining({ answer: 'replayed' })]);
+      expect(await real.get(scope, key)).toMatchObject({ state: 'completed', waits: 0 });
     });
   });
 }

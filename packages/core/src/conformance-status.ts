@@ -71,6 +71,7 @@ export function describeKeyStatusConformance({ store, shortMs, storePassed }: Ke
             reusedAt: null,
             status: 200,
             outcomeKind: 'success',
+            waits: 0,
             replayable: true,
             outcome: { kind: 'success', value: { id: 'pay_1', amount: 4200 } },
           },
@@ -101,6 +102,13 @@ export function describeKeyStatusConformance({ store, shortMs, storePassed }: Ke
       const [generation] = (await lookUpKeyStatus(store(), target(request.key)))!.generations;
       expect(generation).toMatchObject({ state: 'processing', status: null, completedAt: null, replayable: false });
       expect(generation).not.toHaveProperty('outcome');
+    });
+
+    it('E3w/A1: the duplicates that waited for a generation are counted in its waits', async () => {
+      const { request } = await claim();
+      for (let i = 0; i < 2; i++) await store().countWait({ scope, key: request.key, generation: 1 });
+      const [generation] = (await lookUpKeyStatus(store(), target(request.key)))!.generations;
+      expect(generation).toMatchObject({ state: 'processing', waits: 2 });
     });
 
     it('E4: a released key: released, nothing ran', async () => {

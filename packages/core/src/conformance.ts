@@ -132,6 +132,7 @@ export function runStoreConformance<TTx = unknown>({
         token: req.token,
         fingerprint: 'fp-1',
         takeovers: 0,
+        waits: 0,
         outcome: null,
         completedAt: null,
         archivedAt: null,

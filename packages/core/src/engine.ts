@@ -58,7 +58,8 @@ export interface EndpointPolicy {
    * answers 409. It polls the store with back-off and holds no connection while it sleeps; when
    * the first execution completes (or fails and its failure is stored) the duplicate answers that
    * outcome as a replay (E2); when its claim is released or taken over, the duplicate claims it
-   * and runs. Published in the policy (R4) as `waitMs`. Not with atomic mode, where a claim is
+   * and runs. Each waiting duplicate is counted in its generation's `waits` (the key's timeline,
+   * A1). Published in the policy (R4) as `waitMs`. Not with atomic mode, where a claim is
    * invisible until its transaction commits. Defaults to 0: answer 409 at once (E3).
    */
   wait?: Duration;
@@ -320,13 +321,18 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   async #wait(endpoint: Endpoint, first: Extract<ClaimResult, { outcome: 'existing' }>): Promise<ClaimResult> {
     const start = Date.now();
     const deadline = start + endpoint.waitMs;
+    // A1: counted once, as the wait begins; settled before this waiter asks again, so that it
+    // never holds two connections. A failed count is reported and the wait goes on.
+    const counted = this.#countWait(endpoint, first.record.generation);
     let claim: ClaimResult = first;
     let delay = FIRST_WAIT_POLL_MS;
     while (claim.outcome === 'existing' && isAwaitable(endpoint, claim) && Date.now() < deadline) {
       await sleep(Math.min(delay, deadline - Date.now()));
+      await counted;
       delay = Math.min(delay * 2, MAX_WAIT_POLL_MS);
       claim = await this.#claim(endpoint);
     }
+    await counted;
     const answer =
       claim.outcome === 'claimed' ? 'claimed' : isReplayable(claim.record) ? 'replayed' : ('conflict' as const);
     this.#emit({
@@ -337,6 +343,15 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       answer,
     });
     return claim;
+  }
+
+  /** E3w, A1: `store.countWait` of the generation a duplicate waits on; never rejects (a failure is a `storeError`). */
+  async #countWait({ scope, key, subject }: Endpoint, generation: number): Promise<void> {
+    try {
+      await this.store.countWait({ scope, key, generation });
+    } catch (error) {
+      this.#emit({ type: 'storeError', ...subject, storeOperation: 'countWait', generation, error, willRetry: false });
+    }
   }
 
   async executeAtomic<T>(

@@ -42,7 +42,7 @@ export interface ExpiredGeneration {
 }
 
 /** Which store call failed, in a `storeError` event. */
-export type StoreOperation = 'claim' | 'complete' | 'release' | 'renew';
+export type StoreOperation = 'claim' | 'complete' | 'release' | 'renew' | 'countWait';
 
 /** What the engine reports about a keyed request: every event but `unkeyed`. */
 export type KeyedIdempotencyEvent =

@@ -219,6 +219,7 @@ function describeGeneration(
     reusedAt: entry.reusedAt?.toISOString() ?? null,
     status: entry.status,
     outcomeKind: entry.outcomeKind,
+    waits: entry.waits,
     replayable: outcome !== undefined,
   };
   if (outcome) generation.outcome = outcome;

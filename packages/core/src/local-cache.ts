@@ -37,7 +37,8 @@ interface Entry {
  * goes to the store, which archives and reuses it (R2) or answers it expired.
  *
  * Safe because a completed record does not change until it expires (R1): no claim, completion,
- * renewal or release writes to it before then, and the sweeper archives only expired records.
+ * renewal or release writes to it before then, and the sweeper archives only expired records
+ * (`countWait` may still add to its `waits`, which no claim's answer reads).
  * Rows changed by hand (a manual `DELETE`) are not seen until the entry expires or is evicted.
  * Records are cached when a claim answers them `existing` and `completed` (the first replay
  * reads the store; the next ones do not); a record is never cached from this process's own

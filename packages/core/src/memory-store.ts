@@ -2,6 +2,7 @@ import type {
   ClaimRenewal,
   ClaimRequest,
   ClaimResult,
+  GenerationRef,
   IdempotencyRecord,
   IdempotencyStore,
   StoredOutcome,
@@ -97,6 +98,13 @@ export class MemoryStore implements IdempotencyStore {
     return true;
   }
 
+  async countWait({ scope, key, generation }: GenerationRef): Promise<boolean> {
+    const record = this.#live.get(recordId(scope, key));
+    if (!record || record.generation !== generation) return false;
+    record.waits += 1;
+    return true;
+  }
+
   async release({ scope, key, token }: { scope: string; key: string; token: string }): Promise<boolean> {
     const record = this.#owned(scope, key, token);
     if (!record) return false;
@@ -183,6 +191,7 @@ function fresh(request: ClaimRequest, now: number, generation: number): Idempote
     completedAt: null,
     archivedAt: null,
     takeovers: 0,
+    waits: 0,
     outcome: null,
   };
 }

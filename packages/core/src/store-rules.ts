@@ -75,5 +75,6 @@ export function toTimelineEntry(record: IdempotencyRecord, reusedAt: Date | null
     archivedAt: record.archivedAt,
     reusedAt,
     takeovers: record.takeovers,
+    waits: record.waits,
   };
 }

@@ -52,6 +52,11 @@ export interface IdempotencyRecord {
   archivedAt: Date | null;
   /** How many times a stale claim of this generation was taken over (E6). */
   takeovers: number;
+  /**
+   * How many duplicates waited for this generation's outcome (E3w), each counted once, when its
+   * wait began. A new claim of the record (rules 1–3) starts it at 0; a takeover keeps it.
+   */
+  waits: number;
   outcome: StoredOutcome | null;
 }
 
@@ -108,7 +113,10 @@ export interface TimelineEntry {
   archivedAt: Date | null;
   /** When a later generation replaced this one (the key was reused after it expired). */
   reusedAt: Date | null;
+  /** How many times a stale claim of this generation was taken over (E6). */
   takeovers: number;
+  /** How many duplicates waited for this generation's outcome (E3w): see {@link IdempotencyRecord.waits}. */
+  waits: number;
 }
 
 /** Who owns a claim: the record (scope, key) and the owner's fencing token. */
@@ -116,6 +124,13 @@ export interface ClaimOwner {
   scope: string;
   key: string;
   token: string;
+}
+
+/** One generation of (scope, key): what {@link IdempotencyStore.countWait} counts a wait on. */
+export interface GenerationRef {
+  scope: string;
+  key: string;
+  generation: number;
 }
 
 /** A renewal of a claim's lease (E6): the owner, and the lease it extends to from now. */
@@ -169,7 +184,7 @@ export interface StoreTransaction<TTx = unknown> {
  * commit together with the claim and the stored outcome, or not at all. The engine drives it; the
  * store only opens the transaction and runs the statements. `TTx` is the transaction the handler
  * is given (`claim.tx`). `MemoryStore` has no atomic mode; which drivers of `@idem/drizzle` have
- * it is listed once, in the Drivers table of its README (packages/drizzle/README.md#drivers).
+ * it is listed once, in its Drivers table (docs/drizzle.md#drivers).
  */
 export interface AtomicMode<TTx = unknown> {
   /**
@@ -227,6 +242,16 @@ export interface IdempotencyStore<TTx = unknown> extends Partial<AtomicMode<TTx>
    * whose owner stopped renewing (died, lost its store, stalled past the lease) is taken over.
    */
   renew(args: ClaimRenewal): Promise<boolean>;
+
+  /**
+   * E3w, A1: counts one duplicate that waits for the outcome of `generation` of (scope, key):
+   * if the live record is still that generation (in any state), its `waits` becomes `waits + 1`
+   * and it answers true; otherwise (gone, or reused as a later generation) false, and nothing
+   * changes. Not fenced: any duplicate may count, and only `waits` is written. The engine calls
+   * it once per waiting duplicate, when the wait begins, and waits on regardless of the answer
+   * or of a rejection. A store may send concurrent calls as one write (`waits + n`).
+   */
+  countWait(args: GenerationRef): Promise<boolean>;
 
   /**
    * Gives back a claim whose handler never started (E4): if `token` owns the `processing`

@@ -34,6 +34,7 @@ function overriding(real: MemoryStore, overrides: Partial<IdempotencyStore>): Id
     claim: (request) => real.claim(request),
     complete: (args) => real.complete(args),
     renew: (args) => real.renew(args),
+    countWait: (args) => real.countWait(args),
     release: (args) => real.release(args),
     get: (scope, key) => real.get(scope, key),
     timeline: (scope, key) => real.timeline(scope, key),

@@ -172,6 +172,7 @@ describe('toReconciliation', () => {
     reusedAt: null,
     status: 200,
     outcomeKind: 'success' as const,
+    waits: 0,
     replayable: false,
     ...overrides,
   });

@@ -66,6 +66,7 @@ export const LIVE_READ_ORDER = [
   'outcomeKind',
   'outcomeStatus',
   'body',
+  'waits',
   'now',
 ] as const;
 
@@ -99,12 +100,13 @@ export function liveRowOfValues(v: ArrayLike<unknown>): LiveRow {
     outcomeKind: v[12] as LiveRow['outcomeKind'],
     outcomeStatus: v[13] === null ? null : Number(v[13]),
     body: v[14] as string | null,
+    waits: Number(v[15]),
   };
 }
 
 /** The database clock of the hot read: its last column. */
 export function nowOfValues(v: ArrayLike<unknown>): Date {
-  return new Date(Number(v[15]));
+  return new Date(Number(v[16]));
 }
 
 /**

@@ -20,6 +20,7 @@ import { definePgTables } from './pg/schema.js';
 import { pgStatements } from './pg/statements.js';
 import { rejectingWithoutParameters, withoutParameters } from './query-errors.js';
 import { renewalsOf } from './renewals.js';
+import { waitCountsOf } from './wait-counts.js';
 import { toRecord, toTimeline, type LiveRow } from './record-rows.js';
 import { defineSqliteTables } from './sqlite/schema.js';
 import { DEFAULT_BUSY_RETRY_MS } from './sqlite/busy.js';
@@ -69,7 +70,7 @@ export interface DrizzleStoreOptions {
  * An {@link IdempotencyStore} backed by drizzle, with the dialect, driver and table names it
  * uses, and atomic mode where the driver's transactions can await (`transaction`; the handler
  * gets the drizzle transaction, typed as `TTx`): on every driver but better-sqlite3 (see the
- * README's Drivers table).
+ * Drivers table, docs/drizzle.md#drivers).
  */
 export interface DrizzleStore<TTx = unknown> extends IdempotencyStore<TTx> {
   readonly dialect: Dialect;
@@ -167,6 +168,7 @@ function storeOver<TTx>(
       ? grouped((args) => s.complete(args), completeMany.bind(s), { mode: groupMode })
       : (args) => s.complete(args);
   const renew = renewalsOf(s, groupCommit, groupMode);
+  const countWait = waitCountsOf(s, groupCommit, groupMode);
 
   /** The write of the rule `decideClaim` chose, on the row it read; undefined when it lost a race. */
   async function write(request: ClaimRequest, decision: ClaimWrite): Promise<ClaimResult | undefined> {
@@ -237,6 +239,7 @@ function storeOver<TTx>(
     }),
     complete: guarded(complete),
     renew: guarded(renew),
+    countWait: guarded(countWait),
     release: guarded((args) => s.release(args)),
     get: guarded(async (scope, key) => {
       const row = await s.getLive(scope, key);

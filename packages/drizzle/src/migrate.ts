@@ -2,7 +2,8 @@
  * `migrate(db)`: applies the committed drizzle-kit migrations of the detected dialect. Safe to
  * run on every start: applied migrations are recorded in the journal table `__idem_migrations`
  * (kept apart from your app's `__drizzle_migrations`, in the format drizzle's migrator writes),
- * and the SQL itself uses `IF NOT EXISTS`. The SQL is embedded in the module, so a bundled app
+ * and the SQL itself uses `IF NOT EXISTS` (on SQLite and MySQL, which have none for a new column,
+ * a column that exists already is not added again). The SQL is embedded in the module, so a bundled app
  * (Next.js, a serverless function) migrates without the package's folder on disk. It runs
  * through drizzle's public API only (a transaction, `execute` / `run`, a `select`), so every
  * driver of a dialect and every supported drizzle version take the same path.
@@ -121,7 +122,11 @@ async function migrateMysql(db: AnyMysqlDatabase, migrations: readonly Migration
         .orderBy(sql`created_at DESC`)
         .limit(1);
       for (const migration of pending(migrations, last?.createdAt)) {
-        for (const statement of migration.sql) await tx.execute(sql.raw(statement));
+        for (const statement of migration.sql) {
+          const adds = addedColumn(statement);
+          if (adds && executedRows('mysql', await tx.execute(mysqlColumnExists(adds))).length > 0) continue;
+          await tx.execute(sql.raw(statement));
+        }
         await tx.execute(
           sql`INSERT INTO ${journal} (\`hash\`, \`created_at\`) VALUES (${migration.hash}, ${migration.folderMillis})`,
         );
@@ -148,7 +153,8 @@ function migrateSqlite({ transactions, db }: SqliteDatabase, migrations: readonl
       (tx) => {
         tx.run(createJournal);
         const [last] = tx.all<{ createdAt: unknown }>(lastApplied);
-        for (const statement of statementsAfter(migrations, last?.createdAt, journal)) tx.run(statement);
+        for (const { statement, adds } of statementsAfter(migrations, last?.createdAt, journal))
+          if (!adds || tx.all(sqliteColumnExists(adds)).length === 0) tx.run(statement);
       },
       immediate,
     );
@@ -157,18 +163,54 @@ function migrateSqlite({ transactions, db }: SqliteDatabase, migrations: readonl
     async (tx) => {
       await tx.run(createJournal);
       const [last] = await tx.all<{ createdAt: unknown }>(lastApplied);
-      for (const statement of statementsAfter(migrations, last?.createdAt, journal)) await tx.run(statement);
+      for (const { statement, adds } of statementsAfter(migrations, last?.createdAt, journal))
+        if (!adds || (await tx.all(sqliteColumnExists(adds))).length === 0) await tx.run(statement);
     },
     immediate,
   );
 }
 
-/** The SQL of the migrations newer than the journal's last entry, each followed by its journal entry. */
-function statementsAfter(migrations: readonly MigrationMeta[], lastCreatedAt: unknown, journal: SQL): SQL[] {
+/** The statements of the migrations newer than the journal's last entry, each migration followed by its journal entry. */
+function statementsAfter(
+  migrations: readonly MigrationMeta[],
+  lastCreatedAt: unknown,
+  journal: SQL,
+): Array<{ statement: SQL; adds?: AddedColumn }> {
   return pending(migrations, lastCreatedAt).flatMap((migration) => [
-    ...migration.sql.map((statement) => sql.raw(statement)),
-    sql`INSERT INTO ${journal} ("hash", "created_at") VALUES (${migration.hash}, ${migration.folderMillis})`,
+    ...migration.sql.map((statement) => ({ statement: sql.raw(statement), adds: addedColumn(statement) })),
+    {
+      statement: sql`INSERT INTO ${journal} ("hash", "created_at") VALUES (${migration.hash}, ${migration.folderMillis})`,
+    },
   ]);
+}
+
+/** The table and column of an `ALTER TABLE … ADD …` statement. */
+export interface AddedColumn {
+  table: string;
+  column: string;
+}
+
+/**
+ * The column a migration statement adds, when it is drizzle-kit's `ALTER TABLE t ADD [COLUMN] c …`.
+ * SQLite and MySQL 8 have no `ADD COLUMN IF NOT EXISTS`, so on them `migrate` skips such a
+ * statement when the column is there already (tables that drizzle-kit created from a newer
+ * schema, or that were migrated under another journal table): what `IF NOT EXISTS` does for
+ * every other statement.
+ */
+export function addedColumn(statement: string): AddedColumn | undefined {
+  const found =
+    /^\s*ALTER TABLE\s+[`"]?([^`"\s]+)[`"]?\s+ADD\s+(?:COLUMN\s+)?(?:IF NOT EXISTS\s+)?[`"]?([^`"\s]+)[`"]?\s/i.exec(
+      statement,
+    );
+  return found ? { table: found[1] as string, column: found[2] as string } : undefined;
+}
+
+function sqliteColumnExists({ table, column }: AddedColumn): SQL {
+  return sql`SELECT 1 FROM pragma_table_info(${table}) WHERE name = ${column}`;
+}
+
+function mysqlColumnExists({ table, column }: AddedColumn): SQL {
+  return sql`SELECT 1 FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ${table} AND column_name = ${column}`;
 }
 
 const DDL_ATTEMPTS = 5;

@@ -20,6 +20,12 @@ export const EMBEDDED_MIGRATIONS: Readonly<Record<'sqlite' | 'postgres' | 'mysql
       "when": 1796173715606,
       "breakpoints": true,
       "sql": "CREATE INDEX IF NOT EXISTS `idem_keys_takeover_idx` ON `idem_keys` (`lease_until`) WHERE \"takeovers\" > 0;"
+    },
+    {
+      "tag": "0003_waits",
+      "when": 1796293038169,
+      "breakpoints": true,
+      "sql": "ALTER TABLE `idem_key_history` ADD `waits` integer DEFAULT 0 NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_keys` ADD `waits` integer DEFAULT 0 NOT NULL;"
     }
   ],
   "postgres": [
@@ -40,6 +46,12 @@ export const EMBEDDED_MIGRATIONS: Readonly<Record<'sqlite' | 'postgres' | 'mysql
       "when": 1796173713391,
       "breakpoints": true,
       "sql": "CREATE INDEX IF NOT EXISTS \"idem_keys_takeover_idx\" ON \"idem_keys\" USING btree (\"lease_until\") WHERE \"takeovers\" > 0;--> statement-breakpoint\nDO $$ BEGIN IF current_setting('server_version_num')::int >= 140000 THEN EXECUTE 'CREATE STATISTICS IF NOT EXISTS \"idem_keys_operation_state\" (mcv) ON \"state\", (substr(\"scope\", strpos(\"scope\", ''/'') + 1)) FROM \"idem_keys\"'; END IF; END $$;\n"
+    },
+    {
+      "tag": "0003_waits",
+      "when": 1796293039134,
+      "breakpoints": true,
+      "sql": "ALTER TABLE \"idem_key_history\" ADD COLUMN IF NOT EXISTS \"waits\" integer DEFAULT 0 NOT NULL;--> statement-breakpoint\nALTER TABLE \"idem_keys\" ADD COLUMN IF NOT EXISTS \"waits\" integer DEFAULT 0 NOT NULL;"
     }
   ],
   "mysql": [
@@ -48,6 +60,12 @@ export const EMBEDDED_MIGRATIONS: Readonly<Record<'sqlite' | 'postgres' | 'mysql
       "when": 1796118950665,
       "breakpoints": true,
       "sql": "CREATE TABLE IF NOT EXISTS `idem_key_history` (\n\t`scope` varbinary(1024) NOT NULL,\n\t`key` varbinary(512) NOT NULL,\n\t`generation` int NOT NULL,\n\t`fingerprint` text CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,\n\t`state` varchar(16) NOT NULL,\n\t`token` varbinary(255) NOT NULL,\n\t`created_at` datetime(3) NOT NULL,\n\t`lease_until` datetime(3) NOT NULL,\n\t`expires_at` datetime(3) NOT NULL,\n\t`completed_at` datetime(3),\n\t`archived_at` datetime(3) NOT NULL,\n\t`takeovers` int NOT NULL,\n\t`outcome_kind` varchar(16),\n\t`outcome_status` int,\n\t`body` longtext CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,\n\t`reused_at` datetime(3) NOT NULL,\n\tCONSTRAINT `idem_key_history_scope_key_generation_pk` PRIMARY KEY(`scope`,`key`,`generation`),\n\tINDEX `idem_key_history_archived_at_idx` (`archived_at`)\n);\n--> statement-breakpoint\nCREATE TABLE IF NOT EXISTS `idem_keys` (\n\t`scope` varbinary(1024) NOT NULL,\n\t`key` varbinary(512) NOT NULL,\n\t`generation` int NOT NULL,\n\t`fingerprint` text CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,\n\t`state` varchar(16) NOT NULL,\n\t`token` varbinary(255) NOT NULL,\n\t`created_at` datetime(3) NOT NULL,\n\t`lease_until` datetime(3) NOT NULL,\n\t`expires_at` datetime(3) NOT NULL,\n\t`completed_at` datetime(3),\n\t`archived_at` datetime(3),\n\t`takeovers` int NOT NULL DEFAULT 0,\n\t`outcome_kind` varchar(16),\n\t`outcome_status` int,\n\t`body` longtext CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,\n\tCONSTRAINT `idem_keys_scope_key_pk` PRIMARY KEY(`scope`,`key`),\n\tINDEX `idem_keys_expires_at_idx` (`state`,`expires_at`),\n\tINDEX `idem_keys_archived_at_idx` (`state`,`archived_at`)\n);"
+    },
+    {
+      "tag": "0001_waits",
+      "when": 1796293040042,
+      "breakpoints": true,
+      "sql": "ALTER TABLE `idem_key_history` ADD `waits` int DEFAULT 0 NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_keys` ADD `waits` int DEFAULT 0 NOT NULL;"
     }
   ]
 };

@@ -45,6 +45,7 @@ export function toRecord(row: LiveRow): IdempotencyRecord {
     completedAt: row.completedAt,
     archivedAt: row.archivedAt,
     takeovers: row.takeovers,
+    waits: row.waits,
     outcome:
       row.outcomeKind === null || row.outcomeStatus === null
         ? null

@@ -76,6 +76,7 @@ export function freshClaim(clock: DatabaseClock, b: ClaimBindings) {
     outcomeKind: sql`NULL`,
     outcomeStatus: sql`NULL`,
     body: sql`NULL`,
+    waits: sql`0`,
   };
 }
 
@@ -234,19 +235,26 @@ export function archiving(clock: DatabaseClock) {
 
 /**
  * R2: the live row's columns (from `getTableColumns`) as they go into the history table. The
- * history table has the live table's columns in the same order plus `reused_at` last, which
- * drizzle's insert-select checks.
+ * history table has the live table's columns in the same order, except that `reused_at` comes
+ * before `waits` (each table ends with the column its last migration added), which drizzle's
+ * insert-select checks.
  */
-export function historyCopy<TColumns extends { archivedAt: SQLWrapper }>(columns: TColumns, clock: DatabaseClock) {
+export function historyCopy<TColumns extends { archivedAt: SQLWrapper; waits: SQLWrapper }>(
+  columns: TColumns,
+  clock: DatabaseClock,
+) {
+  const { waits: _, ...kept } = columns;
   const copy = {
-    ...columns,
+    ...kept,
     state: sql<'archived'>`'archived'`.as('state'),
     archivedAt: sql<Date>`coalesce(${columns.archivedAt}, ${clock.now})`.as('archived_at'),
     body: sql<null>`NULL`.as('body'),
     reusedAt: sql<Date>`${clock.now}`.as('reused_at'),
+    waits: columns.waits,
   };
-  return copy as Omit<TColumns, 'state' | 'archivedAt' | 'body'> &
-    Pick<typeof copy, 'state' | 'archivedAt' | 'body' | 'reusedAt'>;
+  return copy as Omit<TColumns, 'state' | 'archivedAt' | 'body' | 'waits'> &
+    Pick<typeof copy, 'state' | 'archivedAt' | 'body' | 'reusedAt'> &
+    Pick<TColumns, 'waits'>;
 }
 
 /** `(…), (…), …`: each row a parenthesised list of bound values (a group's `VALUES` or `IN` list). */

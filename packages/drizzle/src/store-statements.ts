@@ -10,7 +10,14 @@
  * groups concurrent requests' first steps and completions into one statement or transaction each
  * (group commit), whose bookkeeping is `group-commit.ts`.
  */
-import type { AtomicMode, ClaimOwner, ClaimRenewal, ClaimRequest, StoredOutcome } from '@idem/core/store';
+import type {
+  AtomicMode,
+  ClaimOwner,
+  ClaimRenewal,
+  ClaimRequest,
+  GenerationRef,
+  StoredOutcome,
+} from '@idem/core/store';
 import type { HistoryRow, LiveRead, LiveRow } from './record-rows.js';
 
 /** A completion: the owner and the outcome it stores (`complete`, and each request of `completeMany`). */
@@ -65,6 +72,8 @@ export interface StoreStatements {
   renew(args: ClaimRenewal): Promise<boolean>;
   /** Group commit: several renewals in one statement per lease; `true` where that owner's claim was renewed, in input order. */
   renewMany?(args: ClaimRenewal[]): Promise<boolean[]>;
+  /** E3w, A1: `waits + count` on the live row while it is still that generation; false when it is not (`wait-counts.ts`). */
+  addWaits(ref: GenerationRef, count: number): Promise<boolean>;
   getLive(scope: string, key: string): Promise<LiveRow | undefined>;
   /** History rows of (scope, key), oldest generation first. */
   history(scope: string, key: string): Promise<HistoryRow[]>;

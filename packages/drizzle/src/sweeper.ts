@@ -110,7 +110,7 @@ export interface Sweeper {
 
 /**
  * Sweeps expired records on a schedule, in this process, while no other process of the fleet is
- * sweeping the same tables (the dialect's lock, see the README): the first round starts at once,
+ * sweeping the same tables (the dialect's lock, see docs/drizzle.md): the first round starts at once,
  * each next one `every` after the last ended. The timer does not keep the process alive.
  */
 export function startSweeper(

@@ -235,6 +235,7 @@ describe('idem explain text (A1)', () => {
     archivedAt: null,
     reusedAt: null,
     takeovers: 0,
+    waits: 0,
     ...overrides,
   });
   const now = at('2026-03-05T00:00:00.000Z');
@@ -246,6 +247,7 @@ describe('idem explain text (A1)', () => {
         archivedAt: at('2026-03-02T10:05:00.000Z'),
         reusedAt: at('2026-03-03T12:30:00.000Z'),
         takeovers: 1,
+        waits: 3,
       }),
       entry({
         generation: 2,
@@ -259,15 +261,16 @@ describe('idem explain text (A1)', () => {
     ];
     expect(explainTimeline(generations, now)).toBe(
       'Generation 1, first seen at 2026-03-01T10:00:00.000Z, completed with 200 at 2026-03-01T10:00:01.250Z; its claim was taken over once after a lease lapsed (E6); ' +
+        '3 duplicates waited for its outcome instead of answering 409 (E3w); ' +
         'its retention ended at 2026-03-02T10:00:00.000Z; the sweeper archived it at 2026-03-02T10:05:00.000Z; ' +
         'the key was reused at 2026-03-03T12:30:00.000Z, 26h 30m after its retention ended, and executed again as generation 2. ' +
         'Generation 2, first seen at 2026-03-03T12:30:00.000Z, has no outcome yet (still processing); its retention ends at 2026-03-06T00:00:00.000Z.',
     );
     expect(explainTimeline(generations.slice(0, 1), now)).toBe('');
     expect(renderTimelineTable(generations, now).split('\n')).toEqual([
-      'generation  first seen                completed                 status             expired                             archived                  reused',
-      '1           2026-03-01T10:00:00.000Z  2026-03-01T10:00:01.250Z  200 success        yes, at 2026-03-02T10:00:00.000Z    2026-03-02T10:05:00.000Z  2026-03-03T12:30:00.000Z',
-      '2           2026-03-03T12:30:00.000Z  —                         none (processing)  no, until 2026-03-06T00:00:00.000Z  —                         —',
+      'generation  first seen                completed                 status             expired                             archived                  reused                    waits',
+      '1           2026-03-01T10:00:00.000Z  2026-03-01T10:00:01.250Z  200 success        yes, at 2026-03-02T10:00:00.000Z    2026-03-02T10:05:00.000Z  2026-03-03T12:30:00.000Z  3',
+      '2           2026-03-03T12:30:00.000Z  —                         none (processing)  no, until 2026-03-06T00:00:00.000Z  —                         —                         0',
     ]);
   });
 

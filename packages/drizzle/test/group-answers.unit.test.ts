@@ -31,6 +31,7 @@ const live = ({ scope, key, token }: ClaimRequest): LiveRead => ({
     completedAt: null,
     archivedAt: null,
     takeovers: 0,
+    waits: 0,
     outcomeKind: null,
     outcomeStatus: null,
     body: null,

@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
 import { describe, expect, it } from 'vitest';
+import { addedColumn } from '../src/migrate.ts';
 import { migrationsFor } from '../src/migration-files.ts';
 
 const packageRoot = fileURLToPath(new URL('..', import.meta.url));
@@ -21,6 +22,19 @@ describe('embedded migrations', () => {
       expect(migrationsFor(dialect)).toEqual(fromFiles);
     });
   }
+
+  it("addedColumn reads the table and column of drizzle-kit's ALTER TABLE … ADD on every dialect, and nothing else", () => {
+    const added = (['sqlite', 'postgres', 'mysql'] as const).flatMap((dialect) =>
+      migrationsFor(dialect).flatMap((migration) => migration.sql.map(addedColumn).filter(Boolean)),
+    );
+    expect(added).toEqual(
+      Array.from({ length: 3 }, () => [
+        { table: 'idem_key_history', column: 'waits' },
+        { table: 'idem_keys', column: 'waits' },
+      ]).flat(),
+    );
+    expect(addedColumn('CREATE TABLE IF NOT EXISTS `idem_keys` (`waits` int)')).toBeUndefined();
+  });
 
   it('src/migrations.generated.ts is up to date with the SQL files (embed-migrations --check)', () => {
     expect(() =>

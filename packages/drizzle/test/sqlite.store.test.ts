@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { drizzle } from 'drizzle-orm/better-sqlite3';
 import { describe, expect, it, vi } from 'vitest';
 import { createDrizzleStore, defineSqliteTables, migrate } from '../src/index.ts';
+import { migrationsFor } from '../src/migration-files.ts';
 import { sqliteSweepCandidates } from '../src/sqlite/statements.ts';
 import { openSqliteTarget } from './sqlite-target.ts';
 import { DRIVERS } from './drivers.ts';
@@ -101,6 +102,35 @@ describe('drizzle store on SQLite', () => {
     target.client.close();
     try {
       await expectEveryMethodToReject(store);
+    } finally {
+      await target.close();
+    }
+  });
+
+  it('migrate under another journal table, on tables that exist: every migration is recorded again and the added waits column is not added twice', async () => {
+    const target = await openSqliteTarget();
+    try {
+      await migrate(target.db);
+      await migrate(target.db, { migrationsTable: '__other_journal' });
+      const recorded = target.client.prepare('SELECT count(*) AS n FROM __other_journal').get() as { n: number };
+      expect(recorded.n).toBe(migrationsFor('sqlite').length);
+      const columns = target.client.prepare("SELECT name FROM pragma_table_info('idem_keys')").all() as Array<{
+        name: string;
+      }>;
+      expect(columns.filter(({ name }) => name === 'waits')).toHaveLength(1);
+      const store = createDrizzleStore(target.db);
+      const key = randomUUID();
+      await store.claim({
+        scope: 's',
+        key,
+        fingerprint: null,
+        token: 't',
+        leaseMs: 1000,
+        retentionMs: 5000,
+        expiredReuse: 'execute',
+      });
+      expect(await store.countWait({ scope: 's', key, generation: 1 })).toBe(true);
+      expect(await store.get('s', key)).toMatchObject({ waits: 1 });
     } finally {
       await target.close();
     }

@@ -4,7 +4,7 @@
  * horizon, migrations, table names. Each dialect's test file supplies a harness.
  */
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sql, type SQL } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -53,6 +53,7 @@ const EVERY_CALL: Record<string, (store: DrizzleStore) => Promise<unknown>> = {
   complete: (store) => store.complete({ ...unused, outcome }),
   release: (store) => store.release(unused),
   renew: (store) => store.renew({ ...unused, leaseMs: 1 }),
+  countWait: (store) => store.countWait({ scope: unused.scope, key: unused.key, generation: 1 }),
   get: (store) => store.get(unused.scope, unused.key),
   timeline: (store) => store.timeline(unused.scope, unused.key),
   sweep: (store) => store.sweep(),
@@ -312,8 +313,10 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
     });
 
     it('S1: uses the table names it is given', async () => {
-      for (const file of ['0000_init.sql']) {
-        const folder = fileURLToPath(new URL(`../migrations/${harness.dialect}`, import.meta.url));
+      const folder = fileURLToPath(new URL(`../migrations/${harness.dialect}`, import.meta.url));
+      for (const file of readdirSync(folder)
+        .filter((name) => name.endsWith('.sql'))
+        .sort()) {
         const script = readFileSync(join(folder, file), 'utf8')
           .replaceAll('idem_key_history', 'audit_history')
           .replaceAll('idem_keys', 'audit_keys');

@@ -51,6 +51,8 @@ export const idempotencyKeyStatusTypeDefs = /* GraphQL */ `
     "The outcome's HTTP-equivalent status; null when none was stored."
     status: Int
     outcomeKind: String
+    "How many duplicates waited for this generation's outcome instead of answering 409."
+    waits: Int!
     "Whether a retry with this key now would replay the stored outcome."
     replayable: Boolean!
     "The stored outcome as JSON text, only while replayable."

@@ -12,20 +12,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { IdempotencyStore } from '@idem/core';
 import { idempotent } from '@idem/fetch';
 import { STORE_TARGETS } from './support.ts';
+import { streamOf } from '../../../test/support/streams.ts';
 
 const MAX_BODY_BYTES = 4096;
-
-function streamOf(text: string, chunkBytes = 512): ReadableStream<Uint8Array> {
-  const bytes = new TextEncoder().encode(text);
-  let offset = 0;
-  return new ReadableStream({
-    pull(controller) {
-      if (offset >= bytes.byteLength) return controller.close();
-      controller.enqueue(bytes.subarray(offset, offset + chunkBytes));
-      offset += chunkBytes;
-    },
-  });
-}
 
 describe.each(STORE_TARGETS)('a Next-style route handler given chunked bodies, on $name', (target) => {
   let store: IdempotencyStore;
@@ -59,7 +48,7 @@ describe.each(STORE_TARGETS)('a Next-style route handler given chunked bodies, o
     fetch(url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'idempotency-key': key },
-      body: streamOf(body),
+      body: streamOf(body, 512),
       duplex: 'half',
     } as RequestInit & { duplex: 'half' });
 

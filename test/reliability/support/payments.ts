@@ -70,7 +70,7 @@ export const graphqlPayments: PaymentEndpoint = {
       headersFor(options),
     );
   },
-  // A header key makes the operation one record; an argument key, the field (packages/envelop/README.md).
+  // A header key makes the operation one record; an argument key, the field (docs/graphql-yoga.md).
   scope: (account, keyIn = 'header') =>
     formatScope(keyIn === 'header' ? 'mutation:createPayment' : 'Mutation.createPayment', account),
   payment: (answer) => answer.body?.data?.createPayment ?? undefined,

@@ -123,9 +123,9 @@ export const COMMANDS = {
   }),
   explain: command({
     synopsis: 'explain <key> [--scope S] [--json]',
-    summary: 'every generation of a key: first seen, completed, status, expiry, reuse (A1)',
+    summary: 'every generation of a key: first seen, completed, status, expiry, reuse, waits (A1)',
     description:
-      'Prints, per scope, one row per generation of the key and, when it ran more than once, how it came back. Without --scope it looks in every scope that holds the key (reading the tables by key alone). The key bare or as the header sends it (\'"8e03978e-…"\'). Stored bodies are never printed (K5).',
+      'Prints, per scope, one row per generation of the key (with the duplicates that waited for its outcome, E3w) and, when it ran more than once, how it came back. Without --scope it looks in every scope that holds the key (reading the tables by key alone). The key bare or as the header sends it (\'"8e03978e-…"\'). Stored bodies are never printed (K5).',
     options: ['scope', 'json'],
     examples: [
       'npx idem explain order-42',
@@ -189,7 +189,7 @@ export const COMMANDS = {
     synopsis: 'stats [--exact | --estimate] [--json]',
     summary: 'records per state and per operation, stuck claims, takeovers, expired not swept, history',
     description:
-      "Counts the live records per state and per operation (the scope after its principal), shows the oldest processing claim and whether its lease has passed, the takeovers of the last day, the records past their retention not swept yet (and since when), the archived records and the history rows. Each figure is one statement through an index; the drizzle README shows each one's plan on PostgreSQL. The counts by state and operation: on PostgreSQL, above 1,000,000 rows (the planner's estimate), from the planner statistics without reading the table (--exact counts every row instead, --estimate uses the statistics on any table); on SQLite and MySQL, counted.",
+      "Counts the live records per state and per operation (the scope after its principal), shows the oldest processing claim and whether its lease has passed, the takeovers of the last day, the records past their retention not swept yet (and since when), the archived records and the history rows. Each figure is one statement through an index; docs/drizzle.md (What stats and doctor read) shows each one's plan on PostgreSQL. The counts by state and operation: on PostgreSQL, above 1,000,000 rows (the planner's estimate), from the planner statistics without reading the table (--exact counts every row instead, --estimate uses the statistics on any table); on SQLite and MySQL, counted.",
     options: ['exact', 'estimate', 'json'],
     examples: ['npx idem stats', 'npx idem stats --json', 'npx idem stats --exact'],
     tables: 'find',

@@ -12,7 +12,7 @@ export interface KeyTimelines {
   scopes: Array<{ scope: string; generations: TimelineEntry[] }>;
 }
 
-const HEADERS = ['generation', 'first seen', 'completed', 'status', 'expired', 'archived', 'reused'] as const;
+const HEADERS = ['generation', 'first seen', 'completed', 'status', 'expired', 'archived', 'reused', 'waits'] as const;
 
 /** The outcome status and kind (`200 success`, `500 error`), or the state when none was stored. */
 function statusCell(entry: TimelineEntry): string {
@@ -39,6 +39,7 @@ export function renderTimelineTable(generations: readonly TimelineEntry[], now: 
       expiredCell(entry, now),
       iso(entry.archivedAt),
       iso(entry.reusedAt),
+      String(entry.waits),
     ]),
   );
 }
@@ -67,6 +68,10 @@ export function explainTimeline(generations: readonly TimelineEntry[], now: Date
     if (entry.takeovers > 0)
       clauses.push(
         `its claim was taken over ${entry.takeovers === 1 ? 'once' : `${entry.takeovers} times`} after a lease lapsed (E6)`,
+      );
+    if (entry.waits > 0)
+      clauses.push(
+        `${entry.waits === 1 ? 'a duplicate' : `${entry.waits} duplicates`} waited for its outcome instead of answering 409 (E3w)`,
       );
     clauses.push(
       `its retention ${entry.expiresAt.getTime() <= now.getTime() ? 'ended' : 'ends'} at ${iso(entry.expiresAt)}`,

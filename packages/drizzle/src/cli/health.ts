@@ -1,7 +1,7 @@
 /**
  * `idem stats` and `idem doctor`: what the store holds, and what needs an operator. The queries
  * read through the store's indexes where one serves (the expiry and archive indexes, the
- * primary key); the drizzle README says which read what, with PostgreSQL's EXPLAIN.
+ * primary key); docs/drizzle.md says which read what, with PostgreSQL's EXPLAIN.
  */
 import { sql, type SQL } from 'drizzle-orm';
 import type { OpenedDatabase } from '../connect.js';
@@ -84,7 +84,7 @@ function operationOf(opened: OpenedDatabase, scope: SQL | unknown): SQL {
   return sql`substr(${scope}, strpos(${scope}, '/') + 1)`;
 }
 
-/** The statements of `idem stats`, by name (the README shows each one's plan on PostgreSQL). */
+/** The statements of `idem stats`, by name (docs/drizzle.md shows each one's plan on PostgreSQL). */
 export function statsQueries(opened: OpenedDatabase, names: TableNames) {
   const { keys, history } = tablesOf(opened, names);
   const clock = clockOf(opened);

@@ -51,6 +51,10 @@ export function defineMysqlTables(options: TableOptions = {}) {
       outcomeKind: varchar('outcome_kind', { length: 16, enum: OUTCOME_KINDS }),
       outcomeStatus: int('outcome_status'),
       body: utf8LongText('body'),
+      // E3w, A1: duplicates that waited for this generation's outcome. Last, where the migration
+      // that added it put it: a table drizzle-kit creates from this schema and a migrated one then
+      // have the same column order (PostgreSQL's first step reads `RETURNING` beside `SELECT *`).
+      waits: int('waits').notNull().default(0),
     },
     (table) => [
       primaryKey({ columns: [table.scope, table.key] }),
@@ -80,6 +84,7 @@ export function defineMysqlTables(options: TableOptions = {}) {
       outcomeStatus: int('outcome_status'),
       body: utf8LongText('body'),
       reusedAt: instant('reused_at').notNull(),
+      waits: int('waits').notNull().default(0),
     },
     (table) => [
       primaryKey({ columns: [table.scope, table.key, table.generation] }),

@@ -21,6 +21,7 @@ import type { AnyMysqlDatabase } from '../dialect.js';
 import { openTransaction, type TransactionOf } from '../owned-transaction.js';
 import { toRecord, type LiveRow } from '../record-rows.js';
 import { renewByLease, renewedLease } from '../renewals.js';
+import { sameGeneration, waitsAdded } from '../wait-counts.js';
 import * as writes from '../row-writes.js';
 import type { StoreStatements } from '../store-statements.js';
 import { mysqlGroups } from './groups.js';
@@ -95,6 +96,12 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
     .update(keys)
     .set(renewedLease(clock, sql`${param('leaseMs')}`))
     .where(writes.ownedClaim(keys, b))
+    .prepare();
+
+  const addWaits = db
+    .update(keys)
+    .set(waitsAdded(keys, sql`${param('count')}`))
+    .where(sameGeneration(keys, { scope: b.scope, key: b.key, generation: sql`${param('generation')}` }))
     .prepare();
 
   const getLive = db.select().from(keys).where(writes.thisKey(keys, b)).prepare();
@@ -287,6 +294,9 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
         );
         return alone.filter((owner): owner is ClaimOwner => owner !== false);
       }),
+    async addWaits({ scope, key, generation }, count) {
+      return affectedRows(await addWaits.execute({ scope, key, generation, count })) === 1;
+    },
     async getLive(scope, key) {
       const [row] = await getLive.execute({ scope, key });
       return row;

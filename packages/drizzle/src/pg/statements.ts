@@ -15,6 +15,7 @@ import { openTransaction, type TransactionOf } from '../owned-transaction.js';
 import { pgGroupStatements } from './groups.js';
 import type { PgTables } from './schema.js';
 import { renewByLease, renewedLease } from '../renewals.js';
+import { sameGeneration, waitsAdded } from '../wait-counts.js';
 import { columnsReadFrom, toRecord } from '../record-rows.js';
 import * as writes from '../row-writes.js';
 import type { StoreStatements } from '../store-statements.js';
@@ -112,6 +113,13 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
     .where(writes.ownedClaim(keys, b))
     .returning({ token: keys.token })
     .prepare(name('renew'));
+
+  const addWaits = db
+    .update(keys)
+    .set(waitsAdded(keys, sql`${param('count')}`))
+    .where(sameGeneration(keys, { scope: b.scope, key: b.key, generation: sql`${param('generation')}` }))
+    .returning({ token: keys.token })
+    .prepare(name('add_waits'));
 
   const getLive = db.select().from(keys).where(writes.thisKey(keys, b)).prepare(name('get'));
 
@@ -286,6 +294,9 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
           .where(writes.ownedClaims(keys, owners, (rows) => sql`(VALUES ${writes.boundTuples(rows)})`))
           .returning({ scope: keys.scope, key: keys.key, token: keys.token }),
       ),
+    async addWaits({ scope, key, generation }, count) {
+      return (await addWaits.execute({ scope, key, generation, count })).length === 1;
+    },
     async getLive(scope, key) {
       const [row] = await getLive.execute({ scope, key });
       return row;

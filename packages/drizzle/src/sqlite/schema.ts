@@ -42,6 +42,10 @@ export function defineSqliteTables(options: TableOptions = {}) {
       outcomeKind: text('outcome_kind', { enum: OUTCOME_KINDS }),
       outcomeStatus: integer('outcome_status'),
       body: text('body'),
+      // E3w, A1: duplicates that waited for this generation's outcome. Last, where the migration
+      // that added it put it: a table drizzle-kit creates from this schema and a migrated one then
+      // have the same column order (PostgreSQL's first step reads `RETURNING` beside `SELECT *`).
+      waits: integer('waits').notNull().default(0),
     },
     (table) => [
       primaryKey({ columns: [table.scope, table.key] }),
@@ -74,6 +78,7 @@ export function defineSqliteTables(options: TableOptions = {}) {
       outcomeStatus: integer('outcome_status'),
       body: text('body'),
       reusedAt: integer('reused_at', { mode: 'timestamp_ms' }).notNull(),
+      waits: integer('waits').notNull().default(0),
     },
     (table) => [
       primaryKey({ columns: [table.scope, table.key, table.generation] }),

@@ -25,6 +25,7 @@ import { toRecord, type LiveRow } from '../record-rows.js';
 import * as writes from '../row-writes.js';
 import { openTransaction, type TransactionOf } from '../owned-transaction.js';
 import { renewByLease, renewedLease } from '../renewals.js';
+import { sameGeneration, waitsAdded } from '../wait-counts.js';
 import type { StoreStatements } from '../store-statements.js';
 import { isSqliteBusy, whileBusy } from './busy.js';
 import { sqliteGroups, valuesOf } from './groups.js';
@@ -145,6 +146,13 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
     .update(keys)
     .set(renewedLease(clock, sql`${param('leaseMs')}`))
     .where(writes.ownedClaim(keys, b))
+    .returning({ token: keys.token })
+    .prepare();
+
+  const addWaits = db
+    .update(keys)
+    .set(waitsAdded(keys, sql`${param('count')}`))
+    .where(sameGeneration(keys, { scope: b.scope, key: b.key, generation: sql`${param('generation')}` }))
     .returning({ token: keys.token })
     .prepare();
 
@@ -296,6 +304,8 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
           .returning({ scope: keys.scope, key: keys.key, token: keys.token });
         return write(async () => await update.all());
       }),
+    addWaits: ({ scope, key, generation }, count) =>
+      write(async () => (await addWaits.all({ scope, key, generation, count })).length === 1),
     getLive: (scope, key) => read(() => getLive.get({ scope, key })),
     history: (scope, key) => read(() => historyOf.all({ scope, key })),
     sweep: (limit) => write(async () => (await sweep.all({ limit })).length),
