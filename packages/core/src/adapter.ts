@@ -233,7 +233,7 @@ export function attachClaim(context: object, claim: ClaimContext<unknown> | unde
 export { claimForPart, IDEMPOTENCY_CLAIM, type ClaimCarrier } from './claim.js';
 export { resolveDocumentationUrl, requestUrlOf } from './documentation-url.js';
 export { DEFAULT_KEY_FIELD, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, type KeyOptions } from './key.js';
-export { OutcomeNotStoredError, OutcomeTooLargeError } from './outcome.js';
+export { describesOutcomeNotStored, OutcomeNotStoredError, OutcomeTooLargeError } from './outcome.js';
 export type { ErrorCodec, OutcomeSerializer, StoredErrorDescription } from './outcome.js';
 export {
   encodeError,

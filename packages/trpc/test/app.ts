@@ -6,8 +6,8 @@ import { z } from 'zod';
 import superjson from 'superjson';
 import type { IdempotencyStore } from '@idem/core';
 import {
-  HandlerNotStartedError,
   idempotency,
+  notStarted,
   idempotencyErrorFormatter,
   type IdempotencyContext,
 } from '../src/index.ts';
@@ -93,10 +93,10 @@ export function createTestApp(store: IdempotencyStore) {
     rateLimitedOrder: t.procedure
       .input(order)
       .use(idempotent)
-      .mutation(({ input }) => {
+      .mutation(({ input, ctx }) => {
         if (state.rateLimited) {
           bump('rateLimitedOrder.refused');
-          throw new HandlerNotStartedError(new TRPCError({ code: 'TOO_MANY_REQUESTS', message: 'slow down' }));
+          throw notStarted(ctx, new TRPCError({ code: 'TOO_MANY_REQUESTS', message: 'slow down' }));
         }
         return place('rateLimitedOrder', input.amount);
       }),
