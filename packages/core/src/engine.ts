@@ -146,6 +146,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     }
     if (!run.started) {
       await this.#release(endpoint, record);
+      if ('rethrow' in run) throw run.rethrow;
       return notStartedResult(run.answer, generation);
     }
     const { result, durationMs } = run;
@@ -273,6 +274,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
         return liveResult(run.result, generation);
       }
       case 'notStarted':
+        if ('rethrow' in run) throw run.rethrow;
         return notStartedResult(run.answer, generation);
       case 'unstorable':
         throw run.error;

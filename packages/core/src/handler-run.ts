@@ -5,7 +5,7 @@
 import type { AtomicClaimContext, HandlerReturn } from './engine-types.js';
 import { claimContext, ownerOf, type Endpoint } from './endpoint.js';
 import { neverAborted } from './lease.js';
-import { isNotStartedAnswer } from './not-started.js';
+import { HandlerNotStartedError, isNotStartedAnswer } from './not-started.js';
 import type { EncodedOutcome, HandlerOutcome } from './outcome-codec.js';
 import type { IdempotencyRecord, StoreTransaction, TransactionEnd } from './store.js';
 
@@ -16,6 +16,7 @@ import type { IdempotencyRecord, StoreTransaction, TransactionEnd } from './stor
 export type HandlerRun<TLive, TAnswer> = { durationMs: number } & (
   | { started: true; result: HandlerOutcome<TLive> }
   | { started: false; answer: TAnswer }
+  | { started: false; rethrow: unknown }
 );
 
 /** Runs `run` and times it: from its call until its promise settles (the `durationMs` of `completed`). */
@@ -29,7 +30,9 @@ export async function runHandler<TLive, TAnswer>(
     if (isNotStartedAnswer(value)) return { started: false, answer: value.answer, durationMs };
     return { started: true, result: { ok: true, value }, durationMs };
   } catch (error) {
-    return { started: true, result: { ok: false, error }, durationMs: performance.now() - start };
+    const durationMs = performance.now() - start;
+    if (error instanceof HandlerNotStartedError) return { started: false, rethrow: error.cause, durationMs };
+    return { started: true, result: { ok: false, error }, durationMs };
   }
 }
 
@@ -40,6 +43,7 @@ export async function runHandler<TLive, TAnswer>(
 export type AtomicRun<TLive, TAnswer> =
   | { outcome: 'completed'; result: HandlerOutcome<TLive>; stored: EncodedOutcome; durationMs: number }
   | { outcome: 'notStarted'; answer: TAnswer }
+  | { outcome: 'notStarted'; rethrow: unknown }
   | { outcome: 'unstorable'; error: unknown }
   | { outcome: 'fenced' };
 

@@ -19,7 +19,7 @@ export {
   type IdempotencyEngine,
 } from './engine.js';
 export { idempotencyClaim, deriveKey, type ClaimContext, type ClaimCarrier } from './claim.js';
-export { notStarted } from './not-started.js';
+export { notStarted, HandlerNotStartedError } from './not-started.js';
 export { LeaseLostError, type LeaseLossReason } from './lease.js';
 export { sharedPrincipal } from './adapter.js';
 export { MAX_SCOPE_BYTES } from './scope.js';

@@ -51,3 +51,18 @@ export function notStarted<E>(context: unknown, reason: E): E {
 export function saidNotStarted(claim: ClaimContext<unknown>): boolean {
   return notStartedClaims.has(claim);
 }
+
+/**
+ * @deprecated Return {@link notStartedAnswer} from an engine handler, or throw
+ * `notStarted(ctx, error)` from a resolver under an adapter. Kept for code that calls
+ * `engine.execute` / `engine.executeAtomic` directly: a handler that throws it has its claim
+ * released, nothing stored, and `cause` rethrown, as before. Adapters do not look for it: a
+ * resolver under `@idem/trpc`, `@idem/envelop` or `@idem/apollo-server` that throws it has its
+ * failure stored.
+ */
+export class HandlerNotStartedError extends Error {
+  constructor(override readonly cause: unknown) {
+    super('[idem] the handler did not start', { cause });
+    this.name = 'HandlerNotStartedError';
+  }
+}

@@ -31,7 +31,7 @@ export type { StoredExecutionResult, StoredGraphQLError } from './graphql-core/s
 export {
   sharedPrincipal,
   idempotencyClaim,
-  HandlerNotStartedError,
+  notStarted,
   type ClaimContext,
   type Duration,
   type FingerprintOption,

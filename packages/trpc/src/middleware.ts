@@ -1,10 +1,5 @@
 import type { TRPCMiddlewareFunction } from '@trpc/server';
-import {
-  isIdempotencyError,
-  type ClaimCarrier,
-  type IdempotencyEngine,
-  type IdempotencyError,
-} from '@idem/core';
+import { isIdempotencyError, type ClaimCarrier, type IdempotencyEngine, type IdempotencyError } from '@idem/core';
 import {
   claimFields,
   createAdapterKit,

@@ -5,12 +5,7 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import { z } from 'zod';
 import superjson from 'superjson';
 import type { IdempotencyStore } from '@idem/core';
-import {
-  idempotency,
-  notStarted,
-  idempotencyErrorFormatter,
-  type IdempotencyContext,
-} from '../src/index.ts';
+import { idempotency, notStarted, idempotencyErrorFormatter, type IdempotencyContext } from '../src/index.ts';
 
 export interface AppContext extends IdempotencyContext {
   /** The caller, from the `x-user` header (S1 principal). */
