@@ -110,6 +110,9 @@ export async function runInTransaction<TTx, TLive, TStored, TAnswer>(
     if (error !== rollBack && (thrown === undefined || error !== thrown.error)) throw error;
   }
   if (notStarted) return { commit: false, value: { outcome: 'notStarted', answer: notStarted.answer } };
+  // Deprecated: a HandlerNotStartedError thrown by a direct engine caller's handler (its cause rethrown).
+  if (thrown?.error instanceof HandlerNotStartedError)
+    return { commit: false, value: { outcome: 'notStarted', rethrow: thrown.error.cause } };
   let result: HandlerOutcome<TLive>;
   let stored: EncodedOutcome;
   try {
