@@ -48,15 +48,7 @@ import { toMilliseconds, type Duration } from './duration.js';
 import { assertScopeFits, scopeParts } from './scope.js';
 
 export { formatScope } from './scope.js';
-export type {
-  AtomicClaimContext,
-  EndpointPolicy,
-  EngineOptions,
-  ExecuteRequest,
-  ExecuteResult,
-  HandlerReturn,
-  IdempotencyEngine,
-} from './engine-types.js';
+export type * from './engine-types.js';
 
 const DEFAULT_RETENTION: Duration = '24h';
 const DEFAULT_LEASE: Duration = '30s';
