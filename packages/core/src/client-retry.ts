@@ -9,7 +9,7 @@
  * are built on it.
  */
 import type { Reconciliation } from './client-reconciliation.js';
-import { formatDuration, toMilliseconds, type Duration } from './duration.js';
+import { formatDuration } from './duration.js';
 
 // What a client needs of the key rules, so that this module alone serves browser clients.
 export {
