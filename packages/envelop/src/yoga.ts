@@ -81,8 +81,14 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
   // Yoga's plugin imports `graphql-yoga`: loaded on Yoga's first request, so plain Envelop never needs it.
   let csrfPlugin: Promise<CsrfPlugin> | undefined;
   const loadCsrfPlugin = (requestHeaders: readonly string[]) =>
-    import('@graphql-yoga/plugin-csrf-prevention').then(({ useCSRFPrevention }) =>
-      useCSRFPrevention({ requestHeaders: [...requestHeaders] }),
+    import('@graphql-yoga/plugin-csrf-prevention').then(
+      ({ useCSRFPrevention }) => useCSRFPrevention({ requestHeaders: [...requestHeaders] }),
+      (cause: unknown) => {
+        throw new TypeError(
+          "[idem] useYogaIdempotency: `csrfPrevention` runs Yoga's CSRF plugin: install @graphql-yoga/plugin-csrf-prevention, or pass `csrfPrevention: false` for an API no browser calls with cookies",
+          { cause },
+        );
+      },
     );
   const batches = new WeakMap<object, { params: readonly BatchedParams[]; mutations?: number }>();
   const plugin = createIdempotencyPlugin(options, {
