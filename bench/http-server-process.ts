@@ -16,6 +16,12 @@ await new Promise<void>((resolve, reject) => {
 process.send?.({ port: (server.address() as AddressInfo).port });
 
 process.on('message', (message) => {
+  // The CPU this process has used so far (user + system, µs): the parent's per-request figure.
+  if (message === 'cpu') {
+    const { user, system } = process.cpuUsage();
+    process.send?.({ cpuMicros: user + system });
+    return;
+  }
   if (message !== 'stop') return;
   server.closeAllConnections();
   server.close();

@@ -33,6 +33,7 @@ import {
   parseIdempotencyKey,
   IDEMPOTENT_REPLAYED_HEADER,
 } from '@idem/core';
+import { withLocalCache } from '@idem/core/store';
 import { createDrizzleStore, type DrizzleStoreOptions } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
 import { accountOf } from '../examples/payments/src/account.ts';
@@ -47,6 +48,7 @@ export const HTTP_VARIANTS = [
   'idem engine, SQLite, groupCommit: false',
   'idem engine, PostgreSQL',
   'idem engine, PostgreSQL, groupCommit: false',
+  'idem engine, PostgreSQL, local cache',
   'powertools, Redis',
   'node-idempotency, memory',
   'node-idempotency, Redis',
@@ -58,6 +60,8 @@ export const HTTP_VARIANTS = [
   'hono + idem, SQLite',
   'hono bare, PostgreSQL',
   'hono + idem, PostgreSQL',
+  'tRPC + idem, PostgreSQL, atomic',
+  'hono + idem, PostgreSQL, atomic',
 ] as const;
 export type HttpVariant = (typeof HTTP_VARIANTS)[number];
 
@@ -102,6 +106,8 @@ export async function createVariantServer(config: ServerConfig): Promise<Variant
       return idemEngine(config.postgresUrl);
     case 'idem engine, PostgreSQL, groupCommit: false':
       return idemEngine(config.postgresUrl, { groupCommit: false });
+    case 'idem engine, PostgreSQL, local cache':
+      return idemEngine(config.postgresUrl, {}, { localCache: true });
     case 'powertools, Redis':
       return powertools(config);
     case 'node-idempotency, memory':
@@ -127,6 +133,10 @@ export async function createVariantServer(config: ServerConfig): Promise<Variant
       return honoBare(config.postgresUrl);
     case 'hono + idem, PostgreSQL':
       return honoWithIdem(config.postgresUrl);
+    case 'tRPC + idem, PostgreSQL, atomic':
+      return trpcWithIdem(config.postgresUrl, { atomic: true });
+    case 'hono + idem, PostgreSQL, atomic':
+      return honoWithIdem(config.postgresUrl, { atomic: true });
   }
 }
 
@@ -170,9 +180,14 @@ function plain(
 }
 
 /** idem's engine called directly, as the adapters call it: key (K1–K3), scope (S1), fingerprint (F1). */
-async function idemEngine(url: string, options: DrizzleStoreOptions = {}): Promise<VariantServer> {
+async function idemEngine(
+  url: string,
+  options: DrizzleStoreOptions = {},
+  { localCache = false }: { localCache?: boolean } = {},
+): Promise<VariantServer> {
   const database = await openDatabase(url);
-  const engine = createEngine({ store: createDrizzleStore(database.db, options) });
+  const store = createDrizzleStore(database.db, options);
+  const engine = createEngine({ store: localCache ? withLocalCache(store) : store });
   return plain(
     async ({ account, keyHeader, input }) => {
       try {
@@ -285,9 +300,9 @@ function nodeIdempotencyStatus(code: IdempotencyErrorCodes): number {
 }
 
 /** The example app: tRPC at /trpc with idem's middleware, over the example's channel. */
-async function trpcWithIdem(url: string): Promise<VariantServer> {
+async function trpcWithIdem(url: string, { atomic = false }: { atomic?: boolean } = {}): Promise<VariantServer> {
   const database = await openDatabase(url);
-  const app = createPaymentsApp({ db: database.db, retentionMs: 86_400_000, leaseMs: 30_000 });
+  const app = createPaymentsApp({ db: database.db, retentionMs: 86_400_000, leaseMs: 30_000, atomic });
   await app.channel.migrate();
   return {
     server: app.server,
@@ -323,7 +338,7 @@ async function trpcBare(url: string): Promise<VariantServer> {
 }
 
 /** The example's `POST /v1/payments` (Hono, `@idem/fetch/hono`), over its channel. */
-async function honoWithIdem(url: string): Promise<VariantServer> {
+async function honoWithIdem(url: string, { atomic = false }: { atomic?: boolean } = {}): Promise<VariantServer> {
   const database = await openDatabase(url);
   const channel = new PaymentChannel(database.db);
   await channel.migrate();
@@ -332,6 +347,7 @@ async function honoWithIdem(url: string): Promise<VariantServer> {
     channel,
     retentionMs: 86_400_000,
     leaseMs: 30_000,
+    atomic,
   });
   const server = createServer((req, res) => void rest.listener(req, res));
   return {

@@ -22,6 +22,7 @@ const REPLAY_VARIANTS: readonly HttpVariant[] = [
   'idem engine, SQLite, groupCommit: false',
   'idem engine, PostgreSQL',
   'idem engine, PostgreSQL, groupCommit: false',
+  'idem engine, PostgreSQL, local cache',
   'powertools, Redis',
   'node-idempotency, memory',
   'node-idempotency, Redis',
@@ -34,6 +35,8 @@ const ROUTE_BARE: Partial<Record<HttpVariant, HttpVariant>> = {
   'tRPC + idem, PostgreSQL': 'tRPC bare, PostgreSQL',
   'hono + idem, SQLite': 'hono bare, SQLite',
   'hono + idem, PostgreSQL': 'hono bare, PostgreSQL',
+  'tRPC + idem, PostgreSQL, atomic': 'tRPC bare, PostgreSQL',
+  'hono + idem, PostgreSQL, atomic': 'hono bare, PostgreSQL',
 };
 
 export interface HttpOptions {
@@ -48,6 +51,8 @@ export interface HttpRow {
   requestsPerSecond: number;
   p50Ms: number;
   p99Ms: number;
+  /** Median over rounds of the server process's CPU time (user + system) per answered request, µs. */
+  serverCpuMicros: number;
   /** Median over rounds of this row's req/s over the bare handler's in the same round. */
   ratioToBare: number;
   /** tRPC + idem and hono + idem rows, fresh keys: the same ratio against the same route without idem. */
@@ -70,6 +75,7 @@ interface Sample {
   requestsPerSecond: number;
   p50Ms: number;
   p99Ms: number;
+  serverCpuMicros: number;
   non2xx: number;
   errors: number;
 }
@@ -164,6 +170,7 @@ export async function runHttp({ quick }: HttpOptions): Promise<HttpResult> {
             requestsPerSecond: median(list.map((s) => s.requestsPerSecond)),
             p50Ms: median(list.map((s) => s.p50Ms)),
             p99Ms: median(list.map((s) => s.p99Ms)),
+            serverCpuMicros: median(list.map((s) => s.serverCpuMicros)),
             ratioToBare: median(list.map((s, round) => s.requestsPerSecond / bare[round]!.requestsPerSecond)),
             non2xx: list.reduce((sum, s) => sum + s.non2xx, 0),
             errors: list.reduce((sum, s) => sum + s.errors, 0),
@@ -204,6 +211,7 @@ async function load(
 ): Promise<Sample> {
   // autocannon's histogram keeps whole milliseconds; loopback latencies need the fractions.
   const latencies: number[] = [];
+  const cpuBefore = await serverCpu(server);
   const result = await new Promise<autocannon.Result>((resolve, reject) => {
     const instance = autocannon(
       {
@@ -226,13 +234,28 @@ async function load(
       if (statusCode >= 200 && statusCode < 300) latencies.push(responseTime);
     });
   });
+  const cpuMicros = (await serverCpu(server)) - cpuBefore;
   return {
     requestsPerSecond: result.requests.total / result.duration,
+    serverCpuMicros: cpuMicros / Math.max(1, result.requests.total),
     p50Ms: percentile(latencies, 50),
     p99Ms: percentile(latencies, 99),
     non2xx: result.non2xx,
     errors: result.errors,
   };
+}
+
+/** The server process's CPU time so far (user + system), µs. */
+function serverCpu({ child }: RunningServer): Promise<number> {
+  return new Promise((resolve) => {
+    const listener = (message: unknown) => {
+      if (typeof message !== 'object' || message === null || !('cpuMicros' in message)) return;
+      child.off('message', listener);
+      resolve(Number(message.cpuMicros));
+    };
+    child.on('message', listener);
+    child.send('cpu');
+  });
 }
 
 /** One request and the same again: answers `200 → 200 replayed` when the variant replays as it should. */

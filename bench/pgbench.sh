@@ -3,7 +3,9 @@
 # statements — the claim's INSERT … ON CONFLICT DO NOTHING RETURNING and the completion's
 # UPDATE … WHERE owner RETURNING — as one pair per simulated request, prepared (-M prepared, as
 # the store prepares them), at 1 and 64 clients, on the migrated tables in a fresh schema
-# (dropped at the end). Compare its pairs/s with the fresh req/s of `npm run bench -- --only http`.
+# (dropped at the end); then the store's grouped forms of the same two statements, 16 and 64
+# requests per statement (GROUP_SIZES; empty skips them), at 4 and 8 clients. Compare its
+# pairs/s and grouped requests/s with the fresh req/s of `npm run bench -- --only http`.
 #
 #   bash bench/pgbench.sh                 # DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test)
 #   SECONDS_PER_RUN=10 bash bench/pgbench.sh
@@ -54,6 +56,29 @@ for clients in 1 64; do
   latency="$(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms/\1/p')"
   printf '| pgbench, claim INSERT + completion UPDATE | %s | %.0f pairs/s | %s ms avg |\n' "$clients" "$tps" "$latency"
 done
-# Every pair completed its own claim: no row is left processing.
+
+# The grouped ceiling (issue 34): the store's own claim group and completion group statements
+# (pgbench-groups.ts captures them from the store), SIZE requests per statement, each statement
+# its own commit, unprepared as the store sends them (-M simple: pgbench binds at most 255
+# parameters, and each key here is one; the store binds 11 per claim, unnamed, parsed each time). CLIENTS pgbench clients
+# stand for the batcher's lanes: 4 claim and 4 completion statements in flight at most.
+group_sizes="${GROUP_SIZES:-16 64}"
+if [ -n "$group_sizes" ]; then
+  # shellcheck disable=SC2086
+  (cd "$here/.." && node --import tsx bench/pgbench-groups.ts "$work" $group_sizes) >/dev/null
+  for size in $group_sizes; do
+    for clients in 4 8; do
+      out="$(PGOPTIONS="$options" pgbench "$url" -n -M simple -f "$work/group-$size.sql" -c "$clients" -j 2 -T "$seconds" 2>&1)" || {
+        echo "$out" >&2
+        exit 1
+      }
+      tps="$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p')"
+      latency="$(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms/\1/p')"
+      printf '| pgbench, claim group + completion group, %s requests per statement | %s | %.0f requests/s (%.0f groups/s) | %s ms avg per group |\n' \
+        "$size" "$clients" "$(echo "$tps * $size" | bc -l)" "$tps" "$latency"
+    done
+  done
+fi
+# Every pair and group completed its own claims: no row is left processing.
 left="$(psql "$url" -Atc "SELECT count(*) FILTER (WHERE state <> 'completed') || ' of ' || count(*) FROM $schema.idem_keys")"
 echo "rows not completed: $left" >&2

@@ -1,5 +1,5 @@
 /**
- * Part `pgbench`: the database's own limit for the fresh path, beside idem's (bench/pgbench.sh:
+ * Part `pgbench`: the database's own limits for the fresh path, beside idem's (bench/pgbench.sh:
  * the store's claim INSERT and completion UPDATE as one pair per simulated request, at 1 and 64
  * clients). Skipped, with a note, where pgbench is not installed.
  */
@@ -28,7 +28,7 @@ export function runPgbench({ quick }: { quick: boolean }): PgbenchResult {
 export function renderPgbench(result: PgbenchResult): string {
   if (result.skipped) return `pgbench: skipped (${result.skipped}).`;
   return [
-    "pgbench, the store's claim INSERT + completion UPDATE per simulated request (-M prepared):",
+    "pgbench, the store's claim INSERT + completion UPDATE per simulated request (-M prepared), and the store's claim group + completion group statements for 16 and 64 requests each (the grouped ceiling; clients stand for the batcher's lanes):",
     '',
     '| what | clients | throughput | latency |',
     '| --- | --- | --- | --- |',

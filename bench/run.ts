@@ -24,8 +24,9 @@ import {
 } from './databases.ts';
 import { renderCommits, runCommits } from './commits.ts';
 import { runFloor, type FloorStore } from './floor.ts';
-import { runHttp } from './http.ts';
-import { renderPgbench, runPgbench } from './pgbench.ts';
+import { renderGoals } from './goals.ts';
+import { runHttp, type HttpResult } from './http.ts';
+import { renderPgbench, runPgbench, type PgbenchResult } from './pgbench.ts';
 import { renderKeyStatus, runKeyStatus } from './key-status.ts';
 import { runMemory } from './memory.ts';
 import { renderFloor, renderHttp, renderMachine, renderMemory, renderScale, type MachineNotes } from './report.ts';
@@ -145,6 +146,9 @@ for (const part of parts) {
   results.seconds![part] = (Date.now() - partStarted) / 1000;
   console.log(`\n${section}\n`);
 }
+
+if (results.http)
+  console.log(`\n${renderGoals(results.http as HttpResult, results.pgbench as PgbenchResult | undefined)}\n`);
 
 const totalSeconds = (Date.now() - started) / 1000;
 const loadAverageAtEnd = loadavg();

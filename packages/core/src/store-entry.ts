@@ -12,3 +12,4 @@ export {
   type ClaimDecision,
   type ClaimedRecordView,
 } from './store-rules.js';
+export { withLocalCache, type LocalCacheOptions } from './local-cache.js';
