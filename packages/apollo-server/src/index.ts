@@ -41,7 +41,7 @@ export {
 export {
   sharedPrincipal,
   idempotencyClaim,
-  HandlerNotStartedError,
+  notStarted,
   type ClaimContext,
   type Duration,
 } from '@idem/core';

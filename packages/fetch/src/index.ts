@@ -13,7 +13,6 @@ export { DEFAULT_REPLAY_HEADERS } from './stored-response.js';
 export {
   sharedPrincipal,
   idempotencyClaim,
-  HandlerNotStartedError,
   type ClaimContext,
   type Duration,
   type FingerprintOption,

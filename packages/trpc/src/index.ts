@@ -22,7 +22,7 @@ export {
 export {
   sharedPrincipal,
   idempotencyClaim,
-  HandlerNotStartedError,
+  notStarted,
   type ClaimContext,
   type Duration,
   type FingerprintOption,
