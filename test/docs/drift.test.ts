@@ -81,6 +81,8 @@ const NOT_IDEMS = new Set([
   'flatten',
   'mutate',
   'getHeaders',
+  // GraphQL Yoga's CSRF plugin, which csrfPrevention runs
+  'useCSRFPrevention',
   'random',
   // store and engine methods, options that take a function, the example's mutation
   'timeline',

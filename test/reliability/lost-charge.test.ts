@@ -5,7 +5,7 @@
  * the answer is lost). E4 stores every failure of a handler that started, so before the fix each
  * cut spent its key: the failure (with its SQL) was replayed for the whole retention and no
  * retry could charge. The example now looks the charge up by its downstream key: found, it is the
- * answer; not found, the key is given back (`HandlerNotStartedError`): a 503 whose retry charges
+ * answer; not found, the key is given back (`notStarted(ctx, error)`): a 503 whose retry charges
  * once. Every transport: tRPC, GraphQL and the plain HTTP route; checks go over the test's own connection.
  *
  * Needs a PostgreSQL server (a proxy cannot stand in front of PGlite): skipped on PGlite.

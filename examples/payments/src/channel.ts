@@ -32,7 +32,7 @@ export class PaymentChannelError extends Error {
 /**
  * The ledger write failed (a lost database connection, say) and the ledger holds no charge under
  * the request's downstream key: nothing was charged, so the resolvers give the key back
- * (`HandlerNotStartedError`, E4) and a retry with it charges. Even when the lookup itself fails
+ * (`notStarted(ctx, error)`, E4) and a retry with it charges. Even when the lookup itself fails
  * this is safe: the retry charges under the same downstream key, which the channel deduplicates.
  * `cause` is the database error, for the server's log; the message names no SQL.
  */

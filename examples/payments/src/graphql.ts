@@ -2,7 +2,7 @@ import { GraphQLError } from 'graphql';
 import { createSchema, createYoga, maskError, type Plugin, type YogaServerOptions } from 'graphql-yoga';
 import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth';
 import { maxTokensPlugin } from '@escape.tech/graphql-armor-max-tokens';
-import { HandlerNotStartedError, type ClaimContext } from '@idem/core';
+import { notStarted, type ClaimContext } from '@idem/core';
 import {
   useYogaIdempotency,
   idempotentDirectiveTypeDefs,
@@ -118,7 +118,8 @@ export function paymentsResolvers(
         const parsed = paymentInput.safeParse(args.input);
         // Refused before the channel is called: the claim is released, nothing stored (E4).
         if (!parsed.success)
-          throw new HandlerNotStartedError(
+          throw notStarted(
+            context,
             new GraphQLError(
               parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; '),
               { extensions: { code: 'BAD_USER_INPUT' } },
@@ -139,14 +140,16 @@ export function paymentsResolvers(
         } catch (error) {
           // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
           if (error instanceof ChargeNotRecordedError)
-            throw new HandlerNotStartedError(
+            throw notStarted(
+              context,
               new GraphQLError(error.message, {
                 extensions: { code: 'SERVICE_UNAVAILABLE', http: { status: 503, headers: { 'Retry-After': '1' } } },
               }),
             );
           // The database refused the payment's data: the client's to fix, nothing charged (E4).
           if (error instanceof ChargeRefusedError)
-            throw new HandlerNotStartedError(
+            throw notStarted(
+              context,
               new GraphQLError(error.message, { extensions: { code: 'BAD_USER_INPUT', http: { status: 400 } } }),
             );
           // The channel's failure after it charged is meant for the client (stored and replayed, E4).

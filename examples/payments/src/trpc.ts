@@ -8,7 +8,7 @@ import {
   idempotencyErrorFormatter,
   idempotencyStatusProcedure,
 } from '@idem/trpc';
-import { HandlerNotStartedError, type IdempotencyStore, type IdempotencyEventHandler } from '@idem/core';
+import { notStarted, type IdempotencyStore, type IdempotencyEventHandler } from '@idem/core';
 import type { DrizzleDatabase, DrizzleTransaction } from '@idem/drizzle';
 import { accountOf, SHARED_ACCOUNTS } from './account.ts';
 import {
@@ -28,11 +28,11 @@ export const UNEXPECTED_ERROR_MESSAGE =
  * The resolver's failure as the client may see it, before idem stores it (E4): tRPC errors and
  * the channel's own failure as they are; anything else (a database error carrying its SQL and
  * parameters, a bug) becomes a generic INTERNAL_SERVER_ERROR, its cause logged here. A failure
- * that gave the key back (`HandlerNotStartedError`) goes on to idem untouched.
+ * that gave the key back (`notStarted(ctx, error)`) is a tRPC error of its own, so it goes on as it is.
  */
 function clientError(error: TRPCError, path: string): TRPCError {
   const { cause } = error;
-  if (error.code !== 'INTERNAL_SERVER_ERROR' || cause instanceof HandlerNotStartedError) return error;
+  if (error.code !== 'INTERNAL_SERVER_ERROR') return error;
   if (cause instanceof PaymentChannelError) return error;
   console.error(`[payments] ${path} failed unexpectedly: ${innermostMessage(cause ?? error)}`);
   return new TRPCError({ code: 'INTERNAL_SERVER_ERROR', message: UNEXPECTED_ERROR_MESSAGE });
@@ -113,14 +113,13 @@ export function createPaymentsRouter({
           } catch (error) {
             // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
             if (error instanceof ChargeNotRecordedError)
-              throw new HandlerNotStartedError(
+              throw notStarted(
+                ctx,
                 new TRPCError({ code: 'SERVICE_UNAVAILABLE', message: error.message, cause: error }),
               );
             // The database refused the payment's data: the client's to fix (400), nothing charged.
             if (error instanceof ChargeRefusedError)
-              throw new HandlerNotStartedError(
-                new TRPCError({ code: 'BAD_REQUEST', message: error.message, cause: error }),
-              );
+              throw notStarted(ctx, new TRPCError({ code: 'BAD_REQUEST', message: error.message, cause: error }));
             throw error;
           }
         }),

@@ -221,6 +221,29 @@ describe('@idem/apollo-server formatError', () => {
   });
 });
 
+describe("CSRF: a mutation a web page can send without asking (Apollo Server's own csrfPrevention)", () => {
+  it('refuses a mutation posted as a plain form (urlencoded, multipart, text/plain) on both hosts, and nothing runs — the requests the Yoga path refuses', async () => {
+    for (const host of ['standalone', 'express5'] as const) {
+      const shop = createShop();
+      const started = await startApollo(host, shop, { store: new MemoryStore(), principal: (context) => context.user });
+      try {
+        const query = 'mutation { placeOrder(input: { amount: 5, currency: "EUR" }, idempotencyKey: "k-1") { id } }';
+        const multipart = new FormData();
+        multipart.set('operations', JSON.stringify({ query }));
+        multipart.set('map', '{}');
+        for (const body of [new URLSearchParams({ query }), multipart, query]) {
+          const response = await fetch(started.url, { method: 'POST', body });
+          expect(response.status, `${host} ${typeof body}`).toBe(400);
+          expect(await response.text()).toMatch(/CSRF/);
+        }
+        expect(shop.calls).toEqual({});
+      } finally {
+        await started.stop();
+      }
+    }
+  });
+});
+
 describe.each(unreachableStores)('@idem/apollo-server with an unreachable store ($name)', (target) => {
   it('E7: a mutation is refused with 503 IDEMPOTENCY_STORE_UNAVAILABLE and Retry-After, and does not run', async () => {
     const unreachable = await target.open();

@@ -7,7 +7,9 @@
  *    rule) and the key field (a tRPC input field, a GraphQL argument), then `required` (K2);
  * 2. the principal, then the scope of each operation (S1);
  * 3. the fingerprint (F1, F2), without the key field;
- * 4. the execution, atomic or not (E1–E4), the claim on the context for the resolvers;
+ * 4. the execution, atomic or not (E1–E4), the claim on the context for the resolvers, the
+ *    host's outcomes stored and replayed through its typed {@link OutcomeCodec}, and "the
+ *    handler did not start" returned as one value ({@link notStartedAnswer});
  * 5. a refusal (400, 409, 422, 503) as a problem (X1), its type resolved against the request.
  */
 import { atomicModeOf } from './atomic-mode.js';
@@ -19,6 +21,7 @@ import {
   type EngineOptions,
   type ExecuteRequest,
   type ExecuteResult,
+  type HandlerReturn,
   type IdempotencyEngine,
 } from './engine.js';
 import { AmbiguousKeyError, MissingKeyError, type IdempotencyError, type ProblemDetails } from './errors.js';
@@ -114,8 +117,15 @@ export interface AdapterKit<TContext, TTx = unknown> {
   scopes(context: TContext): Promise<(operation: string) => RequestScope>;
   /** F1: the fingerprint of `input`, under the `fingerprint` option; `exclude` names top-level fields left out. */
   fingerprint(input: unknown, exclude?: readonly string[]): Promise<string | null>;
-  /** E1–E4: one unit, through `engine.execute`, or `engine.executeAtomic` in atomic mode (`claim.tx`). */
-  execute<T>(request: ExecuteRequest, handler: (claim: ClaimContext<TTx>) => Promise<T>): Promise<ExecuteResult<T>>;
+  /**
+   * E1–E4: one unit, through `engine.execute`, or `engine.executeAtomic` in atomic mode (`claim.tx`).
+   * `request.codec` is how this host's outcomes are stored and replayed; a handler whose work did
+   * not start returns {@link notStartedAnswer}.
+   */
+  execute<TLive, TStored = TLive, TAnswer = never>(
+    request: ExecuteRequest<TLive, TStored>,
+    handler: (claim: ClaimContext<TTx>) => Promise<HandlerReturn<TLive, TAnswer>>,
+  ): Promise<ExecuteResult<TLive, TStored, TAnswer>>;
   /** X1: the problem body of a refusal, its type resolved against the URL of the request it answers. */
   problem(error: IdempotencyError, requestUrl: string | undefined): ProblemDetails;
 }
@@ -216,5 +226,17 @@ export function attachClaim(context: object, claim: ClaimContext<unknown> | unde
 
 export { claimForPart, IDEMPOTENCY_CLAIM, type ClaimCarrier } from './claim.js';
 export { DEFAULT_KEY_FIELD, type KeyOptions } from './key.js';
-export { OutcomeNotStoredError, OutcomeTooLargeError } from './outcome.js';
+export { describesOutcomeNotStored, OutcomeNotStoredError, OutcomeTooLargeError } from './outcome.js';
 export type { ErrorCodec, OutcomeSerializer, StoredErrorDescription } from './outcome.js';
+export {
+  encodeError,
+  outcomeCodec,
+  serializerCodec,
+  type EncodedOutcome,
+  type HandlerOutcome,
+  type OutcomeCodec,
+  type OutcomeCodecParts,
+  type SerializerCodecOptions,
+} from './outcome-codec.js';
+export { isNotStartedAnswer, notStartedAnswer, saidNotStarted, type NotStartedAnswer } from './not-started.js';
+export type { ExecuteRequest, ExecuteResult, HandlerReturn } from './engine.js';

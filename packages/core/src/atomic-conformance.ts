@@ -6,9 +6,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { createEngine, HandlerNotStartedError } from './engine.js';
+import { createEngine } from './engine.js';
 import { RequestInProgressError, StoreUnavailableError } from './errors.js';
 import type { IdempotencyEvent, KeyedIdempotencyEvent } from './events.js';
+import { notStartedAnswer } from './not-started.js';
 import type { ClaimRequest, ClaimResult, IdempotencyStore, StoreTransaction } from './store.js';
 
 /** How the suite writes through a store's transaction and sees what committed: an application table of the test's. */
@@ -131,13 +132,11 @@ export function describeAtomicMode<TTx>({ store, scope, atomic, request, storePa
       expect(runs.count).toBe(1);
     });
 
-    it('E4: a handler that did not start (HandlerNotStartedError) leaves nothing: its write rolled back, no record, the cause thrown; a retry executes', async () => {
+    it('E4: a handler that did not start (it returns a notStartedAnswer) leaves nothing: its write rolled back, no record, its answer given back; a retry executes', async () => {
       const req = fresh();
       const engine = createEngine({ store: store() });
-      const refused = writing(req.key, () => {
-        throw new HandlerNotStartedError(new Error('rate limited'));
-      });
-      await expect(engine.executeAtomic(req, refused)).rejects.toThrow('rate limited');
+      const refused = writing(req.key, () => notStartedAnswer('rate limited'));
+      expect(await engine.executeAtomic(req, refused)).toMatchObject({ notStarted: true, answer: 'rate limited' });
       expect(await committed(req.key)).toBe(false);
       expect(await store().get(scope, req.key)).toBeNull();
       expect(await engine.executeAtomic(req, writing(req.key))).toMatchObject({ ok: true, replayed: false });

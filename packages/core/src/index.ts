@@ -15,7 +15,6 @@
 export {
   createEngine,
   formatScope,
-  HandlerNotStartedError,
   type AtomicClaimContext,
   type EndpointPolicy,
   type EngineOptions,
@@ -24,6 +23,7 @@ export {
   type IdempotencyEngine,
 } from './engine.js';
 export { idempotencyClaim, deriveKey, type ClaimContext, type ClaimCarrier } from './claim.js';
+export { notStarted, HandlerNotStartedError } from './not-started.js';
 export { LeaseLostError, type LeaseLossReason } from './lease.js';
 export { sharedPrincipal } from './scope.js';
 export { MAX_SCOPE_BYTES } from './scope.js';

@@ -56,6 +56,9 @@ export class ReplayedError extends Error {
   }
 }
 
+/** The `name` of an {@link OutcomeNotStoredError}, as its stored description keeps it. */
+const OUTCOME_NOT_STORED = 'IdempotencyOutcomeNotStored';
+
 /**
  * What the engine stores, through the endpoint's codec, when the handler ran but its outcome
  * cannot be stored as it is (too large for `maxStoredBytes`, or not serializable): a 500 whose
@@ -77,8 +80,16 @@ export class OutcomeNotStoredError extends Error {
     },
   ) {
     super(message);
-    this.name = 'IdempotencyOutcomeNotStored';
+    this.name = OUTCOME_NOT_STORED;
   }
+}
+
+/**
+ * E4: whether a stored error is the engine's {@link OutcomeNotStoredError} (the request was
+ * executed, its result not stored), for a codec that replays it in its host's own shape.
+ */
+export function describesOutcomeNotStored(description: StoredErrorDescription): boolean {
+  return description.name === OUTCOME_NOT_STORED;
 }
 
 /**

@@ -4,7 +4,6 @@ import {
   deriveKey,
   formatScope,
   FingerprintMismatchError,
-  HandlerNotStartedError,
   KeyExpiredError,
   MemoryStore,
   ReplayedError,
@@ -12,6 +11,7 @@ import {
   StoreUnavailableError,
   type IdempotencyEvent,
 } from '@idem/core';
+import { notStartedAnswer } from '@idem/core/adapter';
 import { createDrizzleStore, migrate } from '@idem/drizzle';
 import { openSqliteTarget } from '../../drizzle/test/sqlite-target.ts';
 import { unreachableStores } from '../../drizzle/test/unreachable-stores.ts';
@@ -216,11 +216,8 @@ describe('engine', () => {
     const { onEvent, types } = recorder();
     const engine = createEngine({ store, onEvent });
     const denied = new Error('rate limited');
-    await expect(
-      engine.execute({ scope, key: 'k', fingerprint: 'f1' }, () => {
-        throw new HandlerNotStartedError(denied);
-      }),
-    ).rejects.toBe(denied);
+    const refused = await engine.execute({ scope, key: 'k', fingerprint: 'f1' }, () => notStartedAnswer(denied));
+    expect(refused).toMatchObject({ notStarted: true, answer: denied, replayed: false });
     expect((await store.get(scope, 'k'))?.state).toBe('released');
     expect(await engine.execute({ scope, key: 'k', fingerprint: 'f2' }, () => 'ok')).toMatchObject({
       value: 'ok',

@@ -10,12 +10,12 @@ import {
   createEngine,
   FingerprintMismatchError,
   formatScope,
-  HandlerNotStartedError,
   MemoryStore,
   RequestInProgressError,
   type IdempotencyEvent,
   type IdempotencyStore,
 } from '@idem/core';
+import { notStartedAnswer } from '@idem/core/adapter';
 
 function recorder() {
   const events: IdempotencyEvent[] = [];
@@ -161,11 +161,11 @@ describe('events: which request they answer (requestId)', () => {
       },
     });
     const engine = createEngine({ store: failing, onEvent });
-    await expect(
-      engine.execute({ scope, key: 'k', fingerprint: null, requestId: 'r-1' }, () => {
-        throw new HandlerNotStartedError(new Error('rate limited'));
-      }),
-    ).rejects.toThrow('rate limited');
+    expect(
+      await engine.execute({ scope, key: 'k', fingerprint: null, requestId: 'r-1' }, () =>
+        notStartedAnswer('rate limited'),
+      ),
+    ).toMatchObject({ notStarted: true, answer: 'rate limited' });
     expect(events.map((e) => e.type)).toEqual(['claimed', 'storeError']);
     expect(events[1]).toMatchObject({
       type: 'storeError',

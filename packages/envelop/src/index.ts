@@ -5,7 +5,7 @@
 export { useIdempotency, type IdempotencyPlugin } from './plugin.js';
 export type { IdempotencyResultExtension } from './graphql-core/field-unit.js';
 export { useYogaIdempotency, type YogaIdempotencyHooks, type YogaIdempotencyOptions } from './yoga.js';
-export { DEFAULT_PREFLIGHT_HEADERS, type CsrfPreventionOptions } from './preflight.js';
+export { DEFAULT_PREFLIGHT_HEADERS, type CsrfPreventionOptions } from './yoga.js';
 export type {
   IdempotencyOptions,
   GraphQLKeyOptions,

@@ -1,26 +1,42 @@
 import { getOperationAST, parse, type ExecutionResult } from 'graphql';
+import type { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import { isAsyncIterable } from '@envelop/core';
 import type { IdempotencyOptions } from './graphql-core/options.js';
 import { isReplayedResult } from './graphql-core/index.js';
 import { createIdempotencyPlugin, type IdempotencyPlugin } from './plugin.js';
 import { requestOf } from './graphql-core/request-headers.js';
-import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
-import {
-  DEFAULT_PREFLIGHT_HEADERS,
-  isUnpreflightedRequest,
-  unpreflightedMutationError,
-  type CsrfPreventionOptions,
-} from './preflight.js';
+import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
+
+/**
+ * Headers that prove a preflight, for Yoga's `useCSRFPrevention({ requestHeaders })`:
+ * `Idempotency-Key` (idem's own), `X-GraphQL-Yoga-CSRF` (the plugin's default) and
+ * `Apollo-Require-Preflight` (Apollo clients, `apollo-upload-client`).
+ */
+export const DEFAULT_PREFLIGHT_HEADERS: readonly string[] = [
+  IDEMPOTENCY_KEY_HEADER,
+  'X-GraphQL-Yoga-CSRF',
+  'Apollo-Require-Preflight',
+];
+
+/** The `csrfPrevention` option of `useYogaIdempotency`. */
+export interface CsrfPreventionOptions {
+  /** Headers any one of which lets a mutation through. Defaults to {@link DEFAULT_PREFLIGHT_HEADERS}. */
+  requestHeaders?: readonly string[];
+}
+
+type CsrfPlugin = ReturnType<typeof useCSRFPrevention>;
+type RequestParsePayload = Parameters<NonNullable<CsrfPlugin['onRequestParse']>>[0];
 
 /** Options of {@link useYogaIdempotency}: those of `useIdempotency`, and the Yoga-only ones. */
 export interface YogaIdempotencyOptions<TContext = Record<string, any>, TTx = unknown>
   extends IdempotencyOptions<TContext, TTx> {
   /**
-   * CSRF prevention: a mutation in a request a browser sends from any site without a preflight
-   * (`Content-Type: application/x-www-form-urlencoded`, `multipart/form-data` or `text/plain`) is
-   * refused with 415 `MUTATION_REQUIRES_PREFLIGHT`, unless it carries one of `requestHeaders`
-   * (`Idempotency-Key`, `X-GraphQL-Yoga-CSRF`, `Apollo-Require-Preflight`). `false` turns it off:
-   * only for APIs that no browser calls with cookies. Defaults to `true`.
+   * CSRF prevention, by Yoga's own `useCSRFPrevention({ requestHeaders })`: a mutation in a
+   * request a browser sends from any site without a preflight (`Content-Type:
+   * application/x-www-form-urlencoded`, `multipart/form-data` or `text/plain`) is refused with
+   * Yoga's 403 `Required CSRF header(s) not present`, unless it carries one of `requestHeaders`
+   * (`Idempotency-Key`, `X-GraphQL-Yoga-CSRF`, `Apollo-Require-Preflight`). Queries are left
+   * alone. `false` turns it off: only for APIs that no browser calls with cookies. Defaults to `true`.
    */
   csrfPrevention?: boolean | CsrfPreventionOptions;
 }
@@ -31,13 +47,13 @@ interface BatchedParams {
 }
 
 /**
- * The GraphQL Yoga hooks this package uses, typed structurally so that nothing here imports
- * `graphql-yoga`: without Yoga they are simply never called.
+ * The GraphQL Yoga hooks this package uses. Nothing here imports `graphql-yoga` at load time
+ * (Yoga's CSRF plugin is imported on Yoga's first request): without Yoga they are never called.
  */
 export interface YogaIdempotencyHooks {
-  onRequestParse(payload: { request: Request }): {
+  onRequestParse(payload: RequestParsePayload): Promise<{
     onRequestParseDone(payload: { requestParserResult: unknown }): void;
-  };
+  }>;
   onResultProcess(payload: { result: unknown; setResult(result: any): void }): void;
 }
 
@@ -49,7 +65,7 @@ export interface YogaIdempotencyHooks {
  *   than one mutation operation identifies none of them, so each of them is refused with 400
  *   `IDEMPOTENCY_KEY_AMBIGUOUS` and none executes; argument and directive keys work as usual;
  * - CSRF prevention (`csrfPrevention`, on by default): a mutation sent as a form without a
- *   header that proves a preflight is refused with 415 before anything runs.
+ *   header that proves a preflight is refused by Yoga's `useCSRFPrevention` (403) before anything runs.
  *
  * Statuses and `Retry-After` come from the errors' `extensions.http`, which Yoga reads itself.
  * Used in a plain Envelop setup, the Yoga hooks never run and it behaves as `useIdempotency`.
@@ -62,6 +78,18 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
     csrfPrevention === false
       ? undefined
       : ((csrfPrevention === true ? undefined : csrfPrevention.requestHeaders) ?? DEFAULT_PREFLIGHT_HEADERS);
+  // Yoga's plugin imports `graphql-yoga`: loaded on Yoga's first request, so plain Envelop never needs it.
+  let csrfPlugin: Promise<CsrfPlugin> | undefined;
+  const loadCsrfPlugin = (requestHeaders: readonly string[]) =>
+    import('@graphql-yoga/plugin-csrf-prevention').then(
+      ({ useCSRFPrevention }) => useCSRFPrevention({ requestHeaders: [...requestHeaders] }),
+      (cause: unknown) => {
+        throw new TypeError(
+          "[idem] useYogaIdempotency: `csrfPrevention` runs Yoga's CSRF plugin, @graphql-yoga/plugin-csrf-prevention (a dependency of @idem/envelop), and it could not be loaded: reinstall, or pass `csrfPrevention: false` for an API no browser calls with cookies",
+          { cause },
+        );
+      },
+    );
   const batches = new WeakMap<object, { params: readonly BatchedParams[]; mutations?: number }>();
   const plugin = createIdempotencyPlugin(options, {
     batchedMutations(context) {
@@ -80,17 +108,18 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
     onPluginInit({ addPlugin }) {
       addPlugin(plugin);
     },
-    onRequestParse({ request }) {
+    async onRequestParse(payload) {
+      const { request } = payload;
+      if (preflightHeaders && !csrfPlugin) csrfPlugin = loadCsrfPlugin(preflightHeaders);
+      const csrf = await csrfPlugin;
       return {
         onRequestParseDone({ requestParserResult }) {
-          if (preflightHeaders && isUnpreflightedRequest(request, preflightHeaders)) {
-            const params = (
-              Array.isArray(requestParserResult) ? requestParserResult : [requestParserResult]
-            ) as BatchedParams[];
-            if (params.some(isMutation)) throw unpreflightedMutationError(preflightHeaders);
-          }
-          if (Array.isArray(requestParserResult))
-            batches.set(request, { params: requestParserResult as BatchedParams[] });
+          const params = (
+            Array.isArray(requestParserResult) ? requestParserResult : [requestParserResult]
+          ) as BatchedParams[];
+          // Yoga's own check, for the requests that hold a mutation: queries are left alone.
+          if (csrf && params.some(isMutation)) csrf.onRequestParse?.(payload);
+          if (Array.isArray(requestParserResult)) batches.set(request, { params });
         },
       };
     },

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createSchema, createYoga } from 'graphql-yoga';
 import { GraphQLError } from 'graphql';
-import { HandlerNotStartedError, idempotencyClaim } from '@idem/core';
+import { notStarted, idempotencyClaim } from '@idem/core';
 import { useYogaIdempotency } from '../src/index.ts';
 import { graphqlClient } from './fixtures/http.ts';
 import { storeTargets, type OpenStore } from './fixtures/stores.ts';
@@ -25,7 +25,7 @@ const typeDefs = /* GraphQL */ `
     lines(first: Int!): [String!]!
   }
   type Mutation {
-    "Non-null. amount <= 0: refused before anything happens (HandlerNotStartedError)."
+    "Non-null. amount <= 0: refused before anything happens (notStarted)."
     charge(amount: Int!, idempotencyKey: String): Receipt!
     "Nullable. amount <= 0: refused before anything happens; amount 13: charges, then fails."
     tryCharge(amount: Int!, idempotencyKey: String): Receipt
@@ -47,7 +47,8 @@ function createBank(): Bank {
   const pay = (field: string, amount: number, context: unknown) => {
     calls[`${field}:${amount}`] = (calls[`${field}:${amount}`] ?? 0) + 1;
     if (amount <= 0)
-      throw new HandlerNotStartedError(
+      throw notStarted(
+        context,
         new GraphQLError('amount must be positive', { extensions: { code: 'BAD_USER_INPUT' } }),
       );
     const bankKey = idempotencyClaim(context)?.deriveKey('bank') ?? `unkeyed-${randomUUID()}`;

@@ -7,7 +7,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createYoga } from 'graphql-yoga';
-import { useYogaIdempotency, type IdempotencyOptions } from '../src/index.ts';
+import { useYogaIdempotency, type IdempotencyOptions, type YogaIdempotencyOptions } from '../src/index.ts';
 import { deriveKey, formatScope } from '@idem/core';
 import { createShop, type Shop } from './fixtures/shop.ts';
 import { graphqlClient, type GraphQLRequestBody } from './fixtures/http.ts';
@@ -31,7 +31,7 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
   let yoga: ReturnType<typeof createYoga>;
   let post: ReturnType<typeof graphqlClient>;
 
-  const createApp = (options: Partial<IdempotencyOptions> = {}) => {
+  const createApp = (options: Partial<YogaIdempotencyOptions> = {}) => {
     const app = createYoga({
       schema: shop.schema,
       batching: true,
@@ -555,6 +555,33 @@ describe.each(storeTargets)('@idem/envelop with GraphQL Yoga over $name', (targe
 
       expect(replay.body.map((result: any) => result.extensions.idempotency.replayed)).toEqual([true, true]);
       expect(shop.calls.createOrder).toBe(2);
+    });
+  });
+
+  describe("CSRF: Yoga's own useCSRFPrevention, with Idempotency-Key among its request headers", () => {
+    const formPost = (query: string, headers: Record<string, string> = {}) =>
+      yoga.fetch('http://yoga/graphql', { method: 'POST', headers, body: new URLSearchParams({ query }) });
+    const mutation = (key: string) =>
+      `mutation { placeOrder(input: { amount: 5, currency: "EUR" }, idempotencyKey: "${key}") { id } }`;
+
+    it("refuses a mutation posted as a plain form without a preflight header with Yoga's 403, and nothing runs", async () => {
+      const response = await formPost(mutation(randomUUID()), { 'x-user': 'alice' });
+      expect(response.status).toBe(403);
+      expect((await response.json()).errors[0].message).toBe('Required CSRF header(s) not present');
+      expect(shop.calls['placeOrder']).toBeUndefined();
+    });
+
+    it('runs the same form once it carries Idempotency-Key, a header a form cannot send', async () => {
+      const key = randomUUID();
+      const response = await formPost(mutation(key), { 'x-user': 'alice', 'idempotency-key': `"${key}"` });
+      expect(response.status).toBe(200);
+      expect(shop.calls['placeOrder']).toBe(1);
+    });
+
+    it('leaves a query posted as a form alone, and csrfPrevention: false lets the mutation through', async () => {
+      expect((await formPost('{ orderCount }')).status).toBe(200);
+      ({ app: yoga } = createApp({ csrfPrevention: false }));
+      expect((await formPost(mutation(randomUUID()), { 'x-user': 'alice' })).status).toBe(200);
     });
   });
 

@@ -4,16 +4,13 @@
  * execution, and the answer as a `Response` — the handler's, a replay, or a refusal.
  */
 import {
-  HandlerNotStartedError,
+  IDEMPOTENCY_KEY_HEADER,
   isIdempotencyError,
-  ReplayedError,
   type ClaimContext,
   type IdempotencyEngine,
   type IdempotencyError,
-  type ProblemDetails,
 } from '@idem/core';
-import { createAdapterKit } from '@idem/core/adapter';
-import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
+import { createAdapterKit, notStartedAnswer } from '@idem/core/adapter';
 import type { HttpIdempotencyOptions } from './options.js';
 import {
   fingerprintInput,
@@ -24,11 +21,10 @@ import {
 } from './request-body.js';
 import {
   captureResponse,
+  problemResponse,
   replayHeaderSet,
-  replayResponse,
-  responseSerializer,
-  statusOfCaptured,
-  type StoredResponse,
+  responseCodec,
+  type AboutBlankProblem,
 } from './stored-response.js';
 
 const DEFAULT_METHODS = ['POST', 'PATCH'];
@@ -65,13 +61,6 @@ export function notStarted(response: Response): Response {
   return response;
 }
 
-/** Carries a {@link notStarted} response through the engine, which releases the claim and rethrows it. */
-class NotStartedResponse extends Error {
-  constructor(readonly response: Response) {
-    super('[idem] the handler answered before its work started');
-  }
-}
-
 export function createHttpPipeline<TContext, TTx>(
   options: HttpIdempotencyOptions<TContext, TTx>,
   adapter: string,
@@ -103,7 +92,6 @@ export function createHttpPipeline<TContext, TTx>(
     try {
       answer = await execute(exchange);
     } catch (error) {
-      if (error instanceof NotStartedResponse) return error.response;
       if (error instanceof RequestBodyTooLargeError) return problemResponse(contentTooLarge(error));
       if (isIdempotencyError(error)) return refusal(error, request);
       throw error;
@@ -132,22 +120,16 @@ export function createHttpPipeline<TContext, TTx>(
     const scopeOf = await kit.scopes(context);
     const fingerprint = await kit.fingerprint(fingerprintInput(request, read, settings));
 
-    let live: Response | undefined;
-    const result = await kit.execute(
-      { ...scopeOf(op), key, fingerprint, serializer: responseSerializer, statusOf: statusOfCaptured },
-      async (claim) => {
-        const response = await run(claim);
-        if (notStartedResponses.has(response)) throw new HandlerNotStartedError(new NotStartedResponse(response));
-        const captured = await captureResponse(response, stored, maxStoredBytes);
-        live = captured.live;
-        return captured.stored;
-      },
-    );
-    if (!result.replayed)
-      return result.ok ? { kind: 'response', response: live! } : { kind: 'thrown', error: result.error };
-    if (result.ok) return { kind: 'response', response: replayResponse(result.value as StoredResponse) };
-    if (isOutcomeNotStored(result.error)) return { kind: 'response', response: notStoredReplay(result.error) };
-    return { kind: 'thrown', error: result.error };
+    const result = await kit.execute({ ...scopeOf(op), key, fingerprint, codec: responseCodec }, async (claim) => {
+      const response = await run(claim);
+      // E4: answered before the work started: the claim is released, nothing stored.
+      if (notStartedResponses.has(response)) return notStartedAnswer(response);
+      return captureResponse(response, stored, maxStoredBytes);
+    });
+    if ('notStarted' in result) return { kind: 'response', response: result.answer };
+    // The handler threw (now, or when the stored outcome was made): the host answers it, as it would without idem.
+    if (!result.ok) return { kind: 'thrown', error: result.error };
+    return { kind: 'response', response: result.replayed ? result.value : result.value.live };
   }
 
   /** X1: the refusal as problem+json, its type resolved against the request's URL, `Retry-After` on 409 and 503. */
@@ -171,37 +153,6 @@ function keyedMethods(methods: readonly string[], adapter: string): ReadonlySet<
   return keyed;
 }
 
-/** A stored error that is the engine's "executed, but not stored" 500 (an outcome over `maxStoredBytes`). */
-function isOutcomeNotStored(error: unknown): error is ReplayedError {
-  return error instanceof ReplayedError && error.name === 'IdempotencyOutcomeNotStored';
-}
-
-/** E4: the replay of an outcome too large to store: a 500 that says the request was executed. */
-function notStoredReplay(error: ReplayedError): Response {
-  const problem: AboutBlankProblem = {
-    type: 'about:blank',
-    title: 'Internal Server Error',
-    status: 500,
-    detail: error.message,
-  };
-  return problemResponse(problem, { [IDEMPOTENT_REPLAYED_HEADER]: 'true' });
-}
-
 function contentTooLarge(error: RequestBodyTooLargeError): AboutBlankProblem {
   return { type: 'about:blank', title: 'Content Too Large', status: 413, detail: error.message };
-}
-
-/** RFC 9457 §4.2.1: a problem that the status code says all about. */
-interface AboutBlankProblem {
-  type: 'about:blank';
-  title: string;
-  status: number;
-  detail: string;
-}
-
-function problemResponse(problem: ProblemDetails | AboutBlankProblem, headers: Record<string, string> = {}): Response {
-  return new Response(JSON.stringify(problem), {
-    status: problem.status,
-    headers: { 'content-type': 'application/problem+json', ...headers },
-  });
 }

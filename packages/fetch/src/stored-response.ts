@@ -2,8 +2,14 @@
  * The response side (E2, E4): a `Response` as idem stores it — status, the allowed headers, the
  * body's bytes — and as it replays it, byte for byte, with `Idempotent-Replayed: true`.
  */
+import {
+  describesOutcomeNotStored,
+  outcomeCodec,
+  OutcomeTooLargeError,
+  type OutcomeCodec,
+  type StoredErrorDescription,
+} from '@idem/core/adapter';
 import { IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
-import { OutcomeTooLargeError, type OutcomeSerializer } from '@idem/core/adapter';
 import { concat } from './request-body.js';
 
 /** The headers stored with every response: those that describe its body and where it lives. */
@@ -87,7 +93,7 @@ export async function captureResponse(
   response: Response,
   replayHeaders: ReadonlySet<string>,
   maxStoredBytes: number,
-): Promise<{ stored: CapturedOutcome; live: Response }> {
+): Promise<CapturedResponse> {
   const { status } = response;
   const headers = storedHeaders(response.headers, replayHeaders);
   if (response.body === null || NULL_BODY_STATUSES.has(status)) {
@@ -154,21 +160,61 @@ export function decodeBody(body: StoredBody): Uint8Array<ArrayBuffer> {
   return bytes;
 }
 
-/**
- * How a captured response becomes the record's text: JSON of the {@link StoredResponse}. A response
- * over `maxStoredBytes` is refused as too large ({@link OutcomeTooLargeError}), so the engine
- * stores the documented 500 that says the request was executed.
- */
-export const responseSerializer: OutcomeSerializer = {
-  stringify(value: CapturedOutcome): string {
-    if ('tooLarge' in value) throw new OutcomeTooLargeError(value.tooLarge, value.status);
-    return JSON.stringify(value);
+/** A response read for storing (see {@link captureResponse}): what is stored, and what the client that ran the handler gets. */
+export interface CapturedResponse {
+  stored: CapturedOutcome;
+  live: Response;
+}
+
+const capturedCodec = outcomeCodec<CapturedResponse, Response>({
+  // A response over `maxStoredBytes` is refused as too large, so that the engine stores the
+  // documented 500 that says the request was executed.
+  stringify({ stored }) {
+    if ('tooLarge' in stored) throw new OutcomeTooLargeError(stored.tooLarge, stored.status);
+    return JSON.stringify(stored);
   },
-  parse: (text: string): StoredResponse => JSON.parse(text),
+  parse: (text) => replayResponse(JSON.parse(text)),
+  // A1: the record, its events and its timeline show the response's own status.
+  statusOf: ({ stored }) => stored.status,
+});
+
+/**
+ * How a response is stored and replayed: JSON of the {@link StoredResponse}; replayed, the
+ * response itself, or, for an outcome the engine could not store (E4), the 500 that says the
+ * request was executed. Any other stored error is what the handler threw: rethrown for the host.
+ */
+export const responseCodec: OutcomeCodec<CapturedResponse, Response> = {
+  encode: (outcome) => capturedCodec.encode(outcome),
+  decode(stored) {
+    if (stored.kind === 'error') {
+      const description: StoredErrorDescription = JSON.parse(stored.body);
+      if (describesOutcomeNotStored(description)) return { ok: true, value: notStoredReplay(description.message) };
+    }
+    return capturedCodec.decode(stored);
+  },
 };
 
-/** The status a captured response is stored with (A1). */
-export const statusOfCaptured = (value: unknown): number => (value as CapturedOutcome).status;
+/** E4: the replay of an outcome too large to store: a 500 that says the request was executed. */
+function notStoredReplay(detail: string): Response {
+  const problem: AboutBlankProblem = { type: 'about:blank', title: 'Internal Server Error', status: 500, detail };
+  return problemResponse(problem, { [IDEMPOTENT_REPLAYED_HEADER]: 'true' });
+}
+
+/** RFC 9457 §4.2.1: a problem that the status code says all about. */
+export interface AboutBlankProblem {
+  type: 'about:blank';
+  title: string;
+  status: number;
+  detail: string;
+}
+
+/** A problem+json response. */
+export function problemResponse(problem: { status: number }, headers: Record<string, string> = {}): Response {
+  return new Response(JSON.stringify(problem), {
+    status: problem.status,
+    headers: { 'content-type': 'application/problem+json', ...headers },
+  });
+}
 
 /** E2: the stored response, byte for byte, marked as a replay. */
 export function replayResponse(stored: StoredResponse): Response {

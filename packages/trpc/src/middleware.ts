@@ -1,13 +1,20 @@
 import type { TRPCMiddlewareFunction } from '@trpc/server';
 import {
-  HandlerNotStartedError,
+  IDEMPOTENCY_KEY_HEADER,
+  IDEMPOTENT_REPLAYED_HEADER,
   isIdempotencyError,
   type ClaimCarrier,
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
-import { claimFields, createAdapterKit, type AdapterKit } from '@idem/core/adapter';
-import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
+import {
+  claimFields,
+  createAdapterKit,
+  notStartedAnswer,
+  saidNotStarted,
+  serializerCodec,
+  type AdapterKit,
+} from '@idem/core/adapter';
 import { getTransport, type IdempotencyTransport } from './context.js';
 import { trpcErrorCodec } from './error-codec.js';
 import { markReplayedError, toTRPCError } from './error-mapping.js';
@@ -54,6 +61,8 @@ export function idempotency<TContext extends object = object, TTx = unknown>(
 ): IdempotencyMiddleware<TContext, TTx> {
   const kit = createAdapterKit(options, { name: 'idempotency()', field: 'input field' });
   const keyField = kit.key.field;
+  // How a procedure's outcome is stored: its value through the user's `serializer`, its error as tRPC's.
+  const codec = serializerCodec({ serializer: options.serializer, errors: trpcErrorCodec });
 
   const middleware = async (opts: MiddlewareOptions<TContext>): Promise<MiddlewareResult<ClaimCarrier<TTx>>> => {
     if (opts.type !== 'mutation') return opts.next();
@@ -68,16 +77,15 @@ export function idempotency<TContext extends object = object, TTx = unknown>(
       const fingerprint = await kit.fingerprint(subject, keyField === false ? [] : [keyField]);
 
       let executed: MiddlewareResult<ClaimCarrier<TTx>> | undefined;
-      const result = await kit.execute(
-        { ...scopeOf(opts.path), key, fingerprint, errors: trpcErrorCodec },
-        async (claim) => {
-          executed = await opts.next({ ctx: claimFields(claim) });
-          if (executed.ok) return executed.data;
-          // tRPC wraps what a resolver throws; a HandlerNotStartedError must reach the engine as
-          // itself, so that it releases the claim instead of storing the failure (E4).
-          throw executed.error.cause instanceof HandlerNotStartedError ? executed.error.cause : executed.error;
-        },
-      );
+      const result = await kit.execute({ ...scopeOf(opts.path), key, fingerprint, codec }, async (claim) => {
+        const call = await opts.next({ ctx: claimFields(claim) });
+        executed = call;
+        // E4: the resolver said `notStarted(ctx, …)`: its result is answered as it is, nothing stored.
+        if (saidNotStarted(claim)) return notStartedAnswer(call);
+        if (call.ok) return call.data;
+        throw call.error;
+      });
+      if ('notStarted' in result) return result.answer;
       if (!result.replayed && executed) return executed;
       const wholeResponse = markReplayedCall(transport);
       if (result.ok) return replayedResult(result.value);

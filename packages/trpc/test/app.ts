@@ -5,12 +5,7 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import { z } from 'zod';
 import superjson from 'superjson';
 import type { IdempotencyStore } from '@idem/core';
-import {
-  HandlerNotStartedError,
-  idempotency,
-  idempotencyErrorFormatter,
-  type IdempotencyContext,
-} from '../src/index.ts';
+import { idempotency, notStarted, idempotencyErrorFormatter, type IdempotencyContext } from '../src/index.ts';
 
 export interface AppContext extends IdempotencyContext {
   /** The caller, from the `x-user` header (S1 principal). */
@@ -93,10 +88,10 @@ export function createTestApp(store: IdempotencyStore) {
     rateLimitedOrder: t.procedure
       .input(order)
       .use(idempotent)
-      .mutation(({ input }) => {
+      .mutation(({ input, ctx }) => {
         if (state.rateLimited) {
           bump('rateLimitedOrder.refused');
-          throw new HandlerNotStartedError(new TRPCError({ code: 'TOO_MANY_REQUESTS', message: 'slow down' }));
+          throw notStarted(ctx, new TRPCError({ code: 'TOO_MANY_REQUESTS', message: 'slow down' }));
         }
         return place('rateLimitedOrder', input.amount);
       }),

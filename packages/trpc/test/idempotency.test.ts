@@ -271,7 +271,7 @@ describe.each(storeTargets)('@idem/trpc over HTTP on $name', (target) => {
       expect(app.calls.createOrder).toBe(1);
     });
 
-    it('E4: a resolver that throws HandlerNotStartedError answers with its cause and releases the key', async () => {
+    it('E4: a resolver that throws notStarted(ctx, error) answers with its error and releases the key', async () => {
       const headers = { 'idempotency-key': newKey() };
       const limited = await mutate(url, 'rateLimitedOrder', { amount: 2 }, headers);
       expect(limited.status).toBe(429);

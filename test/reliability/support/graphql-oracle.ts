@@ -10,7 +10,7 @@
 import fc from 'fast-check';
 import { GraphQLError } from 'graphql';
 import { createSchema, createYoga } from 'graphql-yoga';
-import { HandlerNotStartedError, idempotencyClaim, type IdempotencyStore } from '@idem/core';
+import { notStarted, idempotencyClaim, type IdempotencyStore } from '@idem/core';
 import { idempotentDirectiveTypeDefs, useYogaIdempotency } from '@idem/envelop';
 import { createIdempotentFetch } from '@idem/envelop/client';
 import { ApolloServer, HeaderMap } from '@apollo/server';
@@ -67,13 +67,14 @@ interface Context {
 
 /**
  * The amount decides what a resolver does: at most 0, it refuses before any side effect
- * (`HandlerNotStartedError`, E4: not stored); 13 makes the side effect, then fails (stored).
+ * (`notStarted(context, error)`, E4: not stored); 13 makes the side effect, then fails (stored).
  */
 function createOracleSchema(effects: Map<string, SideEffect[]>) {
   let sequence = 0;
   const run = (field: string, amount: number, context: Context, info: { path: { key: string | number } }) => {
     if (amount <= 0)
-      throw new HandlerNotStartedError(
+      throw notStarted(
+        context,
         new GraphQLError('amount must be positive', { extensions: { code: 'BAD_USER_INPUT' } }),
       );
     const op = context.request.headers.get('x-user')!;

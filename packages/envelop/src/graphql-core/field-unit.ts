@@ -9,7 +9,7 @@
 import { GraphQLError, isNonNullType, type ExecutionResult } from 'graphql';
 import { isIdempotencyError, type IdempotencyError } from '@idem/core';
 import type { PlannedUnit, RootField } from './plan.js';
-import { UnstartedExecution } from './unit.js';
+import type { UnitAnswer } from './unit.js';
 
 /**
  * `extensions.idempotency` of a response that contains replayed outcomes (E2).
@@ -29,7 +29,7 @@ export interface IdempotencyResultExtension {
 export async function runFieldUnit(
   fields: ReadonlyArray<{ field: RootField; run?: PlannedUnit }>,
   rootTypeName: string,
-  run: (unit: PlannedUnit) => Promise<{ result: ExecutionResult; replayed: boolean }>,
+  run: (unit: PlannedUnit) => Promise<UnitAnswer>,
   refusalError: (error: IdempotencyError, field: RootField, http: boolean) => GraphQLError,
 ): Promise<ExecutionResult> {
   const errors: Array<GraphQLError | { refusal: IdempotencyError; field: RootField }> = [];
@@ -40,21 +40,20 @@ export async function runFieldUnit(
   for (const { field, run: unit } of fields) {
     let slice: ExecutionResult;
     try {
-      const { result, replayed } = unit
+      const { result, replayed, started } = unit
         ? await run(unit)
-        : { result: { data: { [field.responseKey]: rootTypeName } }, replayed: false };
-      slice = result;
-      ran++;
+        : { result: { data: { [field.responseKey]: rootTypeName } }, replayed: false, started: true };
+      if (started) {
+        slice = result;
+        ran++;
+      } else slice = { ...result, data: result.data ?? null };
       if (replayed) replayedFields.push(field.responseKey);
     } catch (error) {
-      if (error instanceof UnstartedExecution) slice = { ...error.result, data: error.result.data ?? null };
-      else if (!isIdempotencyError(error)) throw error;
-      else {
-        errors.push({ refusal: error, field });
-        slice = {
-          data: field.definition && isNonNullType(field.definition.type) ? null : { [field.responseKey]: null },
-        };
-      }
+      if (!isIdempotencyError(error)) throw error;
+      errors.push({ refusal: error, field });
+      slice = {
+        data: field.definition && isNonNullType(field.definition.type) ? null : { [field.responseKey]: null },
+      };
     }
     if (slice.errors) errors.push(...slice.errors);
     if (slice.extensions) Object.assign(extensions, slice.extensions);

@@ -36,8 +36,8 @@ import type { IdempotencyOptions } from './options.js';
 import { planOperation, type KeyPlan, type PlannedUnit } from './plan.js';
 import { endpointPolicies } from './policy.js';
 import { headersOf, idempotencyKeyHeader, requestOf } from './request-headers.js';
-import { asGraphQLError, storedResultSerializer } from './stored-result.js';
-import { runUnit, UnstartedExecution, wrapRootResolvers, type ExecuteFn } from './unit.js';
+import { asGraphQLError } from './stored-result.js';
+import { runUnit, wrapRootResolvers, type ExecuteFn } from './unit.js';
 
 export type { ExecuteFn } from './unit.js';
 export type { IdempotencyOptions, GraphQLKeyOptions, FingerprintInput, RequestHeaders } from './options.js';
@@ -110,7 +110,6 @@ export function createGraphQLIdempotency<TContext extends Record<string, any> = 
   } = options;
   const kit = createAdapterKit(options, { name: host.name ?? 'useIdempotency', field: 'argument' });
   const directive = options.key?.directive ?? true;
-  const resultSerializer = storedResultSerializer(serializer);
   const policies = endpointPolicies(options.policy ?? {}, kit.engine.policy);
   let lastSchema: GraphQLSchema | undefined;
   /** HTTP requests whose `Idempotency-Key` header a mutation operation already took. */
@@ -155,7 +154,7 @@ export function createGraphQLIdempotency<TContext extends Record<string, any> = 
           ...scopeOf(unit.operation),
           key: unit.key,
           fingerprint: await kit.fingerprint(unit.input),
-          serializer: resultSerializer,
+          serializer,
           parts: unit.parts,
           ...(field ? { responseKey: field.responseKey } : {}),
           ...policies.forUnit(unit.coordinates),
@@ -171,7 +170,6 @@ export function createGraphQLIdempotency<TContext extends Record<string, any> = 
       const idempotency: IdempotencyResultExtension = { replayed: true };
       return { ...result, extensions: { ...result.extensions, idempotency } };
     } catch (error) {
-      if (error instanceof UnstartedExecution) return error.result;
       if (isIdempotencyError(error)) return refuse(error, context, operation);
       throw error;
     }

@@ -1,6 +1,6 @@
 import { GraphQLError, type ExecutionResult, type Source, type SourceLocation } from 'graphql';
 import { OutcomeNotStoredError } from '@idem/core/adapter';
-import type { ErrorCodec, OutcomeSerializer, StoredErrorDescription } from '@idem/core';
+import type { ErrorCodec, StoredErrorDescription } from '@idem/core';
 
 /**
  * A GraphQL error as stored (E4). `unexpected` remembers that the error wrapped something other
@@ -76,19 +76,6 @@ export function underResponseKey(stored: StoredExecutionResult, responseKey: str
       error.path?.length ? { ...error, path: [responseKey, ...error.path.slice(1)] } : error,
     );
   return moved;
-}
-
-/**
- * The serializer for stored results: our stored shape, written by the user's serializer
- * (`JSON` or e.g. `superjson`). `parse` returns the {@link StoredExecutionResult}.
- */
-export function storedResultSerializer(serializer: OutcomeSerializer): OutcomeSerializer {
-  return {
-    stringify: (result: ExecutionResult) => serializer.stringify(toStoredResult(result)),
-    parse: (text: string) => serializer.parse(text) as StoredExecutionResult,
-    // The `withErrors` of idem's events: a result with errors is answered 200 but failed.
-    carriesErrors: (result: ExecutionResult | StoredExecutionResult) => (result?.errors?.length ?? 0) > 0,
-  };
 }
 
 /**
