@@ -59,7 +59,6 @@ export {
   type ProblemDetails,
 } from './errors.js';
 export {
-  defaultErrorCodec,
   ReplayedError,
   type ErrorCodec,
   type OutcomeSerializer,

@@ -17,7 +17,6 @@ import type { BaseSQLiteDatabase } from 'drizzle-orm/sqlite-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createEngine,
-  defaultErrorCodec,
   HandlerNotStartedError,
   ReplayedError,
   RequestInProgressError,
@@ -28,7 +27,7 @@ import {
   type IdempotencyEvent,
   type IdempotencyStore,
 } from '@idem/core';
-import { createAdapterKit } from '@idem/core/adapter';
+import { createAdapterKit, defaultErrorCodec } from '@idem/core/adapter';
 import type { ClaimRequest } from '@idem/core/store';
 import { createDrizzleStore, migrate, type DrizzleStore } from '../src/index.ts';
 import type { CrashChildConfig } from './atomic-crash-child.ts';
