@@ -226,7 +226,12 @@ export function attachClaim(context: object, claim: ClaimContext<unknown> | unde
 
 export { claimForPart, IDEMPOTENCY_CLAIM, type ClaimCarrier } from './claim.js';
 export { DEFAULT_KEY_FIELD, type KeyOptions } from './key.js';
-export { defaultErrorCodec, describesOutcomeNotStored, OutcomeNotStoredError, OutcomeTooLargeError } from './outcome.js';
+export {
+  defaultErrorCodec,
+  describesOutcomeNotStored,
+  OutcomeNotStoredError,
+  OutcomeTooLargeError,
+} from './outcome.js';
 export type { ErrorCodec, OutcomeSerializer, StoredErrorDescription } from './outcome.js';
 export {
   encodeError,
