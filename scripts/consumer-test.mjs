@@ -293,6 +293,8 @@ async function plainNodeApp(tarballs) {
         zod: version('zod'),
         graphql: version('graphql'),
         'graphql-yoga': version('graphql-yoga'),
+        // Yoga's CSRF plugin, which useYogaIdempotency's csrfPrevention runs (an optional peer).
+        '@graphql-yoga/plugin-csrf-prevention': version('@graphql-yoga/plugin-csrf-prevention'),
         '@envelop/core': version('@envelop/core'),
         // The optional peers of @idem/envelop/apollo and /urql, so that every entry loads.
         '@apollo/client': version('@apollo/client'),

@@ -78,18 +78,24 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
     csrfPrevention === false
       ? undefined
       : ((csrfPrevention === true ? undefined : csrfPrevention.requestHeaders) ?? DEFAULT_PREFLIGHT_HEADERS);
-  // Yoga's plugin imports `graphql-yoga`: loaded on Yoga's first request, so plain Envelop never needs it.
+  // Yoga's plugin imports `graphql-yoga`, an optional peer: loaded here, when the Yoga layer is
+  // set up, so plain Envelop never needs it. When it is missing, the server log says so at once
+  // (not at the first request), and every request is refused with the same TypeError.
   let csrfPlugin: Promise<CsrfPlugin> | undefined;
-  const loadCsrfPlugin = (requestHeaders: readonly string[]) =>
-    import('@graphql-yoga/plugin-csrf-prevention').then(
+  const loadCsrfPlugin = (requestHeaders: readonly string[]) => {
+    const loading = import('@graphql-yoga/plugin-csrf-prevention').then(
       ({ useCSRFPrevention }) => useCSRFPrevention({ requestHeaders: [...requestHeaders] }),
       (cause: unknown) => {
         throw new TypeError(
-          "[idem] useYogaIdempotency: `csrfPrevention` runs Yoga's CSRF plugin, @graphql-yoga/plugin-csrf-prevention (a dependency of @idem/envelop), and it could not be loaded: reinstall, or pass `csrfPrevention: false` for an API no browser calls with cookies",
+          "[idem] useYogaIdempotency: `csrfPrevention` (on by default) runs Yoga's CSRF plugin: `npm install @graphql-yoga/plugin-csrf-prevention`, or pass `csrfPrevention: false` for an API no browser calls with cookies",
           { cause },
         );
       },
     );
+    loading.catch((error: unknown) => console.error(error instanceof Error ? error.message : error));
+    return loading;
+  };
+  if (preflightHeaders) csrfPlugin = loadCsrfPlugin(preflightHeaders);
   const batches = new WeakMap<object, { params: readonly BatchedParams[]; mutations?: number }>();
   const plugin = createIdempotencyPlugin(options, {
     batchedMutations(context) {
