@@ -12,13 +12,13 @@ import type { IdempotencyEvent, IdempotencyStore } from '@idem/core';
 import { createDrizzleStore, type DrizzleDatabase } from '@idem/drizzle';
 import { accountOf, BadCredentialsError } from './account.ts';
 import { ADMIN_TIMELINE_PATH, serveTimeline } from './admin.ts';
-import { PaymentChannel } from './channel.ts';
+import { PaymentChannel, type Semantics } from './channel.ts';
 import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
 import { createPaymentsRouter, createContext, type PaymentsStore } from './trpc.ts';
 import { createPaymentsYoga } from './graphql.ts';
 import { APOLLO_GRAPHQL_PATH, createPaymentsApollo } from './apollo.ts';
 import { paymentsPolicy } from './policy.ts';
-import { createPaymentsRest, REST_PAYMENTS_PATH } from './rest.ts';
+import { createPaymentsRest, REST_LEDGER_PATH, REST_PAYMENTS_PATH } from './rest.ts';
 import { createKeyStatusRoute, KEY_STATUS_PATH, KEY_STATUS_QUERY_PATH } from './key-status.ts';
 
 export interface PaymentsAppOptions {
@@ -46,6 +46,12 @@ export interface PaymentsAppOptions {
   corsOrigins?: readonly string[];
   /** The token that opens `/admin/timeline`. Defaults to none: the admin pages do not exist (404). */
   adminToken?: string;
+  /**
+   * `IDEM_SEMANTICS` of the three payment endpoints: `v1` (`onFailure: 'replay'`, Stripe v1) or
+   * `v2` (`onFailure: 'resume'`, Stripe v2: a retry completes a payment that failed with a 5xx).
+   * Defaults to `v1`.
+   */
+  semantics?: Semantics;
 }
 
 export interface PaymentsApp {
@@ -75,9 +81,19 @@ export function createPaymentsApp({
   maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
   corsOrigins = [],
   adminToken,
+  semantics = 'v1',
 }: PaymentsAppOptions): PaymentsApp {
   const channel = new PaymentChannel(db, { delayMs: channelDelayMs });
-  const shared = { store, channel, retentionMs, leaseMs, waitMs, atomic, ...(onEvent ? { onEvent } : {}) };
+  const shared = {
+    store,
+    channel,
+    retentionMs,
+    leaseMs,
+    waitMs,
+    atomic,
+    semantics,
+    ...(onEvent ? { onEvent } : {}),
+  };
   const { router, engine: trpcEngine } = createPaymentsRouter(shared);
   // A body over the limit is refused with 413 while it streams in, never buffered whole.
   const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/', maxBodySize: maxBodyBytes });
@@ -101,6 +117,7 @@ export function createPaymentsApp({
       retentionMs,
       leaseMs,
       waitMs,
+      semantics,
       documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)),
     });
 
@@ -150,7 +167,8 @@ export function createPaymentsApp({
         return sendProblem(res, 401, 'Unauthorized', error.message);
       }
     }
-    if (path === REST_PAYMENTS_PATH || path.startsWith(`${REST_PAYMENTS_PATH}/`)) return rest.listener(req, res);
+    if (path === REST_PAYMENTS_PATH || path.startsWith(`${REST_PAYMENTS_PATH}/`) || path === REST_LEDGER_PATH)
+      return rest.listener(req, res);
     if (path.startsWith('/trpc/')) return trpc(req, res);
     if (path === '/graphql') return yoga(req, res);
     if (path === APOLLO_GRAPHQL_PATH) return apollo.listener(req, res);

@@ -8,6 +8,7 @@ import {
 } from '@idem/drizzle/connect';
 import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { Semantics } from './channel.ts';
 
 export interface ExampleConfig {
   port: number;
@@ -34,7 +35,17 @@ export interface ExampleConfig {
   sweepEveryMs: number | undefined;
   /** Group commit in the store (`IDEM_GROUP_COMMIT`, on): claims and completions that arrive together go as one statement. */
   groupCommit: boolean;
+  /**
+   * `IDEM_SEMANTICS` (v1): what a failure after the start becomes on the three payment endpoints.
+   * `v1` (Stripe v1, `onFailure: 'replay'`): stored and replayed to every retry (E4). `v2` (Stripe
+   * v2, `onFailure: 'resume'`): a 5xx is resumable, a retry with the same key completes the
+   * payment, skipping the steps done (E8).
+   */
+  semantics: Semantics;
 }
+
+/** The values `IDEM_SEMANTICS` accepts, and the `onFailure` each selects. */
+export const SEMANTICS: Readonly<Record<Semantics, 'replay' | 'resume'>> = { v1: 'replay', v2: 'resume' };
 
 /** A payment is a few dozen bytes: a body near this is not one. */
 export const DEFAULT_MAX_BODY_BYTES = 64 * 1024;
@@ -50,7 +61,8 @@ export const DEFAULT_SQLITE_PATH = fileURLToPath(new URL('../.data/payments.db',
  * (the first installed driver of the URL's dialect),
  * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `IDEM_WAIT` (off), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only in the example, which opens SQLite with better-sqlite3),
  * `MAX_BODY_BYTES` (65536), `CORS_ORIGIN` (none), `CHECKOUT_PORT` (off), `CHECKOUT_API_URL`,
- * `ADMIN_TOKEN` (off), `IDEM_SWEEPER` (on), `IDEM_SWEEP_EVERY` (5m), `IDEM_GROUP_COMMIT` (on).
+ * `ADMIN_TOKEN` (off), `IDEM_SWEEPER` (on), `IDEM_SWEEP_EVERY` (5m), `IDEM_GROUP_COMMIT` (on),
+ * `IDEM_SEMANTICS` (v1).
  */
 export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig {
   const database = resolveFrom(parseDatabaseUrl(env.DATABASE_URL, env.DATABASE_DRIVER), env.INIT_CWD);
@@ -89,7 +101,17 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
       ? duration('IDEM_SWEEP_EVERY', env.IDEM_SWEEP_EVERY, '5m')
       : undefined,
     groupCommit: flag('IDEM_GROUP_COMMIT', env.IDEM_GROUP_COMMIT, true),
+    semantics: semantics('IDEM_SEMANTICS', env.IDEM_SEMANTICS),
   };
+}
+
+function semantics(name: string, value: string | undefined): Semantics {
+  const normalized = value?.trim().toLowerCase() ?? '';
+  if (normalized === '') return 'v1';
+  if (normalized === 'v1' || normalized === 'v2') return normalized;
+  throw new ConfigError(
+    `${name} must be v1 (a failure after the start is stored and replayed, Stripe v1) or v2 (a 5xx after the start is resumed by a retry with the same key, Stripe v2), got "${value}"`,
+  );
 }
 
 /** A comma-separated list of origins (`http://localhost:3001,https://shop.example.com`), checked as idempotencyCors checks them. */

@@ -10,9 +10,16 @@ import {
   idempotencyKeyStatusTypeDefs,
 } from '@idem/envelop';
 import { accountOf, SHARED_ACCOUNTS } from './account.ts';
-import { ChargeNotRecordedError, ChargeRefusedError, innermostMessage, PaymentChannelError } from './channel.ts';
+import {
+  ChargeNotRecordedError,
+  ChargeRefusedError,
+  innermostMessage,
+  PaymentChannelError,
+  PaymentChannelTimeoutError,
+  PaymentDeclinedError,
+} from './channel.ts';
 import type { DrizzleDatabase, DrizzleTransaction } from '@idem/drizzle';
-import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
+import { DEFAULT_MAX_BODY_BYTES, SEMANTICS } from './config.ts';
 import { paymentInput, UNEXPECTED_ERROR_MESSAGE, type PaymentsRouterOptions } from './trpc.ts';
 
 /** The payments schema, served by GraphQL Yoga at `/graphql` and by Apollo Server at `/apollo/graphql`. */
@@ -81,6 +88,7 @@ export function paymentsIdempotencyOptions({
   waitMs = 0,
   onEvent,
   atomic = false,
+  semantics = 'v1',
 }: PaymentsRouterOptions) {
   return {
     store,
@@ -90,6 +98,7 @@ export function paymentsIdempotencyOptions({
     lease: leaseMs,
     wait: waitMs,
     atomic,
+    onFailure: SEMANTICS[semantics],
     ...(onEvent ? { onEvent } : {}),
   };
 }
@@ -99,7 +108,7 @@ export function paymentsResolvers(
   options: PaymentsRouterOptions,
   claimOf: (context: GraphQLContext) => ClaimContext<DrizzleTransaction<DrizzleDatabase>> | undefined,
 ) {
-  const { channel } = options;
+  const { channel, semantics = 'v1' } = options;
   return {
     Query: {
       ledger: () => channel.ledger(),
@@ -129,15 +138,24 @@ export function paymentsResolvers(
         // The claim, with the store's transaction typed (atomic mode): `idempotencyClaim(context)` for the plugin's store.
         const claim = claimOf(context);
         try {
-          return await channel.chargeFor(
+          return await channel.pay(
             {
               account: accountOf(context.request.headers.get('authorization')),
               amount: input.amount,
               currency: input.currency,
             },
             claim,
+            { steps: semantics === 'v2' },
           );
         } catch (error) {
+          // The channel timed out, nothing charged: 504, replayed (v1) or resumed by the retry (v2).
+          if (error instanceof PaymentChannelTimeoutError)
+            throw new GraphQLError(error.message, {
+              extensions: { code: 'PAYMENT_CHANNEL_TIMEOUT', http: { status: 504 } },
+            });
+          // Declined: the client's to fix, a final failure stored and replayed in both modes.
+          if (error instanceof PaymentDeclinedError)
+            throw new GraphQLError(error.message, { extensions: { code: 'PAYMENT_DECLINED', http: { status: 402 } } });
           // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
           if (error instanceof ChargeNotRecordedError)
             throw notStarted(

@@ -50,6 +50,7 @@ async function main(): Promise<void> {
     corsOrigins,
     adminToken: config.adminToken,
     groupCommit: config.groupCommit,
+    semantics: config.semantics,
     onEvent: logEvent,
   });
   await app.channel.migrate();
@@ -76,6 +77,11 @@ async function main(): Promise<void> {
     console.log(
       `[payments] checkout page on http://localhost:${checkoutPort} (calls ${config.checkoutApiUrl ?? `http://localhost:${port}`})`,
     );
+  console.log(
+    config.semantics === 'v2'
+      ? '[payments] IDEM_SEMANTICS=v2: a payment that fails with a 5xx after it started is resumed by a retry with the same key (Stripe v2)'
+      : '[payments] IDEM_SEMANTICS=v1: a payment that fails after it started is stored and replayed (Stripe v1; IDEM_SEMANTICS=v2 resumes it)',
+  );
   if (corsOrigins.length > 0) console.log(`[payments] CORS: browsers on ${corsOrigins.join(', ')} may call the API`);
   if (config.adminToken !== undefined)
     console.log(

@@ -1,21 +1,32 @@
 import { createPolicyDocument, type PolicyDocument } from '@idem/core';
+import type { Semantics } from './channel.ts';
+import { SEMANTICS } from './config.ts';
 
 /**
  * The published retention policy of this server (draft §2.3, SPEC R4), generated from the
- * configuration the three endpoints run with.
+ * configuration the three endpoints run with: `onFailure` is `IDEM_SEMANTICS`'s (v1 `replay`, v2 `resume`).
  */
 export function paymentsPolicy({
   retentionMs,
   leaseMs,
   waitMs = 0,
+  semantics = 'v1',
   documentationUrl,
 }: {
   retentionMs: number;
   leaseMs: number;
   waitMs?: number;
+  semantics?: Semantics;
   documentationUrl: string;
 }): PolicyDocument {
-  const common = { required: true, retentionMs, leaseMs, waitMs, expiredReuse: 'execute' as const };
+  const common = {
+    required: true,
+    retentionMs,
+    leaseMs,
+    waitMs,
+    expiredReuse: 'execute' as const,
+    onFailure: SEMANTICS[semantics],
+  };
   return createPolicyDocument({
     title: 'Idempotency policy — payments example',
     documentationUrl,

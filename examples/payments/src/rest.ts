@@ -13,11 +13,19 @@ import { validator } from 'hono/validator';
 import { notStarted } from '@idem/fetch';
 import { idempotency } from '@idem/fetch/hono';
 import { accountOf, BadCredentialsError } from './account.ts';
-import { ChargeNotRecordedError, ChargeRefusedError } from './channel.ts';
-import { DEFAULT_MAX_BODY_BYTES } from './config.ts';
+import {
+  ChargeNotRecordedError,
+  ChargeRefusedError,
+  PaymentChannelTimeoutError,
+  PaymentDeclinedError,
+} from './channel.ts';
+import { DEFAULT_MAX_BODY_BYTES, SEMANTICS } from './config.ts';
 import { paymentInput, type PaymentsRouterOptions } from './trpc.ts';
 
 export const REST_PAYMENTS_PATH = '/v1/payments';
+
+/** `GET /v1/ledger?key=<key>`: what the ledger holds for one of the caller's idempotency keys (reservations, charges, timeouts). */
+export const REST_LEDGER_PATH = '/v1/ledger';
 
 export interface PaymentsRestOptions extends PaymentsRouterOptions {
   /** The largest request body, in bytes: 413 past it. Defaults to 64 KiB. */
@@ -35,6 +43,7 @@ export function createPaymentsRest({
   waitMs = 0,
   onEvent,
   atomic = false,
+  semantics = 'v1',
   maxBodyBytes = DEFAULT_MAX_BODY_BYTES,
 }: PaymentsRestOptions) {
   const idempotent = idempotency({
@@ -44,6 +53,7 @@ export function createPaymentsRest({
     lease: leaseMs,
     wait: waitMs,
     atomic,
+    onFailure: SEMANTICS[semantics],
     maxBodyBytes,
     ...(onEvent ? { onEvent } : {}),
   });
@@ -51,7 +61,7 @@ export function createPaymentsRest({
 
   // Refused before idempotency: bad credentials (401, never the public account's responses),
   // bodies over the limit (413), and input the schema refuses (400) are never stored (E4).
-  app.use(REST_PAYMENTS_PATH, async (c, next) => {
+  const authenticate: MiddlewareHandler<RestEnv> = async (c, next) => {
     try {
       c.set('account', accountOf(c.req.header('authorization')));
     } catch (error) {
@@ -59,7 +69,9 @@ export function createPaymentsRest({
       return problem(401, 'Unauthorized', error.message, { 'www-authenticate': 'Bearer realm="payments"' });
     }
     await next();
-  });
+  };
+  app.use(REST_PAYMENTS_PATH, authenticate);
+  app.use(REST_LEDGER_PATH, authenticate);
   app.post(
     REST_PAYMENTS_PATH,
     standardRequest,
@@ -77,15 +89,18 @@ export function createPaymentsRest({
     async (c) => {
       const input = c.req.valid('json');
       const claim = idempotent.claim(c);
-      // The channel deduplicates by a key derived from ours (a re-execution after a lease takeover
-      // charges once); in atomic mode its ledger row is written in idem's transaction.
+      // Two steps, reserve then charge, each under a key derived from ours (a re-execution charges
+      // once); in atomic mode their rows are written in idem's transaction.
       let charge;
       try {
-        charge = await channel.chargeFor(
-          { account: c.get('account'), amount: input.amount, currency: input.currency },
-          claim,
-        );
+        charge = await channel.pay({ account: c.get('account'), amount: input.amount, currency: input.currency }, claim, {
+          steps: semantics === 'v2',
+        });
       } catch (error) {
+        // The channel timed out, nothing charged: 504, replayed (v1) or resumed by the retry (v2).
+        if (error instanceof PaymentChannelTimeoutError) return problem(504, 'Gateway Timeout', error.message);
+        // Declined: the client's to fix, a final failure stored and replayed in both modes.
+        if (error instanceof PaymentDeclinedError) return problem(402, 'Payment Required', error.message);
         // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
         if (error instanceof ChargeNotRecordedError)
           return notStarted(problem(503, 'Service Unavailable', error.message, { 'retry-after': '1' }));
@@ -96,6 +111,11 @@ export function createPaymentsRest({
       return c.json(charge, 201, { location: `${REST_PAYMENTS_PATH}/${charge.id}` });
     },
   );
+  app.get(REST_LEDGER_PATH, async (c) => {
+    const key = c.req.query('key');
+    if (!key) return problem(400, 'Bad Request', 'Name the idempotency key: GET /v1/ledger?key=<key>.');
+    return c.json(await channel.keyLedger(c.get('account'), key), 200, { 'cache-control': 'no-store' });
+  });
   app.get(`${REST_PAYMENTS_PATH}/:id`, async (c) => {
     const entry = (await channel.ledger()).find(({ id }) => id === c.req.param('id'));
     return entry ? c.json(entry) : problem(404, 'Not Found', `No payment ${c.req.param('id')}`);

@@ -17,8 +17,12 @@ import {
   innermostMessage,
   MAX_AMOUNT,
   PaymentChannelError,
+  PaymentChannelTimeoutError,
+  PaymentDeclinedError,
   type PaymentChannel,
+  type Semantics,
 } from './channel.ts';
+import { SEMANTICS } from './config.ts';
 
 /** What a client is told of an error the server did not mean to show (item 10): its cause goes to the server's log. */
 export const UNEXPECTED_ERROR_MESSAGE =
@@ -62,6 +66,12 @@ export interface PaymentsRouterOptions {
   onEvent?: IdempotencyEventHandler;
   /** Atomic mode (PostgreSQL): the ledger row commits with the claim and the outcome. Defaults to false. */
   atomic?: boolean;
+  /**
+   * `IDEM_SEMANTICS`: `v1` (`onFailure: 'replay'`, the default) stores and replays a failure after
+   * the start; `v2` (`onFailure: 'resume'`) lets a retry with the same key complete a payment whose
+   * 5xx came after the start, the payment's steps (`reserve`, `charge`) through `claim.step`.
+   */
+  semantics?: Semantics;
 }
 
 /**
@@ -76,6 +86,7 @@ export function createPaymentsRouter({
   waitMs = 0,
   onEvent,
   atomic = false,
+  semantics = 'v1',
 }: PaymentsRouterOptions) {
   // isDev: false keeps stack traces out of error responses.
   const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
@@ -86,6 +97,7 @@ export function createPaymentsRouter({
     lease: leaseMs,
     wait: waitMs,
     atomic,
+    onFailure: SEMANTICS[semantics],
     ...(onEvent ? { onEvent } : {}),
   };
   const idempotent = idempotency(options);
@@ -103,14 +115,19 @@ export function createPaymentsRouter({
         .use(masked)
         .mutation(async ({ input, ctx }) => {
           const claim = idempotencyClaim(ctx);
-          // The channel deduplicates by a key derived from ours (a re-execution after a lease
-          // takeover charges once); in atomic mode its ledger row is written in idem's transaction.
+          // Two steps, reserve then charge, each under a key derived from ours (a re-execution
+          // charges once); in atomic mode their rows are written in idem's transaction.
           try {
-            return await channel.chargeFor(
-              { account: ctx.account, amount: input.amount, currency: input.currency },
-              claim,
-            );
+            return await channel.pay({ account: ctx.account, amount: input.amount, currency: input.currency }, claim, {
+              steps: semantics === 'v2',
+            });
           } catch (error) {
+            // The channel timed out, nothing charged: 504, replayed (v1) or resumed by the retry (v2).
+            if (error instanceof PaymentChannelTimeoutError)
+              throw new TRPCError({ code: 'GATEWAY_TIMEOUT', message: error.message, cause: error });
+            // Declined: the client's to fix, a final failure stored and replayed in both modes.
+            if (error instanceof PaymentDeclinedError)
+              throw new TRPCError({ code: 'PAYMENT_REQUIRED', message: error.message, cause: error });
             // Nothing was charged: give the key back (E4), so that the retry the 503 asks for charges.
             if (error instanceof ChargeNotRecordedError)
               throw notStarted(

@@ -29,7 +29,7 @@ export async function migrateExample(db: DrizzleDatabase): Promise<void> {
 
 /**
  * The example as `main.ts` builds it, configured from `env` the way `npm start` reads it
- * (IDEM_TTL, IDEM_LEASE, CHANNEL_DELAY_MS, CORS_ORIGIN, ADMIN_TOKEN), over `db`, on a free port of 127.0.0.1.
+ * (IDEM_TTL, IDEM_LEASE, CHANNEL_DELAY_MS, CORS_ORIGIN, ADMIN_TOKEN, IDEM_SEMANTICS), over `db`, on a free port of 127.0.0.1.
  */
 export async function startExample(
   db: DrizzleDatabase,
@@ -45,6 +45,7 @@ export async function startExample(
     channelDelayMs: config.channelDelayMs,
     corsOrigins: config.corsOrigins,
     adminToken: config.adminToken,
+    semantics: config.semantics,
     onEvent: (event) => events.push(event),
     ...overrides,
   });

@@ -153,6 +153,11 @@ describe('npm start (src/main.ts) on SQLite', () => {
     ['IDEM_TTL=abc', { IDEM_TTL: 'abc' }, /^IDEM_TTL must be a duration such as 2s, 30m, 24h or 7d, got "abc"$/],
     ['PORT=http', { PORT: 'http' }, /^PORT must be an integer from 0 to 65535, got "http"$/],
     [
+      'IDEM_SEMANTICS=v3 (E8)',
+      { IDEM_SEMANTICS: 'v3' },
+      /^IDEM_SEMANTICS must be v1 \(.*Stripe v1\) or v2 \(.*Stripe v2\), got "v3"$/,
+    ],
+    [
       'DATABASE_URL=mysql://db/app',
       { DATABASE_URL: 'mysql://db/app' },
       /^DATABASE_URL "mysql:\/\/db\/app" is MySQL: this example runs on SQLite or PostgreSQL$/,
