@@ -93,9 +93,13 @@ export function createPaymentsRest({
       // once); in atomic mode their rows are written in idem's transaction.
       let charge;
       try {
-        charge = await channel.pay({ account: c.get('account'), amount: input.amount, currency: input.currency }, claim, {
-          steps: semantics === 'v2',
-        });
+        charge = await channel.pay(
+          { account: c.get('account'), amount: input.amount, currency: input.currency },
+          claim,
+          {
+            steps: semantics === 'v2',
+          },
+        );
       } catch (error) {
         // The channel timed out, nothing charged: 504, replayed (v1) or resumed by the retry (v2).
         if (error instanceof PaymentChannelTimeoutError) return problem(504, 'Gateway Timeout', error.message);

@@ -141,6 +141,11 @@ export function createPaymentsRouter({
           }
         }),
       ledger: t.procedure.use(masked).query(() => channel.ledger()),
+      // What the ledger holds for one of the caller's keys: reservations, charges, timeouts (as GET /v1/ledger?key=…).
+      keyLedger: t.procedure
+        .input(z.object({ key: z.string().min(1) }))
+        .use(masked)
+        .query(({ input, ctx }) => channel.keyLedger(ctx.account, input.key)),
     }),
     // What became of one of the caller's keys: `{ key, operation: 'payments.create' }` (reconcile, R2).
     idempotency: t.router({

@@ -1,0 +1,268 @@
+/**
+ * Replay or resume (issue 35, SPEC E8), black-box over real HTTP on SQLite and PostgreSQL, on
+ * every payment transport: tRPC, GraphQL Yoga, Apollo Server and `POST /v1/payments`. The
+ * payment runs in two steps, `reserve` then `charge`; amount 14's first charge attempt under each
+ * downstream key times out (504, nothing charged), the next charges. `GET /v1/ledger?key=…`
+ * counts what the ledger holds for a key: reservations, charges, timeouts.
+ *
+ * - `IDEM_SEMANTICS=v1` (`onFailure: 'replay'`, E4): the 504 is stored and every retry replays it.
+ * - `IDEM_SEMANTICS=v2` (`onFailure: 'resume'`, E8): the 504 is marked `Idempotent-Resumable: true`;
+ *   the retry with the same key and payload completes the payment — one reservation, one charge —
+ *   on this server or on another instance over the same database; a final failure (a 402
+ *   decline) is replayed; a retry with another payload is refused (422); and in atomic mode
+ *   (PostgreSQL) the reservation commits at its recovery point with the failure.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DrizzleDatabase } from '@idem/drizzle';
+import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
+import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
+import { ConfigError, readConfig } from '../src/config.ts';
+import { get, migrateExample, newKey, startExample, type Reply, type RunningExample } from './http.ts';
+
+const ACCOUNT = 'semantics';
+const AUTHORIZATION = { authorization: `Bearer ${ACCOUNT}` };
+const TIMES_OUT = { amount: 14, currency: 'EUR' };
+const DECLINED = { amount: 15, currency: 'EUR' };
+const OTHER = { amount: 4200, currency: 'EUR' };
+
+async function post(url: string, path: string, body: unknown, headers: Record<string, string>): Promise<Reply> {
+  const response = await fetch(`${url}${path}`, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      accept: 'application/graphql-response+json, application/json',
+      ...AUTHORIZATION,
+      ...headers,
+    },
+    body: JSON.stringify(body),
+  });
+  const text = await response.text();
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {}
+  return { status: response.status, headers: response.headers, text, body: parsed };
+}
+
+const PAY_MUTATION =
+  'mutation Pay($input: PaymentInput!) { createPayment(input: $input) { id amount currency createdAt } }';
+
+interface Transport {
+  name: string;
+  pay(url: string, key: string, payment: { amount: number; currency: string }): Promise<Reply>;
+  /** The payment's id in a successful answer, else undefined. */
+  paid(reply: Reply): string | undefined;
+  successStatus: number;
+  /** The failure as the client reads it (a GraphQL replay also says so in `extensions`). */
+  failure(reply: Reply): unknown;
+  /** How this transport marks a resumable failure besides the header (design: tRPC error data, GraphQL extensions). */
+  markedResumable(reply: Reply): boolean;
+}
+
+const graphqlTransport = (name: string, path: string): Transport => ({
+  name,
+  pay: (url, key, payment) =>
+    post(url, path, { query: PAY_MUTATION, variables: { input: payment } }, { 'idempotency-key': key }),
+  paid: (reply) => (reply.body?.errors ? undefined : reply.body?.data?.createPayment?.id),
+  successStatus: 200,
+  failure: (reply) => reply.body?.errors,
+  markedResumable: (reply) => reply.body?.extensions?.idempotency?.resumable === true,
+});
+
+const transports: Transport[] = [
+  {
+    name: 'tRPC',
+    pay: (url, key, payment) => post(url, '/trpc/payments.create', payment, { 'idempotency-key': key }),
+    paid: (reply) => reply.body?.result?.data?.id,
+    successStatus: 200,
+    failure: (reply) => reply.body?.error,
+    markedResumable: (reply) => reply.body?.error?.data?.idempotentResumable === true,
+  },
+  graphqlTransport('GraphQL Yoga', '/graphql'),
+  graphqlTransport('Apollo Server', '/apollo/graphql'),
+  {
+    name: 'REST (POST /v1/payments)',
+    pay: (url, key, payment) => post(url, '/v1/payments', payment, { 'idempotency-key': key }),
+    paid: (reply) => (reply.status === 201 ? reply.body?.id : undefined),
+    successStatus: 201,
+    failure: (reply) => reply.text,
+    // The handler's own response: the header is the mark.
+    markedResumable: (reply) => reply.headers.get('idempotent-resumable') === 'true',
+  },
+];
+
+/** What the ledger holds for the key, over HTTP. */
+async function counts(url: string, key: string) {
+  const reply = await get(url, `/v1/ledger?key=${encodeURIComponent(key)}`, AUTHORIZATION);
+  expect(reply.status, reply.text).toBe(200);
+  const { reservations, charges, timeouts } = reply.body as { reservations: number; charges: number; timeouts: number };
+  return { reservations, charges, timeouts };
+}
+
+const resumable = (reply: Reply) => reply.headers.get('idempotent-resumable');
+const replayed = (reply: Reply) => reply.headers.get('idempotent-replayed');
+
+const databases: Array<{
+  name: string;
+  postgres: boolean;
+  open(): Promise<{ db: DrizzleDatabase; close(): Promise<void> }>;
+}> = [
+  { name: 'SQLite', postgres: false, open: () => openSqliteTarget() },
+  { name: 'PostgreSQL', postgres: true, open: () => openPostgresTarget({ schemaPrefix: 'idem_example_e8' }) },
+];
+
+describe.each(databases)('replay or resume (IDEM_SEMANTICS) on $name', ({ postgres, open }) => {
+  let database: { db: DrizzleDatabase; close(): Promise<void> };
+  let v1: RunningExample;
+  let v2: RunningExample;
+  /** A second instance of the v2 server over the same database (another process in production). */
+  let v2b: RunningExample;
+  let atomicV2: RunningExample | undefined;
+  beforeAll(async () => {
+    database = await open();
+    await migrateExample(database.db);
+    [v1, v2, v2b, atomicV2] = await Promise.all([
+      startExample(database.db, { IDEM_TTL: '30m', IDEM_SEMANTICS: 'v1' }),
+      startExample(database.db, { IDEM_TTL: '30m', IDEM_SEMANTICS: 'v2' }),
+      startExample(database.db, { IDEM_TTL: '30m', IDEM_SEMANTICS: 'v2' }),
+      postgres ? startExample(database.db, { IDEM_TTL: '30m', IDEM_SEMANTICS: 'v2' }, { atomic: true }) : undefined,
+    ]);
+  });
+  afterAll(async () => {
+    await Promise.all([v1?.close(), v2?.close(), v2b?.close(), atomicV2?.close()]);
+    await database?.close();
+  });
+
+  it('R4/E8: the published policy names the mode of every payment endpoint: replay under v1, resume under v2', async () => {
+    for (const [example, mode] of [
+      [v1, 'replay'],
+      [v2, 'resume'],
+    ] as const) {
+      const policy = await get(example.url, '/idempotency', { accept: 'application/json' });
+      expect(policy.status).toBe(200);
+      const endpoints = policy.body.endpoints as Array<{ operation: string; onFailure?: string }>;
+      expect(endpoints.map((endpoint) => [endpoint.operation, endpoint.onFailure])).toEqual([
+        ['payments.create', mode],
+        ['Mutation.createPayment', mode],
+        ['POST /v1/payments', mode],
+      ]);
+      const page = await get(example.url, '/idempotency', { accept: 'text/html' });
+      expect(page.text).toContain(mode === 'resume' ? 'resumed on retry (Stripe v2)' : 'replayed (Stripe v1)');
+    }
+  });
+
+  describe.each(transports)('$name', (transport) => {
+    it('E4 (v1): amount 14 times out (504) after the reservation; the retry replays the 504, nothing is charged', async () => {
+      const key = newKey();
+      const first = await transport.pay(v1.url, key, TIMES_OUT);
+      expect(first.status, first.text).toBe(504);
+      expect(resumable(first)).toBeNull();
+      expect(transport.markedResumable(first)).toBe(false);
+      const retry = await transport.pay(v1.url, key, TIMES_OUT);
+      expect(retry.status).toBe(504);
+      expect(replayed(retry)).toBe('true');
+      expect(transport.failure(retry)).toEqual(transport.failure(first));
+      expect(transport.paid(retry)).toBeUndefined();
+      expect(await counts(v1.url, key)).toEqual({ reservations: 1, charges: 0, timeouts: 1 });
+    });
+
+    it('E8 (v2): amount 14 times out, marked Idempotent-Resumable: true; the retry completes it with one reservation and one charge, then replays', async () => {
+      const key = newKey();
+      const first = await transport.pay(v2.url, key, TIMES_OUT);
+      expect(first.status, first.text).toBe(504);
+      expect(resumable(first)).toBe('true');
+      expect(transport.markedResumable(first)).toBe(true);
+      expect(await counts(v2.url, key)).toEqual({ reservations: 1, charges: 0, timeouts: 1 });
+
+      const retry = await transport.pay(v2.url, key, TIMES_OUT);
+      expect(retry.status, retry.text).toBe(transport.successStatus);
+      expect(replayed(retry)).toBeNull(); // executed (resumed), not replayed
+      expect(resumable(retry)).toBeNull();
+      const id = transport.paid(retry);
+      expect(id).toMatch(/^pay_/);
+      expect(await counts(v2.url, key)).toEqual({ reservations: 1, charges: 1, timeouts: 1 });
+
+      const replay = await transport.pay(v2.url, key, TIMES_OUT);
+      expect(replayed(replay)).toBe('true');
+      expect(transport.paid(replay)).toBe(id);
+      expect(await counts(v2.url, key)).toEqual({ reservations: 1, charges: 1, timeouts: 1 });
+    });
+
+    it('E8 (v2): the resumable failure retried on another instance over the same database completes there, once', async () => {
+      const key = newKey();
+      const first = await transport.pay(v2.url, key, TIMES_OUT);
+      expect(first.status).toBe(504);
+      expect(resumable(first)).toBe('true');
+      const elsewhere = await transport.pay(v2b.url, key, TIMES_OUT);
+      expect(elsewhere.status, elsewhere.text).toBe(transport.successStatus);
+      const id = transport.paid(elsewhere);
+      expect(id).toMatch(/^pay_/);
+      const back = await transport.pay(v2.url, key, TIMES_OUT);
+      expect(replayed(back)).toBe('true');
+      expect(transport.paid(back)).toBe(id);
+      expect(await counts(v2b.url, key)).toEqual({ reservations: 1, charges: 1, timeouts: 1 });
+    });
+
+    it('E8/E4 (v2): a final failure — amount 15 declined, 402 — is not resumable: stored and replayed', async () => {
+      const key = newKey();
+      const first = await transport.pay(v2.url, key, DECLINED);
+      expect(first.status, first.text).toBe(402);
+      expect(resumable(first)).toBeNull();
+      expect(transport.markedResumable(first)).toBe(false);
+      const retry = await transport.pay(v2.url, key, DECLINED);
+      expect(retry.status).toBe(402);
+      expect(replayed(retry)).toBe('true');
+      expect(transport.failure(retry)).toEqual(transport.failure(first));
+      expect(await counts(v2.url, key)).toEqual({ reservations: 1, charges: 0, timeouts: 0 });
+    });
+
+    it('E8/F3 (v2): a retry of a resumable failure with another payload is refused (422) and runs nothing; the same payload still completes', async () => {
+      const key = newKey();
+      const first = await transport.pay(v2.url, key, TIMES_OUT);
+      expect(first.status).toBe(504);
+      expect(resumable(first)).toBe('true');
+      const other = await transport.pay(v2.url, key, OTHER);
+      expect(other.status, other.text).toBe(422);
+      expect(await counts(v2.url, key)).toEqual({ reservations: 1, charges: 0, timeouts: 1 });
+      const same = await transport.pay(v2.url, key, TIMES_OUT);
+      expect(same.status).toBe(transport.successStatus);
+      expect(await counts(v2.url, key)).toEqual({ reservations: 1, charges: 1, timeouts: 1 });
+    });
+
+    it.skipIf(!postgres)(
+      'E8/E2 (v2, atomic mode): the reservation commits at its recovery point with the resumable failure; the retry charges once in the same transaction as its outcome',
+      async () => {
+        const example = atomicV2!;
+        const key = newKey();
+        const first = await transport.pay(example.url, key, TIMES_OUT);
+        expect(first.status, first.text).toBe(504);
+        expect(resumable(first)).toBe('true');
+        // The charge's failure rolled back to the recovery point after `reserve`: the reservation stays.
+        expect(await counts(example.url, key)).toEqual({ reservations: 1, charges: 0, timeouts: 1 });
+        const retry = await transport.pay(example.url, key, TIMES_OUT);
+        expect(retry.status, retry.text).toBe(transport.successStatus);
+        const id = transport.paid(retry);
+        expect(id).toMatch(/^pay_/);
+        expect(await counts(example.url, key)).toEqual({ reservations: 1, charges: 1, timeouts: 1 });
+        const replay = await transport.pay(example.url, key, TIMES_OUT);
+        expect(replayed(replay)).toBe('true');
+        expect(transport.paid(replay)).toBe(id);
+      },
+    );
+  });
+});
+
+describe('IDEM_SEMANTICS', () => {
+  it('E8: v1 by default; v1 or v2 (any case); anything else refuses to start, naming both values', () => {
+    expect(readConfig({}).semantics).toBe('v1');
+    expect(readConfig({ IDEM_SEMANTICS: '' }).semantics).toBe('v1');
+    expect(readConfig({ IDEM_SEMANTICS: 'v1' }).semantics).toBe('v1');
+    expect(readConfig({ IDEM_SEMANTICS: 'V2' }).semantics).toBe('v2');
+    for (const value of ['v3', 'resume', 'replay', '2', 'stripe-v2']) {
+      expect(() => readConfig({ IDEM_SEMANTICS: value })).toThrow(ConfigError);
+      expect(() => readConfig({ IDEM_SEMANTICS: value })).toThrow(
+        new RegExp(`^IDEM_SEMANTICS must be v1 \\(.*\\) or v2 \\(.*\\), got "${value}"$`),
+      );
+    }
+  });
+});
