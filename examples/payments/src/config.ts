@@ -59,7 +59,7 @@ export const DEFAULT_SQLITE_PATH = fileURLToPath(new URL('../.data/payments.db',
  * Reads the example's configuration from the environment:
  * `PORT` (3000), `DATABASE_URL` (a SQLite file under examples/payments/.data/), `DATABASE_DRIVER`
  * (the first installed driver of the URL's dialect),
- * `IDEM_TTL` (24h), `IDEM_LEASE` (30s), `IDEM_WAIT` (off), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only in the example, which opens SQLite with better-sqlite3),
+ * `IDEM_TTL` (24h; 30d with `IDEM_SEMANTICS=v2`), `IDEM_LEASE` (30s), `IDEM_WAIT` (off), `CHANNEL_DELAY_MS` (0), `IDEM_ATOMIC` (off; PostgreSQL only in the example, which opens SQLite with better-sqlite3),
  * `MAX_BODY_BYTES` (65536), `CORS_ORIGIN` (none), `CHECKOUT_PORT` (off), `CHECKOUT_API_URL`,
  * `ADMIN_TOKEN` (off), `IDEM_SWEEPER` (on), `IDEM_SWEEP_EVERY` (5m), `IDEM_GROUP_COMMIT` (on),
  * `IDEM_SEMANTICS` (v1).
@@ -78,10 +78,12 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
       "IDEM_WAIT cannot be combined with IDEM_ATOMIC: in atomic mode the first request's claim is invisible until its transaction commits, so a duplicate has no outcome in progress to wait for (it gets 409 at once). Unset one of them.",
     );
   }
+  const chosen = semantics('IDEM_SEMANTICS', env.IDEM_SEMANTICS);
   return {
     port: integer('PORT', env.PORT, 3000, { min: 0, max: 65535 }),
     database,
-    retentionMs: duration('IDEM_TTL', env.IDEM_TTL, '24h'),
+    // idem's defaults: a resumable failure may be retried for longer than a replayed outcome is kept.
+    retentionMs: duration('IDEM_TTL', env.IDEM_TTL, chosen === 'v2' ? '30d' : '24h'),
     leaseMs: duration('IDEM_LEASE', env.IDEM_LEASE, '30s'),
     waitMs,
     channelDelayMs: integer('CHANNEL_DELAY_MS', env.CHANNEL_DELAY_MS, 0, { min: 0, max: 600_000 }),
@@ -101,7 +103,7 @@ export function readConfig(env: NodeJS.ProcessEnv = process.env): ExampleConfig 
       ? duration('IDEM_SWEEP_EVERY', env.IDEM_SWEEP_EVERY, '5m')
       : undefined,
     groupCommit: flag('IDEM_GROUP_COMMIT', env.IDEM_GROUP_COMMIT, true),
-    semantics: semantics('IDEM_SEMANTICS', env.IDEM_SEMANTICS),
+    semantics: chosen,
   };
 }
 

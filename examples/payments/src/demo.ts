@@ -6,6 +6,10 @@
  * the `expiredKeyReused` event and `idem explain` showing both generations (R2, A1), a
  * client (`idempotencyLink`) that refuses the retry the server would run as new, and the app
  * that then reconciles: it looks the key up, finds the first charge, and pays nothing again.
+ * Last, replay or resume (issue 35, Stripe v1 / v2): a payment whose channel times out after the
+ * reservation (amount 14) is replayed as a failure under `IDEM_SEMANTICS=v1`, and completed by
+ * the retry under `IDEM_SEMANTICS=v2` (a second server over the same database), with one
+ * reservation and one charge.
  *
  * Exits 0 when every answer is the one narrated, 1 with a one-line reason otherwise.
  */
@@ -91,7 +95,7 @@ class ExampleServer {
   readonly #exited: Promise<number | null>;
   url = '';
 
-  constructor(databaseFile: string) {
+  constructor(databaseFile: string, env: Record<string, string> = {}) {
     this.#child = spawn(process.execPath, ['--import', 'tsx', MAIN], {
       cwd: ROOT,
       env: {
@@ -101,6 +105,8 @@ class ExampleServer {
         IDEM_TTL: `${RETENTION_MS / 1000}s`,
         IDEM_LEASE: '30s',
         CHANNEL_DELAY_MS: String(CHANNEL_DELAY_MS),
+        IDEM_SEMANTICS: 'v1',
+        ...env,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -213,7 +219,113 @@ async function storedExpiry(key: string, databaseFile: string): Promise<number> 
 /** A database timestamp, and how long after the first call it was (same machine, same clock). */
 const at = (iso: string) => `${iso} (+${((Date.parse(iso) - firstCallWallClock) / 1000).toFixed(2)}s)`;
 
-async function demo(server: ExampleServer, databaseFile: string): Promise<void> {
+/** A plain HTTP payment (`POST /v1/payments`), as the account `demo`. */
+async function restPayment(url: string, key: string, payment: { amount: number; currency: string }): Promise<Answer> {
+  const response = await fetch(`${url}/v1/payments`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key, ...CONNECTION },
+    body: JSON.stringify(payment),
+  });
+  return { status: response.status, headers: response.headers, body: await response.json() };
+}
+
+/** `GET /v1/ledger?key=…`: what the ledger holds for one of the account's keys. */
+async function keyLedger(
+  url: string,
+  key: string,
+): Promise<{ reservations: number; charges: number; timeouts: number }> {
+  const response = await fetch(`${url}/v1/ledger?key=${encodeURIComponent(key)}`, { headers: CONNECTION });
+  expect(response.ok, `GET /v1/ledger answered ${response.status}`);
+  return (await response.json()) as { reservations: number; charges: number; timeouts: number };
+}
+
+/** One answer on one line: status, the idem headers, and the payment or the problem's detail. */
+function showAnswer(answer: Answer): void {
+  const marks = [
+    answer.headers.get('idempotent-replayed') === 'true' ? 'Idempotent-Replayed: true' : undefined,
+    answer.headers.get('idempotent-resumable') === 'true' ? 'Idempotent-Resumable: true' : undefined,
+  ].filter(Boolean);
+  const what =
+    typeof answer.body?.id === 'string'
+      ? `payment ${answer.body.id}`
+      : `"${answer.body?.detail ?? answer.body?.title}"`;
+  detail(`${answer.status}${marks.length > 0 ? `, ${marks.join(', ')}` : ''}: ${what}`);
+}
+
+function showCounts({ reservations, charges, timeouts }: { reservations: number; charges: number; timeouts: number }) {
+  detail(`GET /v1/ledger?key=…: reservations ${reservations}, charges ${charges}, timeouts ${timeouts}`);
+}
+
+const TIMES_OUT = { amount: 14, currency: 'EUR' };
+
+/**
+ * Step 8, replay or resume: amount 14 reserves, then the channel times out on its first charge
+ * attempt under the payment's downstream key (504, nothing charged). Under v1 the retry gets the
+ * stored 504; under v2 it completes the payment: the reservation is not made again, the charge is.
+ */
+async function replayOrResume(v1: ExampleServer, v2: ExampleServer): Promise<void> {
+  say('8. Replay or resume (Stripe v1 / v2). Amount 14: the payment reserves the amount, then the channel');
+  say('   times out on the first charge attempt (504, nothing charged); the next attempt with the same');
+  say('   downstream key charges. POST /v1/payments {"amount":14,"currency":"EUR"}, one key per server.');
+  say();
+  say(`   v1: the server above, IDEM_SEMANTICS=v1 (onFailure: 'replay', the default).`);
+  const replayKey = randomUUID();
+  const failed = await restPayment(v1.url, replayKey, TIMES_OUT);
+  expect(failed.status === 504, `amount 14 under v1 answered ${failed.status}, expected 504`);
+  expect(failed.headers.get('idempotent-resumable') === null, 'a v1 failure was marked Idempotent-Resumable');
+  showAnswer(failed);
+  step('   Retry, same key and payload:');
+  const replayedFailure = await restPayment(v1.url, replayKey, TIMES_OUT);
+  expect(
+    replayedFailure.status === 504 && replayedFailure.headers.get('idempotent-replayed') === 'true',
+    `the v1 retry answered ${replayedFailure.status} (replayed: ${replayedFailure.headers.get('idempotent-replayed')}), expected the replayed 504`,
+  );
+  showAnswer(replayedFailure);
+  const v1Counts = await keyLedger(v1.url, replayKey);
+  expect(
+    v1Counts.reservations === 1 && v1Counts.charges === 0,
+    `v1 ledger: ${JSON.stringify(v1Counts)}, expected 1 reservation and no charge`,
+  );
+  showCounts(v1Counts);
+  detail('The failure is stored and replayed for the whole retention (E4): this key never completes;');
+  detail('the amount stays reserved. The client must look the payment up before paying with a new key.');
+  say();
+
+  const v2Url = await v2.started();
+  say(`   v2: a second server on the same database, IDEM_SEMANTICS=v2 (onFailure: 'resume'), ${v2Url}.`);
+  const resumeKey = randomUUID();
+  const resumable = await restPayment(v2Url, resumeKey, TIMES_OUT);
+  expect(resumable.status === 504, `amount 14 under v2 answered ${resumable.status}, expected 504`);
+  expect(
+    resumable.headers.get('idempotent-resumable') === 'true',
+    'the v2 failure was not marked Idempotent-Resumable: true',
+  );
+  showAnswer(resumable);
+  showCounts(await keyLedger(v2Url, resumeKey));
+  step('   Retry, same key and payload:');
+  const completed = await restPayment(v2Url, resumeKey, TIMES_OUT);
+  expect(completed.status === 201, `the v2 retry answered ${completed.status}, expected 201`);
+  expect(completed.headers.get('idempotent-replayed') === null, 'the v2 retry was replayed; expected it to resume');
+  showAnswer(completed);
+  const v2Counts = await keyLedger(v2Url, resumeKey);
+  expect(
+    v2Counts.reservations === 1 && v2Counts.charges === 1,
+    `v2 ledger: ${JSON.stringify(v2Counts)}, expected 1 reservation and 1 charge`,
+  );
+  showCounts(v2Counts);
+  detail('Resumed (E8): the reserve step was done, its stored result was used; only the charge ran again.');
+  step('   Retry once more:');
+  const again = await restPayment(v2Url, resumeKey, TIMES_OUT);
+  expect(
+    again.status === 201 && again.headers.get('idempotent-replayed') === 'true' && again.body.id === completed.body.id,
+    `the last v2 retry answered ${again.status}, expected the replayed 201`,
+  );
+  showAnswer(again);
+  showCounts(await keyLedger(v2Url, resumeKey));
+  detail('One reservation, one charge, one key.');
+}
+
+async function demo(server: ExampleServer, databaseFile: string, resuming: ExampleServer): Promise<void> {
   const key = randomUUID();
   say('idem demo: the incident of the seed, replayed against the payments example.');
   say();
@@ -342,6 +454,8 @@ async function demo(server: ExampleServer, databaseFile: string): Promise<void> 
   say();
   say(`The lesson of the incident: keep retries with one key inside the published retention`);
   say(`(${url}/idempotency), and reconcile instead of retrying once it has passed.`);
+  say();
+  await replayOrResume(server, resuming);
 }
 
 /**
@@ -462,10 +576,12 @@ async function main(): Promise<number> {
   const directory = mkdtempSync(join(tmpdir(), 'idem-demo-'));
   const databaseFile = join(directory, 'payments.db');
   const server = new ExampleServer(databaseFile);
-  const stop = () => void server.stop().finally(() => process.exit(130));
+  // Step 8's second server, IDEM_SEMANTICS=v2, on the same database (started now, used last).
+  const resuming = new ExampleServer(databaseFile, { IDEM_SEMANTICS: 'v2', IDEM_TTL: '', CHANNEL_DELAY_MS: '0' });
+  const stop = () => void Promise.all([server.stop(), resuming.stop()]).finally(() => process.exit(130));
   process.once('SIGINT', stop);
   try {
-    await demo(server, databaseFile);
+    await demo(server, databaseFile, resuming);
     say();
     say('Demo complete. Stopping the server.');
     return 0;
@@ -474,7 +590,7 @@ async function main(): Promise<number> {
     console.error(`[demo] failed: ${reason}`);
     return 1;
   } finally {
-    await server.stop();
+    await Promise.all([server.stop(), resuming.stop()]);
     rmSync(directory, { recursive: true, force: true });
   }
 }

@@ -258,6 +258,10 @@ describe('IDEM_SEMANTICS', () => {
     expect(readConfig({ IDEM_SEMANTICS: '' }).semantics).toBe('v1');
     expect(readConfig({ IDEM_SEMANTICS: 'v1' }).semantics).toBe('v1');
     expect(readConfig({ IDEM_SEMANTICS: 'V2' }).semantics).toBe('v2');
+    // IDEM_TTL unset: idem's default retention of the mode, 24h for replay, 30 days for resume.
+    expect(readConfig({ IDEM_SEMANTICS: 'v1' }).retentionMs).toBe(24 * 3600_000);
+    expect(readConfig({ IDEM_SEMANTICS: 'v2' }).retentionMs).toBe(30 * 24 * 3600_000);
+    expect(readConfig({ IDEM_SEMANTICS: 'v2', IDEM_TTL: '2h' }).retentionMs).toBe(2 * 3600_000);
     for (const value of ['v3', 'resume', 'replay', '2', 'stripe-v2']) {
       expect(() => readConfig({ IDEM_SEMANTICS: value })).toThrow(ConfigError);
       expect(() => readConfig({ IDEM_SEMANTICS: value })).toThrow(
