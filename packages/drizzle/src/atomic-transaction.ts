@@ -5,7 +5,6 @@
  * value either way. Only a failure of the database makes it reject.
  */
 import type { TransactionEnd } from '@idem/core/store';
-import { sql, type SQL } from 'drizzle-orm';
 import { TransactionRollbackError } from 'drizzle-orm/errors';
 
 /** What a drizzle transaction offers here: its rollback. */
@@ -35,56 +34,121 @@ export async function transactionEndingAs<TTx extends DrizzleTx, R>(
   return ended.end.value;
 }
 
-/** What runs one statement of savepoint control on a transaction (`tx.execute` on PostgreSQL and MySQL, `tx.run` on SQLite). */
-export type SavepointStatement = (statement: SQL) => Promise<unknown>;
+/** A drizzle transaction's nested transactions (savepoints), on every driver. */
+interface Nestable<TTx> {
+  transaction<T>(work: (nested: TTx) => Promise<T>): Promise<T>;
+}
+
+/** Why a segment ends without its writes: the error its nested transaction is failed with. */
+const ROLLED_BACK = Symbol('idem: segment rolled back');
+
+/** A nested transaction (a savepoint) held open until `end` says how it ends. */
+interface Segment<TTx> {
+  nested: TTx;
+  /** Releases the savepoint (`commit`: its writes join the enclosing transaction) or rolls back to it. */
+  end(commit: boolean): Promise<void>;
+}
+
+/** Opens a nested transaction of `tx` and holds it open: drizzle's own savepoint, on the driver's own terms. */
+async function openSegment<TTx extends Nestable<TTx>>(tx: TTx): Promise<Segment<TTx>> {
+  let settle!: (commit: boolean) => void;
+  const decided = new Promise<boolean>((resolve) => {
+    settle = resolve;
+  });
+  let enter!: (nested: TTx) => void;
+  const entered = new Promise<TTx>((resolve) => {
+    enter = resolve;
+  });
+  const ended = tx.transaction(async (nested) => {
+    enter(nested);
+    if (!(await decided)) throw ROLLED_BACK;
+  });
+  const nested = await Promise.race([
+    entered,
+    ended.then(() => {
+      throw new Error('[idem] a savepoint ended before it began');
+    }),
+  ]);
+  return {
+    nested,
+    async end(commit) {
+      settle(commit);
+      try {
+        await ended;
+      } catch (error) {
+        if (commit || error !== ROLLED_BACK) throw error;
+      }
+    },
+  };
+}
 
 /**
- * `StoreTransaction.savepoint` and `recoveryPoint` on a transaction, written once for every
- * dialect with raw `SAVEPOINT` / `ROLLBACK TO SAVEPOINT` / `RELEASE SAVEPOINT` (the same three
- * statements on PostgreSQL, MySQL and SQLite), run through `exec`.
- *
- * `savepoint(work)` opens `idem_handler_<n>` and hands `work` the transaction itself (`claim.tx`:
- * the handler's own nested `tx.transaction` calls then take drizzle's savepoints as usual). When
- * `work` returns, the savepoint is released; when it throws, the transaction goes back to the
- * latest recovery point taken inside it (`idem_recovery_<n>`, E8), or to the savepoint's start
- * when there is none, the savepoint is released (the writes up to the recovery point stay in the
- * transaction) and the error is rethrown. Drizzle's nested `tx.transaction` cannot do that: it
- * rolls back to its own start whatever happened inside.
- *
- * `recoveryPoint()` sets `idem_recovery_<n>` in the innermost open savepoint (a savepoint of a
- * name that exists replaces it on MySQL and shadows it on PostgreSQL and SQLite: a rollback goes
- * to the latest either way). Outside any savepoint nothing can roll the writes back but the whole
- * transaction, so there it does nothing.
+ * The transaction a handler writes through while its savepoint is open: one object (`claim.tx`)
+ * whose every property is read from the current segment's nested transaction, so that a recovery
+ * point can move the handler on to a new segment without it noticing.
  */
-export function savepointsOn<TTx>(tx: TTx, exec: SavepointStatement) {
-  /** The open savepoints, innermost last: each one's number and whether it holds a recovery point. */
-  const open: Array<{ id: number; recovery: boolean }> = [];
-  let opened = 0;
+function currentOf<TTx extends object>(current: () => TTx): TTx {
+  return new Proxy(current(), {
+    get(_, property) {
+      const target = current();
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+    set: (_, property, value) => Reflect.set(current(), property, value),
+    has: (_, property) => Reflect.has(current(), property),
+    getPrototypeOf: () => Reflect.getPrototypeOf(current()),
+  });
+}
+
+/**
+ * `StoreTransaction.savepoint` and `recoveryPoint` on a drizzle transaction, written once for
+ * every dialect and driver, over drizzle's nested transactions (savepoints).
+ *
+ * `savepoint(work)` runs `work` in a segment: a nested transaction held open. A recovery point
+ * (E8) ends the current segment keeping its writes (`RELEASE SAVEPOINT`: they join the enclosing
+ * transaction) and opens the next one. When `work` throws, the current segment rolls back
+ * (`ROLLBACK TO SAVEPOINT`): the transaction goes back to the latest recovery point, or to the
+ * savepoint's start when there was none, and `savepoint` rethrows; when it returns, the segment
+ * is released. `work` is handed one transaction for the whole run (`claim.tx`), which always
+ * writes through the current segment; the handler's own `tx.transaction(...)` nest inside it.
+ *
+ * Why segments rather than a raw `SAVEPOINT idem_recovery` and `ROLLBACK TO SAVEPOINT
+ * idem_recovery` around the work: postgres-js fails a whole transaction (or savepoint scope)
+ * at its end when any statement run in it failed, even one the caller caught, unless that
+ * statement ran in a savepoint scope of its own (`sql.savepoint`, which drizzle's nested
+ * transactions use). A handler's failed statement under a raw savepoint would therefore fail the
+ * transaction that stores the outcome. Drizzle's nested transactions are each driver's own way
+ * to a savepoint, and a segment without a recovery point is exactly the one nested transaction
+ * atomic mode used before recovery points.
+ *
+ * `recoveryPoint()` outside any savepoint does nothing: nothing rolls writes back there but the
+ * whole transaction.
+ */
+export function savepointsOn<TTx extends Nestable<TTx> & object>(tx: TTx) {
+  /** The open savepoints, innermost last: each one's recovery point. */
+  const open: Array<() => Promise<void>> = [];
   return {
     async savepoint<T>(work: (tx: TTx) => Promise<T> | T): Promise<T> {
-      const frame = { id: ++opened, recovery: false };
-      const handler = sql.raw(`idem_handler_${frame.id}`);
-      await exec(sql`SAVEPOINT ${handler}`);
-      open.push(frame);
+      let segment = await openSegment(tx);
+      const recover = async () => {
+        await segment.end(true);
+        segment = await openSegment(tx);
+      };
+      open.push(recover);
       let value: T;
       try {
-        value = await work(tx);
+        value = await work(currentOf(() => segment.nested));
       } catch (error) {
-        open.splice(open.indexOf(frame), 1);
-        const back = frame.recovery ? sql.raw(`idem_recovery_${frame.id}`) : handler;
-        await exec(sql`ROLLBACK TO SAVEPOINT ${back}`);
-        await exec(sql`RELEASE SAVEPOINT ${handler}`);
+        open.splice(open.indexOf(recover), 1);
+        await segment.end(false);
         throw error;
       }
-      open.splice(open.indexOf(frame), 1);
-      await exec(sql`RELEASE SAVEPOINT ${handler}`);
+      open.splice(open.indexOf(recover), 1);
+      await segment.end(true);
       return value;
     },
     async recoveryPoint(): Promise<void> {
-      const frame = open.at(-1);
-      if (!frame) return;
-      await exec(sql`SAVEPOINT ${sql.raw(`idem_recovery_${frame.id}`)}`);
-      frame.recovery = true;
+      await open.at(-1)?.();
     },
   };
 }

@@ -219,7 +219,7 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
           async (o, from, to) =>
             affectedRows(await writeStepsOn(tx, writes.ownerValues(o), sql`${from}`, sql`${to}`)) === 1,
         ),
-      ...savepointsOn(tx, (statement) => tx.execute(statement)),
+      ...savepointsOn(tx),
     };
     const releaseLock = async () => {
       if (lock === undefined) return;

@@ -249,7 +249,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
         async (o) => (await readStepsOn(tx, writes.ownerValues(o)))[0]?.steps,
         async (o, from, to) => (await writeStepsOn(tx, writes.ownerValues(o), sql`${from}`, sql`${to}`)).length === 1,
       ),
-    ...savepointsOn(tx, (statement) => tx.execute(statement)),
+    ...savepointsOn(tx),
   });
 
   return {

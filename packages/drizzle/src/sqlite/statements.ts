@@ -277,7 +277,7 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
               .all({ ...o, from, to })
           ).length === 1,
       ),
-    ...savepointsOn(tx, (statement) => tx.run(statement)),
+    ...savepointsOn(tx),
   });
 
   /**
