@@ -69,12 +69,19 @@ function verdict(generations: readonly TimelineEntry[], now: Date): string {
   ];
   generations.forEach((entry, index) => {
     const next = generations[index + 1];
+    const ended = entry.expiresAt.getTime() <= now.getTime() ? 'ended' : 'ends';
+    // E8: a resumable generation stored its last attempt's failure (no completion): a retry resumes it.
+    const resumable = entry.state === 'resumable';
     const outcome =
       entry.status === null
         ? `stored no outcome (${entry.state})`
-        : `completed at ${time(entry.completedAt!)} with ${entry.status} ${entry.outcomeKind ?? ''}`.trimEnd();
-    const ended = entry.expiresAt.getTime() <= now.getTime() ? 'ended' : 'ends';
-    let sentence = `Generation ${entry.generation}, first seen at ${time(entry.firstSeenAt)}, ${outcome}; retries were replayed until its retention ${ended} at ${time(entry.expiresAt)}.`;
+        : resumable || entry.completedAt === null
+          ? `its attempt ${entry.attempts ?? 1} failed with ${entry.status} ${entry.outcomeKind ?? ''}`.trimEnd() +
+            ` after the steps ${(entry.steps ?? []).join(', ') || '(none)'}, resumable`
+          : `completed at ${time(entry.completedAt)} with ${entry.status} ${entry.outcomeKind ?? ''}`.trimEnd();
+    let sentence = resumable
+      ? `Generation ${entry.generation}, first seen at ${time(entry.firstSeenAt)}, ${outcome}: a retry with the same key and payload runs it again, skipping the steps done, until its retention ${ended} at ${time(entry.expiresAt)}.`
+      : `Generation ${entry.generation}, first seen at ${time(entry.firstSeenAt)}, ${outcome}; retries were replayed until its retention ${ended} at ${time(entry.expiresAt)}.`;
     if (entry.reusedAt && next) {
       const late = entry.reusedAt.getTime() - entry.expiresAt.getTime();
       const when =
@@ -211,9 +218,15 @@ function table(generations: readonly TimelineEntry[]): string {
   const cell = (at: Date | null) => `<td>${at ? escapeHtml(iso(at)) : '—'}</td>`;
   const rows = generations.map(
     (entry) =>
-      `<tr><td>${entry.generation}</td>${cell(entry.firstSeenAt)}${cell(entry.completedAt)}<td>${escapeHtml(entry.status === null ? `none (${entry.state})` : `${entry.status} ${entry.outcomeKind ?? ''}`)}</td>${cell(entry.expiresAt)}${cell(entry.archivedAt)}${cell(entry.reusedAt)}<td>${entry.takeovers}</td><td>${entry.waits}</td></tr>`,
+      `<tr><td>${entry.generation}</td>${cell(entry.firstSeenAt)}${cell(entry.completedAt)}<td>${escapeHtml(entry.status === null ? `none (${entry.state})` : `${entry.status} ${entry.outcomeKind ?? ''}`)}</td>${cell(entry.expiresAt)}${cell(entry.archivedAt)}${cell(entry.reusedAt)}<td>${entry.takeovers}</td><td>${entry.waits}</td><td>${onFailureLabel(entry)}</td><td>${entry.attempts ?? 1}</td><td>${escapeHtml((entry.steps ?? []).join(', ') || '—')}</td></tr>`,
   );
-  return `<table><thead><tr><th>generation</th><th>first seen</th><th>completed</th><th>status</th><th>retention ends</th><th>archived</th><th>reused</th><th>takeovers</th><th>waits</th></tr></thead><tbody>${rows.join('')}</tbody></table>`;
+  return `<table><thead><tr><th>generation</th><th>first seen</th><th>completed</th><th>status</th><th>retention ends</th><th>archived</th><th>reused</th><th>takeovers</th><th>waits</th><th>on failure</th><th>attempts</th><th>steps done</th></tr></thead><tbody>${rows.join('')}</tbody></table>`;
+}
+
+/** E8: the generation's mode, fixed at its claim; a resumable generation says so. */
+function onFailureLabel(entry: TimelineEntry): string {
+  const mode = entry.onFailure === 'resume' ? 'resume (Stripe v2)' : 'replay (Stripe v1)';
+  return entry.state === 'resumable' ? `${mode}: resumable` : mode;
 }
 
 function page(title: string, body: string): string {

@@ -24,6 +24,7 @@ const AUTHORIZATION = { authorization: `Bearer ${ACCOUNT}` };
 const TIMES_OUT = { amount: 14, currency: 'EUR' };
 const DECLINED = { amount: 15, currency: 'EUR' };
 const OTHER = { amount: 4200, currency: 'EUR' };
+const ADMIN_TOKEN = 'admin-e8';
 
 async function post(url: string, path: string, body: unknown, headers: Record<string, string>): Promise<Reply> {
   const response = await fetch(`${url}${path}`, {
@@ -123,7 +124,7 @@ describe.each(databases)('replay or resume (IDEM_SEMANTICS) on $name', ({ postgr
     await migrateExample(database.db);
     [v1, v2, v2b, atomicV2] = await Promise.all([
       startExample(database.db, { IDEM_TTL: '30m', IDEM_SEMANTICS: 'v1' }),
-      startExample(database.db, { IDEM_TTL: '30m', IDEM_SEMANTICS: 'v2' }),
+      startExample(database.db, { IDEM_TTL: '30m', IDEM_SEMANTICS: 'v2', ADMIN_TOKEN }),
       startExample(database.db, { IDEM_TTL: '30m', IDEM_SEMANTICS: 'v2' }),
       postgres ? startExample(database.db, { IDEM_TTL: '30m', IDEM_SEMANTICS: 'v2' }, { atomic: true }) : undefined,
     ]);
@@ -149,6 +150,26 @@ describe.each(databases)('replay or resume (IDEM_SEMANTICS) on $name', ({ postgr
       const page = await get(example.url, '/idempotency', { accept: 'text/html' });
       expect(page.text).toContain(mode === 'resume' ? 'resumed on retry (Stripe v2)' : 'replayed (Stripe v1)');
     }
+  });
+
+  it('A1/E8: the admin timeline shows the generation mode, its attempts and the steps done', async () => {
+    const key = newKey();
+    const trpc = transports[0]!;
+    expect((await trpc.pay(v2.url, key, TIMES_OUT)).status).toBe(504);
+    const scope = `${ACCOUNT}/payments.create`;
+    const path = `/admin/timeline?scope=${encodeURIComponent(scope)}&key=${encodeURIComponent(key)}`;
+    const admin = { authorization: `Bearer ${ADMIN_TOKEN}` };
+    const cells = async () => {
+      const page = await get(v2.url, path, admin);
+      expect(page.status).toBe(200);
+      return /<tbody><tr>(.*?)<\/tr>/.exec(page.text)![1]!.split('</td><td>').slice(-3);
+    };
+    expect(await cells()).toEqual(['resume (Stripe v2): resumable', '1', 'reserve</td>']);
+    expect((await get(v2.url, path, admin)).text).toMatch(
+      /its attempt 1 failed with 504 error after the steps reserve, resumable: a retry with the same key and payload runs it again/,
+    );
+    expect((await trpc.pay(v2.url, key, TIMES_OUT)).status).toBe(200);
+    expect(await cells()).toEqual(['resume (Stripe v2)', '2', 'reserve, charge</td>']);
   });
 
   describe.each(transports)('$name', (transport) => {
