@@ -62,7 +62,9 @@ async function pay(context: object, amount: number) {
 }
 
 const keyHeader = () => ({ 'idempotency-key': `"${randomUUID()}"` });
-const mutation = (field: string, amount = 14) => ({ query: `mutation { ${field}(amount: ${amount}) { id amount attempt } }` });
+const mutation = (field: string, amount = 14) => ({
+  query: `mutation { ${field}(amount: ${amount}) { id amount attempt } }`,
+});
 
 describe('@idem/apollo-server with onFailure: resume (E8), Apollo Server over HTTP on MemoryStore', () => {
   let apollo: ApolloServer;
@@ -134,6 +136,8 @@ describe('@idem/apollo-server with onFailure: resume (E8), Apollo Server over HT
   it('R4: describeEndpoints publishes onFailure', () => {
     const endpoints = plugin.describeEndpoints(schema);
     expect(endpoints.find((endpoint) => endpoint.operation === 'Mutation.pay')).toMatchObject({ onFailure: 'resume' });
-    expect(endpoints.find((endpoint) => endpoint.operation === 'Mutation.payV1')).toMatchObject({ onFailure: 'replay' });
+    expect(endpoints.find((endpoint) => endpoint.operation === 'Mutation.payV1')).toMatchObject({
+      onFailure: 'replay',
+    });
   });
 });

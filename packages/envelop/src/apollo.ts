@@ -294,7 +294,10 @@ function classifyResult(result: Result, response: unknown, now: () => number): A
   if (extensions?.idempotency?.replayed === true) return undefined;
   // E8: a failure the server left resumable (`extensions.idempotency.resumable`, `Idempotent-Resumable`).
   if (extensions?.idempotency?.resumable === true || (isResponse(response) && isResumableAnswer(response.headers)))
-    return { retry: { reason: 'resumable' }, error: answerError(isResponse(response) ? response.status : 500, 'resumable') };
+    return {
+      retry: { reason: 'resumable' },
+      error: answerError(isResponse(response) ? response.status : 500, 'resumable'),
+    };
   const first = (
     result as { errors?: ReadonlyArray<{ extensions?: { code?: unknown; idempotency?: { retryAfter?: unknown } } }> }
   ).errors?.[0];

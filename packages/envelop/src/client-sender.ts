@@ -218,7 +218,7 @@ export function isResumableAnswer(headers: { get(name: string): string | null })
 
 async function classifyResponse(response: Response, now: () => number): Promise<AttemptResult<Response>> {
   if (
-    ((response.status !== 409 && response.status !== 503) && !isResumableAnswer(response.headers)) ||
+    (response.status !== 409 && response.status !== 503 && !isResumableAnswer(response.headers)) ||
     response.headers.get(IDEMPOTENT_REPLAYED_HEADER) === 'true'
   )
     return { done: response };

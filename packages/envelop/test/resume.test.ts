@@ -83,9 +83,13 @@ function createPayments() {
   });
   const yoga = createYoga({ schema, logging: false, plugins: [plugin] });
   const policy = () =>
-    createPolicyDocument({ documentationUrl: '/idempotency', endpoints: plugin.describeEndpoints(yoga.getEnveloped().schema) });
+    createPolicyDocument({
+      documentationUrl: '/idempotency',
+      endpoints: plugin.describeEndpoints(yoga.getEnveloped().schema),
+    });
   const server = createServer((req, res) => {
-    if (req.url === '/idempotency') res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(policy()));
+    if (req.url === '/idempotency')
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(policy()));
     else void yoga(req, res);
   });
   return { server, yoga, plugin, counts };
@@ -153,19 +157,22 @@ describe('@idem/envelop with onFailure: resume (E8), GraphQL Yoga over HTTP on M
     it.each([
       ['decline', 'a GraphQLError the resolver throws on purpose', 'declines'],
       ['fraud', 'an unexpected error thrown as finalFailure(error)', 'frauds'],
-    ] as const)('E8/E4: under resume, %s (%s) is final: stored, replayed, never marked resumable', async (name, _what, count) => {
-      const headers = keyHeader();
-      const before = payments.counts[count];
-      const first = await post(field(name), headers);
-      expect(first.headers.get('idempotent-resumable')).toBeNull();
-      expect(first.body.errors).toHaveLength(1);
-      expect(first.body.extensions).toBeUndefined();
+    ] as const)(
+      'E8/E4: under resume, %s (%s) is final: stored, replayed, never marked resumable',
+      async (name, _what, count) => {
+        const headers = keyHeader();
+        const before = payments.counts[count];
+        const first = await post(field(name), headers);
+        expect(first.headers.get('idempotent-resumable')).toBeNull();
+        expect(first.body.errors).toHaveLength(1);
+        expect(first.body.extensions).toBeUndefined();
 
-      const replay = await post(field(name), headers);
-      expect(replay.headers.get('idempotent-replayed')).toBe('true');
-      expect(replay.body.errors).toEqual(first.body.errors);
-      expect(payments.counts[count] - before).toBe(1);
-    });
+        const replay = await post(field(name), headers);
+        expect(replay.headers.get('idempotent-replayed')).toBe('true');
+        expect(replay.body.errors).toEqual(first.body.errors);
+        expect(payments.counts[count] - before).toBe(1);
+      },
+    );
 
     it('E8: a GraphQLError with extensions.http.status 503 is a server failure: resumable, and run again on retry', async () => {
       const headers = keyHeader();

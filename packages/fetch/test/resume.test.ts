@@ -45,11 +45,11 @@ const newKey = () => `resume-${randomUUID()}`;
 describe('@idem/fetch idempotent() with onFailure: resume (E8) on MemoryStore', () => {
   const provider = createProvider();
   const options: IdempotentOptions = { store: new MemoryStore(), principal: () => 'alice', onFailure: 'resume' };
-  const handler = idempotent(async (request) => {
+  const handler = idempotent(async (request: Request): Promise<Response> => {
     const { amount } = (await request.json()) as { amount: number };
     if (amount === 402) return finalFailure(Response.json({ error: 'provider says: do not retry' }, { status: 500 }));
     if (amount === 400) return Response.json({ error: 'bad amount' }, { status: 400 });
-    return provider.pay(handler.claim(request)!, amount);
+    return provider.pay(idempotencyClaim(request)!, amount);
   }, options);
   const replayOnly = idempotent(
     async (request) => provider.pay(idempotencyClaim(request)!, ((await request.json()) as { amount: number }).amount),

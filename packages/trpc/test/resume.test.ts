@@ -155,20 +155,23 @@ describe('@idem/trpc with onFailure: resume (E8) on MemoryStore', () => {
   it.each([
     ['decline', 'a 4xx TRPCError', 412, 'PRECONDITION_FAILED', 'card declined'],
     ['fraud', 'an error thrown as finalFailure(error)', 500, 'INTERNAL_SERVER_ERROR', 'flagged as fraud: never retry'],
-  ])('E8/E4: under resume, %s (%s) is final: stored, replayed, never marked resumable', async (path, _what, status, code, message) => {
-    const headers = { 'idempotency-key': newKey() };
-    const before = payments.charges();
-    const first = await mutate(url, path, { amount: 1 }, headers);
-    expect(first.status).toBe(status);
-    expect(first.body.error).toMatchObject({ message, data: { code } });
-    expect(first.body.error.data.idempotentResumable).toBeUndefined();
-    expect(first.headers.get('idempotent-resumable')).toBeNull();
+  ])(
+    'E8/E4: under resume, %s (%s) is final: stored, replayed, never marked resumable',
+    async (path, _what, status, code, message) => {
+      const headers = { 'idempotency-key': newKey() };
+      const before = payments.charges();
+      const first = await mutate(url, path, { amount: 1 }, headers);
+      expect(first.status).toBe(status);
+      expect(first.body.error).toMatchObject({ message, data: { code } });
+      expect(first.body.error.data.idempotentResumable).toBeUndefined();
+      expect(first.headers.get('idempotent-resumable')).toBeNull();
 
-    const replay = await mutate(url, path, { amount: 1 }, headers);
-    expect(replay.headers.get('idempotent-replayed')).toBe('true');
-    expect(replay.body).toEqual(first.body);
-    expect(payments.charges() - before).toBe(1);
-  });
+      const replay = await mutate(url, path, { amount: 1 }, headers);
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(replay.body).toEqual(first.body);
+      expect(payments.charges() - before).toBe(1);
+    },
+  );
 
   it('E4: a replay endpoint is unchanged: its failure is stored and replayed, without the resumable marker', async () => {
     const headers = { 'idempotency-key': newKey() };

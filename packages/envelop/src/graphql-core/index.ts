@@ -178,7 +178,9 @@ export function createGraphQLIdempotency<TContext extends Record<string, any> = 
     try {
       const { result, replayed, resumable } = await run(plan.run);
       if (!replayed && !resumable) return result;
-      const idempotency: IdempotencyResultExtension = replayed ? { replayed: true } : { replayed: false, resumable: true };
+      const idempotency: IdempotencyResultExtension = replayed
+        ? { replayed: true }
+        : { replayed: false, resumable: true };
       return { ...result, extensions: { ...result.extensions, idempotency } };
     } catch (error) {
       if (isIdempotencyError(error)) return refuse(error, context, operation);

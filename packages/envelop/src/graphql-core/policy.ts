@@ -1,9 +1,9 @@
 /** Retention, lease, wait, reuse rule and failure mode per mutation, by schema coordinate (R1, E6, E3w, R2, E8), and as published (R4). */
 import type { GraphQLSchema } from 'graphql';
 import { toMilliseconds, type EndpointPolicy, type EndpointPolicyDescription } from '@idem/core';
-import type { AdapterKit } from '@idem/core/adapter';
+import { retentionMsOf, type AdapterKit } from '@idem/core/adapter';
 
-type OnFailure = 'replay' | 'resume';
+type OnFailure = NonNullable<EndpointPolicy['onFailure']>;
 
 interface Resolved {
   retentionMs: number;
@@ -19,15 +19,11 @@ interface EngineDefaults extends Resolved {
   retentionExplicit: boolean;
 }
 
-/** R1/E8: the retention of an endpoint that sets none, when the engine sets none either: 24 hours (Stripe v1), 30 days under `'resume'` (Stripe v2). */
-const DEFAULT_RETENTION_MS: Record<OnFailure, number> = { replay: toMilliseconds('24h'), resume: toMilliseconds('30d') };
-
 /** @throws TypeError `[idem] …` for a coordinate that is not `Type.field`, or a duration that does not parse. */
 export function endpointPolicies(policy: Readonly<Record<string, EndpointPolicy>>, engine: EngineDefaults) {
-  const retentionOf = (onFailure: OnFailure) =>
-    engine.retentionExplicit ? engine.retentionMs : DEFAULT_RETENTION_MS[onFailure];
   const { leaseMs, waitMs, expiredReuse, onFailure } = engine;
-  const defaults: Resolved = { retentionMs: retentionOf(onFailure), leaseMs, waitMs, expiredReuse, onFailure };
+  // R1, E8: an entry's own retention, else the engine's if it was given one, else its mode's default (24 hours, or 30 days to resume).
+  const defaults: Resolved = { retentionMs: engine.retentionMs, leaseMs, waitMs, expiredReuse, onFailure };
   const resolved = new Map<string, Resolved>();
   for (const [coordinate, entry] of Object.entries(policy)) {
     if (!/^[_A-Za-z][_0-9A-Za-z]*\.[_A-Za-z][_0-9A-Za-z]*$/.test(coordinate))
@@ -36,7 +32,7 @@ export function endpointPolicies(policy: Readonly<Record<string, EndpointPolicy>
       );
     const mode = entry.onFailure ?? onFailure;
     resolved.set(coordinate, {
-      retentionMs: entry.retention === undefined ? retentionOf(mode) : toMilliseconds(entry.retention),
+      retentionMs: retentionMsOf(entry.retention, engine, mode),
       leaseMs: entry.lease === undefined ? defaults.leaseMs : toMilliseconds(entry.lease),
       waitMs: entry.wait === undefined ? defaults.waitMs : entry.wait === 0 ? 0 : toMilliseconds(entry.wait),
       expiredReuse: entry.expiredReuse ?? defaults.expiredReuse,

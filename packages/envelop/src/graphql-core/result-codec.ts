@@ -66,7 +66,8 @@ export function isFinalResult({ errors }: ExecutionResult): boolean {
 function markedFinal(error: unknown): boolean {
   for (let cause = error, depth = 0; cause !== null && typeof cause === 'object' && depth < 8; depth++) {
     if (isFinalFailure(cause)) return true;
-    cause = (cause as { originalError?: unknown; cause?: unknown }).originalError ?? (cause as { cause?: unknown }).cause;
+    cause =
+      (cause as { originalError?: unknown; cause?: unknown }).originalError ?? (cause as { cause?: unknown }).cause;
   }
   return false;
 }
