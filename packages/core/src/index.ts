@@ -73,6 +73,7 @@ export {
   MAX_KEY_LENGTH,
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
+  IDEMPOTENT_RESUMABLE_HEADER,
 } from './key.js';
 export {
   canonicalize,

@@ -50,6 +50,12 @@ export const requestOperation = (request: Request): string =>
  * downstream key, `.tx` in atomic mode. A handler that throws has the error stored (E4) and
  * rethrown, now and on every replay, for the host to answer; `notStarted(response)` answers a
  * refusal made before the work started without storing it.
+ *
+ * With `onFailure: 'resume'` (E8, Stripe v2), a 5xx response is not replayed: it is answered with
+ * `Idempotent-Resumable: true`, and a retry with the same key and request runs the handler again,
+ * `claim.step(name, run)` skipping the steps it completed; its answer is then stored and replayed.
+ * A 4xx, or a response returned as `finalFailure(response)`, is stored and replayed. A handler that
+ * throws has no response to mark: return a 5xx response where a retry should complete the work.
  */
 export function idempotent<TRequest extends Request, TArgs extends unknown[], TTx = unknown>(
   handler: (request: TRequest, ...args: TArgs) => Response | Promise<Response>,

@@ -46,6 +46,11 @@ export const honoOperation = (c: Context): string => {
  * app.post('/orders', idempotency({ store, principal: (c) => c.get('userId') }), async (c) => c.json(order, 201));
  * ```
  *
+ * With `onFailure: 'resume'` (E8, Stripe v2), a 5xx response (a handler's, or what `app.onError`
+ * made of a thrown error) is answered with `Idempotent-Resumable: true` and not replayed: a retry
+ * with the same key and request completes the work, `idempotencyClaim(c).step(name, run)` skipping
+ * the steps done; a 4xx, or `finalFailure(response)`, is stored and replayed.
+ *
  * Put validators (`validator`, `zValidator`) and authentication before it: what they refuse is
  * never stored. The handler finds its claim on the context: `idempotencyClaim(c)?.deriveKey('psp')`.
  */

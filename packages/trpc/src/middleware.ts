@@ -2,6 +2,7 @@ import type { TRPCMiddlewareFunction } from '@trpc/server';
 import {
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
+  IDEMPOTENT_RESUMABLE_HEADER,
   isIdempotencyError,
   type ClaimCarrier,
   type IdempotencyEngine,
@@ -10,6 +11,8 @@ import {
 import {
   claimFields,
   createAdapterKit,
+  finalFailure,
+  isFinalFailure,
   notStartedAnswer,
   saidNotStarted,
   serializerCodec,
@@ -17,7 +20,7 @@ import {
 } from '@idem/core/adapter';
 import { getTransport, type IdempotencyTransport } from './context.js';
 import { trpcErrorCodec } from './error-codec.js';
-import { markReplayedError, toTRPCError } from './error-mapping.js';
+import { markReplayedError, markResumableError, toTRPCError } from './error-mapping.js';
 import { replayedResult, type MiddlewareResult } from './middleware-result.js';
 import type { IdempotencyOptions } from './options.js';
 
@@ -55,6 +58,12 @@ export interface IdempotencyMiddleware<TContext, TTx = unknown> {
  * With `atomic: true` (a store with atomic mode: `AtomicMode` in `@idem/core/store`), the resolver
  * runs inside the store's transaction and writes through `idempotencyClaim(ctx).tx`, committed
  * together with the claim and the stored outcome.
+ *
+ * With `onFailure: 'resume'` (E8, Stripe v2), a failure after the resolver started (a thrown
+ * error, a 5xx code) is not replayed: the call's error carries `data.idempotentResumable: true`
+ * (and a lone call's response `Idempotent-Resumable: true`), and a retry with the same key and
+ * input runs the resolver again, `idempotencyClaim(ctx).step(name, run)` skipping the steps it
+ * already completed. A 4xx code, or an error thrown as `finalFailure(error)`, is stored and replayed.
  */
 export function idempotency<TContext extends object = object, TTx = unknown>(
   options: IdempotencyOptions<TContext, TTx>,
@@ -83,10 +92,14 @@ export function idempotency<TContext extends object = object, TTx = unknown>(
         // E4: the resolver said `notStarted(ctx, …)`: its result is answered as it is, nothing stored.
         if (saidNotStarted(claim)) return notStartedAnswer(call);
         if (call.ok) return call.data;
-        throw call.error;
+        // E8: tRPC wraps a plain error in a TRPCError (its `cause`): a `finalFailure(…)` mark on either is the call's.
+        throw isFinalFailure(call.error) || isFinalFailure(call.error.cause) ? finalFailure(call.error) : call.error;
       });
       if ('notStarted' in result) return result.answer;
-      if (!result.replayed && executed) return executed;
+      if (!result.replayed && executed) {
+        if (result.resumable && !executed.ok) markResumableCall(transport, executed.error);
+        return executed;
+      }
       const wholeResponse = markReplayedCall(transport);
       if (result.ok) return replayedResult(result.value);
       throw wholeResponse ? result.error : markReplayedError(result.error);
@@ -155,6 +168,18 @@ function markReplayedCall(transport: IdempotencyTransport | undefined): boolean 
  */
 function isStreamed(transport: IdempotencyTransport): boolean {
   return transport.info?.accept === 'application/jsonl';
+}
+
+/**
+ * E8: a live failure that left its key resumable is marked per call in
+ * `error.data.idempotentResumable` (see `idempotencyErrorFormatter`), and, for a lone call whose
+ * headers have not left yet, with `Idempotent-Resumable: true` on the response: in a batch the
+ * header would speak for every call of it.
+ */
+function markResumableCall(transport: IdempotencyTransport | undefined, error: unknown): void {
+  markResumableError(error);
+  if (transport && countMutationCalls(transport) <= 1 && !isStreamed(transport))
+    transport.setResponseHeader(IDEMPOTENT_RESUMABLE_HEADER, 'true');
 }
 
 /** E3/E5: `Retry-After` on 409 and 503. In a batch, the longest wait wins. */
