@@ -117,7 +117,12 @@ export function createPaymentsApp({
       retentionMs,
       leaseMs,
       waitMs,
-      semantics,
+      // R4/E8: each endpoint's mode as its adapter's engine runs it.
+      onFailure: {
+        trpc: trpcEngine.policy.onFailure,
+        graphql: graphqlEngine.policy.onFailure,
+        http: rest.engine.policy.onFailure,
+      },
       documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)),
     });
 

@@ -1,32 +1,31 @@
 import { createPolicyDocument, type PolicyDocument } from '@idem/core';
-import type { Semantics } from './channel.ts';
-import { SEMANTICS } from './config.ts';
+
+/** The `onFailure` each endpoint's engine runs with (`engine.policy.onFailure`): `IDEM_SEMANTICS` chose it. */
+export interface EndpointModes {
+  trpc: 'replay' | 'resume';
+  graphql: 'replay' | 'resume';
+  http: 'replay' | 'resume';
+}
 
 /**
  * The published retention policy of this server (draft §2.3, SPEC R4), generated from the
- * configuration the three endpoints run with: `onFailure` is `IDEM_SEMANTICS`'s (v1 `replay`, v2 `resume`).
+ * configuration the three endpoints run with: `onFailure` is each adapter's engine's (`IDEM_SEMANTICS`
+ * chose it: v1 `replay`, v2 `resume`).
  */
 export function paymentsPolicy({
   retentionMs,
   leaseMs,
   waitMs = 0,
-  semantics = 'v1',
+  onFailure = { trpc: 'replay', graphql: 'replay', http: 'replay' },
   documentationUrl,
 }: {
   retentionMs: number;
   leaseMs: number;
   waitMs?: number;
-  semantics?: Semantics;
+  onFailure?: EndpointModes;
   documentationUrl: string;
 }): PolicyDocument {
-  const common = {
-    required: true,
-    retentionMs,
-    leaseMs,
-    waitMs,
-    expiredReuse: 'execute' as const,
-    onFailure: SEMANTICS[semantics],
-  };
+  const common = { required: true, retentionMs, leaseMs, waitMs, expiredReuse: 'execute' as const };
   return createPolicyDocument({
     title: 'Idempotency policy — payments example',
     documentationUrl,
@@ -35,6 +34,7 @@ export function paymentsPolicy({
         ...common,
         endpoint: 'tRPC mutation payments.create (POST /trpc/payments.create)',
         transport: 'trpc',
+        onFailure: onFailure.trpc,
         operation: 'payments.create',
         keySources: ['Idempotency-Key header', 'input field idempotencyKey'],
         stored:
@@ -46,6 +46,7 @@ export function paymentsPolicy({
         endpoint:
           'GraphQL Mutation.createPayment (POST /graphql on GraphQL Yoga, POST /apollo/graphql on Apollo Server: one record for both)',
         transport: 'graphql',
+        onFailure: onFailure.graphql,
         operation: 'Mutation.createPayment',
         keySources: [
           'Idempotency-Key header (the whole mutation operation is one record)',
@@ -61,6 +62,7 @@ export function paymentsPolicy({
         ...common,
         endpoint: 'HTTP POST /v1/payments (Hono, @idem/fetch/hono)',
         transport: 'http',
+        onFailure: onFailure.http,
         operation: 'POST /v1/payments',
         keySources: ['Idempotency-Key header', 'JSON body field idempotencyKey'],
         stored:
