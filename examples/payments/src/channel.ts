@@ -24,8 +24,13 @@ export interface Reservation extends LedgerEntry {
 export interface KeyLedger {
   account: string;
   key: string;
-  /** Reservations made for it (`reserve` steps that ran). */
+  /** Reservations held for it. */
   reservations: number;
+  /**
+   * How many times the reservation was asked for (its reservation key deduplicates the repeats):
+   * 1 when a resume skipped the completed `reserve` step (E8), more when the part ran again.
+   */
+  reserveRuns: number;
   /** Charges in the ledger for it. */
   charges: number;
   /** Charge attempts that timed out (amount 14: the first under each downstream key). */
@@ -197,8 +202,8 @@ export class PaymentChannel {
     // The payment's first step: the amount held on the account, once per reservation key.
     await this.#run(
       pg
-        ? sql`CREATE TABLE IF NOT EXISTS payments_reservations (seq bigserial PRIMARY KEY, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), reservation_key text UNIQUE, idempotency_key text)`
-        : sql`CREATE TABLE IF NOT EXISTS payments_reservations (seq integer PRIMARY KEY AUTOINCREMENT, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at text NOT NULL, reservation_key text UNIQUE, idempotency_key text)`,
+        ? sql`CREATE TABLE IF NOT EXISTS payments_reservations (seq bigserial PRIMARY KEY, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), reservation_key text UNIQUE, idempotency_key text, requests integer NOT NULL DEFAULT 1)`
+        : sql`CREATE TABLE IF NOT EXISTS payments_reservations (seq integer PRIMARY KEY AUTOINCREMENT, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at text NOT NULL, reservation_key text UNIQUE, idempotency_key text, requests integer NOT NULL DEFAULT 1)`,
     );
     await this.#run(
       sql`CREATE INDEX IF NOT EXISTS payments_reservations_idempotency_key ON payments_reservations (account, idempotency_key)`,
@@ -240,7 +245,8 @@ export class PaymentChannel {
 
   /**
    * Holds `amount` on the account, once per `reservationKey`: a reservation whose key was seen
-   * is answered again, not made twice. `db`: the idem transaction in atomic mode.
+   * is answered again, not made twice (and the repeat is counted). `db`: the idem transaction in
+   * atomic mode.
    */
   async reserve(
     {
@@ -268,12 +274,12 @@ export class PaymentChannel {
       createdAt: new Date().toISOString(),
     };
     const key = reservationKey ?? null;
-    let inserted: unknown[];
+    let inserted: Array<{ id: string }>;
     try {
-      inserted = await this.#all(
-        sql`INSERT INTO payments_reservations (id, account, amount, currency, created_at, reservation_key, idempotency_key) VALUES (${reservation.id}, ${account}, ${amount}, ${currency}, ${reservation.createdAt}, ${key}, ${idempotencyKey ?? null}) ON CONFLICT (reservation_key) DO NOTHING RETURNING id`,
+      inserted = (await this.#all(
+        sql`INSERT INTO payments_reservations (id, account, amount, currency, created_at, reservation_key, idempotency_key) VALUES (${reservation.id}, ${account}, ${amount}, ${currency}, ${reservation.createdAt}, ${key}, ${idempotencyKey ?? null}) ON CONFLICT (reservation_key) DO UPDATE SET requests = payments_reservations.requests + 1 RETURNING id`,
         db,
-      );
+      )) as Array<{ id: string }>;
     } catch (error) {
       if (isDataException(error)) throw new ChargeRefusedError(error);
       // Nothing was reserved when the statement failed outright; the caller answers 503 (or the engine, in atomic mode).
@@ -283,7 +289,7 @@ export class PaymentChannel {
       console.error(`[payments] reservation write failed, nothing reserved: ${innermostMessage(error)}`);
       throw new ChargeNotRecordedError(error);
     }
-    if (inserted.length === 0 && key !== null) {
+    if (inserted[0]?.id !== reservation.id && key !== null) {
       const earlier = await this.#reservationUnder(key, db);
       if (earlier) return earlier;
     }
@@ -382,16 +388,19 @@ export class PaymentChannel {
    */
   async keyLedger(account: string, key: string): Promise<KeyLedger> {
     const count = async (query: SQL) => Number(((await this.#all(query)) as Array<{ n: number | string }>)[0]!.n);
-    const [reservations, charges, timeouts] = await Promise.all([
+    const [reservations, reserveRuns, charges, timeouts] = await Promise.all([
       count(
         sql`SELECT count(*) AS n FROM payments_reservations WHERE account = ${account} AND idempotency_key = ${key}`,
+      ),
+      count(
+        sql`SELECT coalesce(sum(requests), 0) AS n FROM payments_reservations WHERE account = ${account} AND idempotency_key = ${key}`,
       ),
       count(sql`SELECT count(*) AS n FROM payments_ledger WHERE account = ${account} AND idempotency_key = ${key}`),
       count(
         sql`SELECT count(*) AS n FROM payments_channel_attempts WHERE account = ${account} AND idempotency_key = ${key}`,
       ),
     ]);
-    return { account, key, reservations, charges, timeouts };
+    return { account, key, reservations, reserveRuns, charges, timeouts };
   }
 
   /**

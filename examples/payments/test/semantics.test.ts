@@ -96,7 +96,9 @@ const transports: Transport[] = [
 async function counts(url: string, key: string) {
   const reply = await get(url, `/v1/ledger?key=${encodeURIComponent(key)}`, AUTHORIZATION);
   expect(reply.status, reply.text).toBe(200);
-  const { reservations, charges, timeouts } = reply.body as { reservations: number; charges: number; timeouts: number };
+  const { reservations, reserveRuns, charges, timeouts } = reply.body as Record<string, number>;
+  // Every story here runs the reservation once: a resume skips the completed `reserve` step.
+  expect(reserveRuns, 'reserveRuns').toBe(reservations);
   return { reservations, charges, timeouts };
 }
 
