@@ -86,9 +86,7 @@ export class PaymentChannelError extends Error {
  */
 export class PaymentChannelTimeoutError extends Error {
   constructor(amount: number, currency: string) {
-    super(
-      `The payment channel timed out charging ${amount} ${currency}; nothing was charged. Retry with the same Idempotency-Key.`,
-    );
+    super(`The payment channel timed out charging ${amount} ${currency}; nothing was charged.`);
     this.name = 'PaymentChannelTimeoutError';
   }
 }

@@ -236,7 +236,14 @@ async function keyLedger(
 ): Promise<{ reservations: number; charges: number; timeouts: number }> {
   const response = await fetch(`${url}/v1/ledger?key=${encodeURIComponent(key)}`, { headers: CONNECTION });
   expect(response.ok, `GET /v1/ledger answered ${response.status}`);
-  return (await response.json()) as { reservations: number; charges: number; timeouts: number };
+  return (await response.json()) as KeyCounts;
+}
+
+interface KeyCounts {
+  reservations: number;
+  reserveRuns: number;
+  charges: number;
+  timeouts: number;
 }
 
 /** One answer on one line: status, the idem headers, and the payment or the problem's detail. */
@@ -252,8 +259,10 @@ function showAnswer(answer: Answer): void {
   detail(`${answer.status}${marks.length > 0 ? `, ${marks.join(', ')}` : ''}: ${what}`);
 }
 
-function showCounts({ reservations, charges, timeouts }: { reservations: number; charges: number; timeouts: number }) {
-  detail(`GET /v1/ledger?key=…: reservations ${reservations}, charges ${charges}, timeouts ${timeouts}`);
+function showCounts({ reservations, reserveRuns, charges, timeouts }: KeyCounts) {
+  detail(
+    `GET /v1/ledger?key=…: reservations ${reservations} (reserve ran ${reserveRuns}×), charges ${charges}, timeouts ${timeouts}`,
+  );
 }
 
 const TIMES_OUT = { amount: 14, currency: 'EUR' };
@@ -309,8 +318,8 @@ async function replayOrResume(v1: ExampleServer, v2: ExampleServer): Promise<voi
   showAnswer(completed);
   const v2Counts = await keyLedger(v2Url, resumeKey);
   expect(
-    v2Counts.reservations === 1 && v2Counts.charges === 1,
-    `v2 ledger: ${JSON.stringify(v2Counts)}, expected 1 reservation and 1 charge`,
+    v2Counts.reservations === 1 && v2Counts.reserveRuns === 1 && v2Counts.charges === 1,
+    `v2 ledger: ${JSON.stringify(v2Counts)}, expected 1 reservation (reserved once) and 1 charge`,
   );
   showCounts(v2Counts);
   detail('Resumed (E8): the reserve step was done, its stored result was used; only the charge ran again.');

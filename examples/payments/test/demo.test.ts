@@ -10,7 +10,7 @@ const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
 
 describe('npm run demo', () => {
-  it('R2/A1: replays the incident to completion: a 409, a replay with one ledger entry, a retry past the retention with two, the expiredKeyReused event, two generations in idem explain, and a lookup that ends it with one charge', async () => {
+  it('R2/A1/E8: replays the incident to completion: a 409, a replay with one ledger entry, a retry past the retention with two, the expiredKeyReused event, two generations in idem explain, a lookup that ends it with one charge; then amount 14 replayed under v1 and resumed under v2', async () => {
     const { code, stdout, stderr } = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
       execFile(
         npm,
@@ -68,6 +68,16 @@ describe('npm run demo', () => {
       /curl -H 'Authorization: Bearer demo' http:\/\/127\.0\.0\.1:\d+\/idempotency\/keys\/[0-9a-f-]{36}\?operation=payments\.create\n +generation 1: (completed|expired|archived), status 200\n/,
     );
     expect(stdout).toContain('ledger: still 1 charge for this payment. The incident ends with one charge.');
+    // Step 8 (issue 35, E4/E8): amount 14 replayed as a failure under v1, completed by the retry under v2.
+    expect(stdout).toMatch(/8\. Replay or resume \(Stripe v1 \/ v2\)/);
+    expect(stdout).toMatch(
+      /v1: the server above, IDEM_SEMANTICS=v1[^\n]*\n +504: "The payment channel timed out charging 14 EUR; nothing was charged\."\n.*Retry, same key and payload:\n +504, Idempotent-Replayed: true: [^\n]*\n +GET \/v1\/ledger\?key=…: reservations 1 \(reserve ran 1×\), charges 0, timeouts 1\n/,
+    );
+    expect(stdout).toMatch(
+      /v2: a second server on the same database, IDEM_SEMANTICS=v2[^\n]*\n +504, Idempotent-Resumable: true: [^\n]*\n +GET \/v1\/ledger\?key=…: reservations 1 \(reserve ran 1×\), charges 0, timeouts 1\n.*Retry, same key and payload:\n +201: payment pay_\w+\n +GET \/v1\/ledger\?key=…: reservations 1 \(reserve ran 1×\), charges 1, timeouts 1\n/,
+    );
+    expect(stdout).toMatch(/Retry once more:\n +201, Idempotent-Replayed: true: payment pay_\w+\n/);
+    expect(stdout).toContain('One reservation, one charge, one key.');
     expect(stdout).toContain('Demo complete.');
   }, 180_000);
 });
