@@ -80,6 +80,10 @@ for (const database of databases) {
             status: 200,
             outcomeKind: 'success',
             waits: 0,
+            // E8: the generation's mode, fixed at its claim; v1 runs the payment without claim.step.
+            onFailure: 'replay',
+            attempts: 1,
+            steps: [],
             replayable: true,
             outcome: { kind: 'success', value: payment },
           },

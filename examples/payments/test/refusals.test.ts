@@ -183,10 +183,11 @@ describe('the statuses the README states', () => {
   function readmeRows(): Array<{ what: string; accept: string; status: number }> {
     const start = README.indexOf('| GraphQL request');
     expect(start, 'the README table of GraphQL statuses').toBeGreaterThan(-1);
-    return README.slice(start)
-      .split('\n')
-      .slice(2)
-      .filter((line) => line.startsWith('|'))
+    const lines = README.slice(start).split('\n').slice(2);
+    // The table ends at its first line that is not a row (later tables are not its rows).
+    const end = lines.findIndex((line) => !line.startsWith('|'));
+    return lines
+      .slice(0, end < 0 ? undefined : end)
       .map((line) => line.split('|').map((cell) => cell.trim().replaceAll('`', '')))
       .map(([, what, accept, status]) => ({ what: what!, accept: accept!, status: Number(status) }));
   }
