@@ -51,6 +51,7 @@ function countingClaims(store: IdempotencyStore): IdempotencyStore & { readonly 
       return store.claim(request);
     },
     complete: (args) => store.complete(args),
+    saveStep: (args) => store.saveStep(args),
     renew: (args) => store.renew(args),
     countWait: (args) => store.countWait(args),
     release: (args) => store.release(args),

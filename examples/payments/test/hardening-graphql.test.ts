@@ -215,6 +215,7 @@ describe.each(databases)('hardening of the payments example (issue 14) on $name'
       return {
         claim: () => Promise.reject(new Error('store down')),
         complete: (args) => store.complete(args),
+        saveStep: (args) => store.saveStep(args),
         renew: (args) => store.renew(args),
         countWait: (args) => store.countWait(args),
         release: (args) => store.release(args),

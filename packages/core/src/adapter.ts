@@ -225,7 +225,9 @@ export function attachClaim(context: object, claim: ClaimContext<unknown> | unde
 }
 
 export { claimForPart, IDEMPOTENCY_CLAIM, type ClaimCarrier } from './claim.js';
-export { DEFAULT_KEY_FIELD, type KeyOptions } from './key.js';
+export { DEFAULT_KEY_FIELD, IDEMPOTENT_RESUMABLE_HEADER, type KeyOptions } from './key.js';
+export { finalFailure, isFinalFailure } from './final-failure.js';
+export { StepResultTooLargeError, MAX_STEP_NAME_LENGTH } from './steps.js';
 export {
   defaultErrorCodec,
   describesOutcomeNotStored,

@@ -73,6 +73,7 @@ export function describeAtomicMode<TTx>({ store, scope, atomic, request, storePa
       return {
         claim: (request) => real.claim(request),
         complete: (args) => real.complete(args),
+        saveStep: (args) => real.saveStep(args),
         renew: (args) => real.renew(args),
         countWait: (args) => real.countWait(args),
         release: (args) => real.release(args),

@@ -10,6 +10,11 @@ export interface ClaimContext<TTx = unknown> {
   scope: string;
   key: string;
   generation: number;
+  /**
+   * E8: which execution of this generation this is: 1 for the first, + 1 for each takeover (E6)
+   * and each resume of a resumable failure (`onFailure: 'resume'`).
+   */
+  attempt: number;
   /** The fencing token of this execution (E6). */
   token: string;
   /**
@@ -42,6 +47,24 @@ export interface ClaimContext<TTx = unknown> {
    * commit with the claim and the stored outcome, or not at all. Undefined otherwise.
    */
   tx?: TTx;
+  /**
+   * E8, a recovery point: runs `run` to completion at most once per record and generation, and
+   * stores its result with the record (serialized like outcomes, all steps together bounded by
+   * `maxStoredBytes`). Every later attempt of the generation — a resume of a resumable failure
+   * (`onFailure: 'resume'`), a takeover after a crash (E6), in either mode — gets the stored result
+   * back without `run` being called. `run` is given the step's own downstream key,
+   * `claim.deriveKey(name)`: pass it to the provider the step calls.
+   *
+   * Outside atomic mode the result is written right after `run` returns: a crash in between
+   * loses it, and the step runs again with the same step key, so the downstream must deduplicate
+   * by that key. In atomic mode `run` writes through `claim.tx`, and its writes commit together
+   * with its stored result (a failure later in the handler rolls back to this point only).
+   *
+   * `name`: non-empty, at most 200 characters, unique per handler.
+   * @throws StepResultTooLargeError when the stored steps would exceed `maxStoredBytes`.
+   * @throws LeaseLostError when the claim was taken over before the result was stored (E6).
+   */
+  step<T>(name: string, run: (stepKey: string) => Promise<T> | T): Promise<T>;
 }
 
 /** The key under which a request context carries its claim. */
@@ -83,5 +106,8 @@ export function deriveKey(
  */
 export function claimForPart<TTx>(claim: ClaimContext<TTx>, part: string): ClaimContext<TTx> {
   const { scope, key, generation } = claim;
-  return { ...claim, part, deriveKey: (label) => deriveKey({ scope, key, generation, part }, label) };
+  const partKey = (label: string) => deriveKey({ scope, key, generation, part }, label);
+  // E8: steps of one part are stored apart from another part's: `part:name` (a part has no colon).
+  const step: ClaimContext<TTx>['step'] = (name, run) => claim.step(`${part}:${name}`, () => run(partKey(name)));
+  return { ...claim, part, deriveKey: partKey, step };
 }

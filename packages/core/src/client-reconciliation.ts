@@ -11,9 +11,11 @@
  * - `completed`: an outcome is stored; replayed while `replayable`;
  * - `expired`: completed, but its retention has passed: the key would now run as new (R2);
  * - `released`: the claim was given back before the handler started: nothing ran (E4);
- * - `archived`: retention passed and the record was archived (R3); `status` says how it ended.
+ * - `archived`: retention passed and the record was archived (R3); `status` says how it ended;
+ * - `resumable` (E8, `onFailure: 'resume'`): an attempt failed after it started; a retry with the
+ *   same key and payload completes the work (the steps done are not repeated).
  */
-export type KeyGenerationState = 'processing' | 'completed' | 'expired' | 'released' | 'archived';
+export type KeyGenerationState = 'processing' | 'completed' | 'expired' | 'released' | 'archived' | 'resumable';
 
 /** One generation of a key, as the status lookup answers it (A1, for the caller's own keys). */
 export interface KeyGenerationStatus {
@@ -36,6 +38,12 @@ export interface KeyGenerationStatus {
   outcomeKind: 'success' | 'error' | null;
   /** How many duplicates waited for this generation's outcome instead of answering 409 (E3w). */
   waits: number;
+  /** E8: the generation's mode: a failure `'replay'`ed (Stripe v1) or `'resume'`d on retry (Stripe v2). Absent reads as `'replay'`. */
+  onFailure?: 'replay' | 'resume';
+  /** E8: how many executions of the generation started (takeovers and resumes included). */
+  attempts?: number;
+  /** E8: the names of the steps (`claim.step`) it completed, in order. */
+  steps?: string[];
   /** Whether a retry with this key now would replay the stored outcome (E2). */
   replayable: boolean;
   /** The stored outcome itself, only while `replayable`; never past the retention. */

@@ -19,6 +19,7 @@ export {
   DEFAULT_KEY_FIELD,
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
+  IDEMPOTENT_RESUMABLE_HEADER,
   type KeyOptions,
 } from './key.js';
 export type { Duration } from './duration.js';

@@ -163,6 +163,7 @@ export function describeLeaseConformance({ store, scope, request, storePassed, s
       const stalling: IdempotencyStore = {
         claim: (request) => real.claim(request),
         complete: (args) => real.complete(args),
+        saveStep: (args) => real.saveStep(args),
         renew: async (args) => {
           await stalled;
           return real.renew(args);
@@ -312,6 +313,7 @@ export function describeLeaseConformance({ store, scope, request, storePassed, s
       const failingCount: IdempotencyStore = {
         claim: (request) => real.claim(request),
         complete: (args) => real.complete(args),
+        saveStep: (args) => real.saveStep(args),
         renew: (args) => real.renew(args),
         countWait: () => Promise.reject(new Error('store unreachable')),
         release: (args) => real.release(args),

@@ -5,14 +5,16 @@ import type { IdempotencyEventHandler } from './events.js';
 import type { NotStartedAnswer } from './not-started.js';
 import type { OutcomeCodec } from './outcome-codec.js';
 import type { ErrorCodec, OutcomeSerializer } from './outcome.js';
-import type { IdempotencyStore } from './store.js';
+import type { IdempotencyStore, OnFailure } from './store.js';
 
 /** Retention and lease rules of one endpoint; every field falls back to the engine's. */
 export interface EndpointPolicy {
   /**
    * R1: how long an outcome is kept and replayed, counted from its completion. A claim still
    * running inside its lease never expires, whatever the retention; a retention shorter than the
-   * lease is warned about (`IDEM_RETENTION_BELOW_LEASE`). Defaults to 24 hours (Stripe v1).
+   * lease is warned about (`IDEM_RETENTION_BELOW_LEASE`). Defaults to 24 hours (Stripe v1), or to
+   * 30 days for an endpoint with `onFailure: 'resume'` (Stripe v2) when neither it nor the engine
+   * sets one.
    */
   retention?: Duration;
   /**
@@ -40,6 +42,20 @@ export interface EndpointPolicy {
    * Defaults to `'execute'` (the draft allows reuse after expiry).
    */
   expiredReuse?: 'execute' | 'reject';
+  /**
+   * E8: what a failure after the handler started does (a thrown error, a 5xx).
+   * - `'replay'` (Stripe v1, the default): it is stored and replayed for the whole retention, like
+   *   any outcome (E4).
+   * - `'resume'` (Stripe v2, "complete on retry"): it leaves the record `resumable`, and the live
+   *   answer is marked so (`Idempotent-Resumable: true`, `result.resumable`). A retry with the same
+   *   key and payload runs the handler again in the same generation, `claim.step` skipping the
+   *   steps already done, and answers the completed result; later retries replay it. A 4xx, or a
+   *   failure wrapped in `finalFailure(…)`, is final: stored and replayed as under `'replay'`.
+   *
+   * The mode is fixed per generation when it is claimed (stored on the record): a configuration
+   * changed meanwhile never mixes the two within one generation. Published in the policy (R4).
+   */
+  onFailure?: OnFailure;
 }
 
 export interface EngineOptions<TTx = unknown> extends EndpointPolicy {
@@ -116,13 +132,26 @@ export type AtomicClaimContext<TTx> = ClaimContext<TTx> & { tx: TTx };
  * The outcome the client gets, and whether it was replayed (E2): live, the handler's own value
  * (`TLive`) or error; replayed, what the codec decoded (`TStored`), or the error it rebuilt. With
  * a handler that may return a `notStartedAnswer` (`TAnswer`), a run that did not start: nothing
- * stored, the claim released, `answer` for the client (E4).
+ * stored, the claim released, `answer` for the client (E4). `resumable: true` (E8, a live result
+ * only): the endpoint's `onFailure` is `'resume'` and this attempt failed after it started: the
+ * record is resumable, and a retry with the same key and payload completes the work (hosts mark
+ * the answer with `Idempotent-Resumable: true`). A Fetch handler's 500 `Response` is a value, so
+ * the success branch may carry it too.
  */
 export type ExecuteResult<TLive, TStored = TLive, TAnswer = never> =
-  | { ok: true; replayed: false; value: TLive; generation: number }
-  | { ok: true; replayed: true; value: TStored; generation: number }
-  | { ok: false; replayed: boolean; error: unknown; generation: number }
-  | { ok: false; replayed: false; notStarted: true; answer: TAnswer; error?: undefined; generation: number };
+  | { ok: true; replayed: false; value: TLive; generation: number; resumable?: true }
+  | { ok: true; replayed: true; value: TStored; generation: number; resumable?: undefined }
+  | { ok: false; replayed: boolean; error: unknown; generation: number; resumable?: true }
+  | {
+      ok: false;
+      replayed: false;
+      notStarted: true;
+      answer: TAnswer;
+      error?: undefined;
+      generation: number;
+      /** E8: said after a step was recorded, so stored (not released): resumable under `onFailure: 'resume'`. */
+      resumable?: true;
+    };
 
 /** What a handler may give the engine: its value, or a `notStartedAnswer` (E4). */
 export type HandlerReturn<TLive, TAnswer> = TLive | NotStartedAnswer<TAnswer>;
@@ -160,6 +189,10 @@ export interface IdempotencyEngine<TTx = unknown> {
     retentionMs: number;
     leaseMs: number;
     expiredReuse: 'execute' | 'reject';
+    /** E8: what a failure after the start does (`onFailure`). */
+    onFailure: OnFailure;
+    /** Whether `retention` was given (otherwise an endpoint with `onFailure: 'resume'` keeps 30 days). */
+    retentionExplicit: boolean;
     /** E3w: how long a duplicate waits for the outcome in progress (`wait`); 0 for not at all. */
     waitMs: number;
     documentationUrl: string;

@@ -23,11 +23,14 @@ import {
   claimContext,
   claimRequest,
   isAwaitable,
+  keyDeriver,
   liveResult,
   notStartedResult,
   ownerOf,
   type Endpoint,
 } from './endpoint.js';
+import { isResumableFailure, notStartedFailure, retentionMsOf } from './failure-mode.js';
+import { stepRunner, type SaveStep } from './steps.js';
 import { runHandler, runInTransaction, type AtomicRun, type TransactionClaimed } from './handler-run.js';
 import { keepLease } from './lease.js';
 import {
@@ -50,7 +53,6 @@ import { assertScopeFits, scopeParts } from './scope.js';
 export { formatScope } from './scope.js';
 export type * from './engine-types.js';
 
-const DEFAULT_RETENTION: Duration = '24h';
 const DEFAULT_LEASE: Duration = '30s';
 const DEFAULT_MAX_STORED_BYTES = 1024 * 1024;
 
@@ -78,7 +80,8 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       serializer = JSON,
       onEvent,
       documentationUrl = DEFAULT_DOCUMENTATION_URL,
-      retention = DEFAULT_RETENTION,
+      retention,
+      onFailure = 'replay',
       lease = DEFAULT_LEASE,
       wait = 0,
       expiredReuse = 'execute',
@@ -88,9 +91,12 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     } = options;
     this.store = store;
     this.policy = {
-      retentionMs: toMilliseconds(retention),
+      // R1, E8: 24 hours, or 30 days for `onFailure: 'resume'`, unless a retention is given.
+      retentionMs: retentionMsOf(retention, { retentionMs: 0, retentionExplicit: false }, onFailure),
+      retentionExplicit: retention !== undefined,
       leaseMs: toMilliseconds(lease),
       expiredReuse,
+      onFailure,
       waitMs: waitMilliseconds(wait),
       documentationUrl,
       maxStoredBytes,
@@ -130,28 +136,67 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       onRenewError: (error) =>
         this.#emit({ type: 'storeError', ...subject, storeOperation: 'renew', generation, error, willRetry: true }),
     });
+    // E8: the recovery points of this generation, each result stored as soon as its step returns.
+    const steps = this.#steps(endpoint, record, (name, result) =>
+      this.store.saveStep({ ...ownerOf(endpoint, record), name, result }),
+    );
     let run;
     try {
-      run = await runHandler(() => handler(claimContext(endpoint, record, lease.signal)));
+      run = await runHandler(() => handler(claimContext(endpoint, record, lease.signal, steps.step)));
     } finally {
       lease.stop();
     }
-    if (!run.started) {
+    // E4: not started, and no step recorded: nothing happened, the claim is given back. After a
+    // step (E8) a side effect did happen: the failure is stored instead, and the client still
+    // gets the answer it was given.
+    if (!run.started && !steps.recorded()) {
       await this.#release(endpoint, record);
       if ('rethrow' in run) throw run.rethrow;
       return notStartedResult(run.answer, generation);
     }
-    const { result, durationMs } = run;
+    const result = run.started ? run.result : notStartedFailure(run);
     const outcome = this.#outcomeOf(endpoint, result);
+    const resumable = isResumableFailure(record.onFailure, result, outcome);
     const leaseUntil = Math.max(record.leaseUntil.getTime(), lease.renewedAt + endpoint.leaseMs);
     await this.#storeOutcome(
       endpoint,
       { ...record, leaseUntil: new Date(leaseUntil) },
-      outcome,
+      { outcome, resumable },
       withErrors(endpoint.codec, outcome.kind, result.ok ? result.value : undefined),
-      durationMs,
+      run.durationMs,
     );
-    return liveResult(result, generation);
+    if (!run.started) {
+      if ('rethrow' in run) throw run.rethrow;
+      return notStartedResult(run.answer, generation, resumable);
+    }
+    return liveResult(result, generation, resumable);
+  }
+
+  /** E8: `claim.step` for one execution of `record`, its results written through `save`. */
+  #steps(endpoint: Endpoint<unknown, unknown>, record: IdempotencyRecord, save: SaveStep) {
+    const { subject } = endpoint;
+    const { generation } = record;
+    return stepRunner({
+      steps: record.steps,
+      serializer: this.#serializer,
+      maxStoredBytes: this.#maxStoredBytes,
+      deriveKey: keyDeriver(endpoint, record),
+      save: async (name, result) => {
+        try {
+          return await save(name, result);
+        } catch (error) {
+          this.#emit({
+            type: 'storeError',
+            ...subject,
+            storeOperation: 'saveStep',
+            generation,
+            error,
+            willRetry: false,
+          });
+          throw error;
+        }
+      },
+    });
   }
 
   /**
@@ -210,9 +255,10 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       fresh = await transaction<typeof fresh>(async (t) => {
         const claim = await t.insertClaim(claimRequest(endpoint));
         if (claim.outcome !== 'claimed') return { commit: false, value: claim };
-        const run = await runInTransaction(endpoint, t, claim.record, handler, (outcome) =>
-          this.#outcomeOf(endpoint, outcome),
-        );
+        const run = await runInTransaction(endpoint, t, claim.record, handler, {
+          encode: (outcome) => this.#outcomeOf(endpoint, outcome),
+          steps: (save) => this.#steps(endpoint, claim.record, save),
+        });
         return { commit: run.commit, value: { outcome: 'claimed', record: claim.record, run: run.value } };
       });
     } catch (error) {
@@ -238,14 +284,19 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       run = await transaction<AtomicRun<TLive, TAnswer>>(async (t) => {
         const owned = await t.lockOwned(ownerOf(endpoint, record));
         if (!owned) return { commit: false, value: { outcome: 'fenced' } };
-        return runInTransaction(endpoint, t, owned, handler, (outcome) => this.#outcomeOf(endpoint, outcome));
+        return runInTransaction(endpoint, t, owned, handler, {
+          encode: (outcome) => this.#outcomeOf(endpoint, outcome),
+          steps: (save) => this.#steps(endpoint, owned, save),
+        });
       });
     } catch (error) {
-      // Nothing was committed: give the claim back so that a retry runs at once (E4).
-      await this.#release(endpoint, record);
+      // Nothing was committed: give the claim back so that a retry runs at once (E4), unless steps
+      // of an earlier attempt are recorded (E8): a takeover after the lease keeps them.
+      if (!record.steps?.length) await this.#release(endpoint, record);
       throw this.#unavailable(endpoint, 'complete', record.generation, error);
     }
-    if (run.outcome === 'notStarted' || run.outcome === 'unstorable') await this.#release(endpoint, record);
+    if ((run.outcome === 'notStarted' || run.outcome === 'unstorable') && !record.steps?.length)
+      await this.#release(endpoint, record);
     return this.#afterTransaction(endpoint, record, run);
   }
 
@@ -261,7 +312,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       case 'completed': {
         const { status, kind } = run.stored;
         const failed = withErrors(endpoint.codec, kind, run.result.ok ? run.result.value : undefined);
-        const { durationMs } = run;
+        const { durationMs, resumable } = run;
         this.#emit({
           type: 'completed',
           ...subject,
@@ -270,8 +321,13 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
           outcomeKind: kind,
           withErrors: failed,
           durationMs,
+          resumable,
         });
-        return liveResult(run.result, generation);
+        if (run.notStarted) {
+          if ('rethrow' in run.notStarted) throw run.notStarted.rethrow;
+          return notStartedResult(run.notStarted.answer, generation, resumable);
+        }
+        return liveResult(run.result, generation, resumable);
       }
       case 'notStarted':
         if ('rethrow' in run) throw run.rethrow;
@@ -296,11 +352,12 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   /** @throws ScopeTooLongError (400) before anything is claimed, for a scope no store can key (S1). */
   #endpoint<TLive, TStored>(request: ExecuteRequest<TLive, TStored>): Endpoint<TLive, TStored> {
     const { key, fingerprint, lease, retention, wait } = request;
+    const onFailure = request.onFailure ?? this.policy.onFailure;
     const scope = assertScopeFits(request.scope);
     const { operation, principal } = scopeParts(request);
     const requestId = request.requestId ?? randomUUID();
     const leaseMs = lease === undefined ? this.policy.leaseMs : toMilliseconds(lease);
-    const retentionMs = retention === undefined ? this.policy.retentionMs : toMilliseconds(retention);
+    const retentionMs = retentionMsOf(retention, this.policy, onFailure);
     if (lease !== undefined || retention !== undefined) warnIfRetentionBelowLease(retentionMs, leaseMs);
     return {
       scope,
@@ -312,6 +369,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       retentionMs,
       expiredReuse: request.expiredReuse ?? this.policy.expiredReuse,
       waitMs: wait === undefined ? this.policy.waitMs : waitMilliseconds(wait),
+      onFailure,
     };
   }
 
@@ -383,7 +441,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   }
 
   #announce({ subject }: Endpoint, claim: Extract<ClaimResult, { outcome: 'claimed' }>): void {
-    const { record, expired, takeover } = claim;
+    const { record, expired, takeover, resumed } = claim;
     const { generation } = record;
     if (expired)
       this.#emit({ type: 'expiredKeyReused', ...subject, generation, previous: describeGeneration(expired) });
@@ -396,6 +454,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
         takeovers: record.takeovers,
       });
     this.#emit({ type: 'claimed', ...subject, generation });
+    if (resumed) this.#emit({ type: 'resumed', ...subject, generation, ...resumed });
   }
 
   /** What is stored of a handler's outcome: encoded by the codec, size bounded. */
@@ -413,13 +472,13 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
   async #storeOutcome(
     { scope, key, subject }: Endpoint<unknown, unknown>,
     record: IdempotencyRecord,
-    outcome: EncodedOutcome,
+    { outcome, resumable }: { outcome: EncodedOutcome; resumable: boolean },
     withErrors: boolean,
     durationMs: number,
   ): Promise<void> {
     const { token, generation } = record;
     const attempt = async () => {
-      const owned = await this.store.complete({ scope, key, token, outcome });
+      const owned = await this.store.complete({ scope, key, token, outcome, ...(resumable ? { resumable } : {}) });
       if (owned)
         this.#emit({
           type: 'completed',
@@ -429,6 +488,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
           outcomeKind: outcome.kind,
           withErrors,
           durationMs,
+          resumable,
         });
       else this.#emit({ type: 'fenced', ...subject, generation });
     };

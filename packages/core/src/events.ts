@@ -42,7 +42,7 @@ export interface ExpiredGeneration {
 }
 
 /** Which store call failed, in a `storeError` event. */
-export type StoreOperation = 'claim' | 'complete' | 'release' | 'renew' | 'countWait';
+export type StoreOperation = 'claim' | 'complete' | 'release' | 'renew' | 'countWait' | 'saveStep';
 
 /** What the engine reports about a keyed request: every event but `unkeyed`. */
 export type KeyedIdempotencyEvent =
@@ -65,6 +65,21 @@ export type KeyedIdempotencyEvent =
        * the outcome write (E7) carries the same run's duration.
        */
       durationMs: number;
+      /**
+       * E8: the outcome is a failure of an `onFailure: 'resume'` endpoint, stored as `resumable`
+       * (not replayed): a retry with the same key completes the work.
+       */
+      resumable: boolean;
+    })
+  | (EventBase & {
+      /**
+       * E8: this request resumed a resumable failure of its generation: `attempt` is the execution
+       * it starts (the record's `attempts`), `previousStatus` the failed attempt's status.
+       */
+      type: 'resumed';
+      generation: number;
+      attempt: number;
+      previousStatus: number | null;
     })
   | (EventBase & {
       type: 'replayed';

@@ -7,6 +7,8 @@ import { claimContext, ownerOf, type Endpoint } from './endpoint.js';
 import { neverAborted } from './lease.js';
 import { HandlerNotStartedError, isNotStartedAnswer } from './not-started.js';
 import type { EncodedOutcome, HandlerOutcome } from './outcome-codec.js';
+import { isResumableFailure, notStartedFailure } from './failure-mode.js';
+import type { SaveStep, StepRunner } from './steps.js';
 import type { IdempotencyRecord, StoreTransaction, TransactionEnd } from './store.js';
 
 /**
@@ -41,7 +43,16 @@ export async function runHandler<TLive, TAnswer>(
  * others were rolled back, the handler's writes with them.
  */
 export type AtomicRun<TLive, TAnswer> =
-  | { outcome: 'completed'; result: HandlerOutcome<TLive>; stored: EncodedOutcome; durationMs: number }
+  | {
+      outcome: 'completed';
+      result: HandlerOutcome<TLive>;
+      stored: EncodedOutcome;
+      durationMs: number;
+      /** E8: stored as `resumable` (`onFailure: 'resume'`, a failure not declared final). */
+      resumable: boolean;
+      /** E8: the handler said it did not start after a step was recorded: its failure stored, its answer for the client. */
+      notStarted?: { answer: TAnswer } | { rethrow: unknown };
+    }
   | { outcome: 'notStarted'; answer: TAnswer }
   | { outcome: 'notStarted'; rethrow: unknown }
   | { outcome: 'unstorable'; error: unknown }
@@ -59,15 +70,26 @@ export type TransactionClaimed<TLive, TAnswer> = {
  * transaction's end: committed once the outcome is stored; rolled back — the handler's writes
  * with it — when the handler did not start (E4), when its outcome cannot be described, or when
  * the claim is no longer this execution's (E6). `encode`: the
- * endpoint's codec, size bounded.
+ * endpoint's codec, size bounded. `steps`: `claim.step` (E8), its results written through the
+ * transaction, each followed by a recovery point, so that a failure later in the handler rolls
+ * back to the last step (its writes commit with its stored result).
  */
 export async function runInTransaction<TTx, TLive, TStored, TAnswer>(
   endpoint: Endpoint<TLive, TStored>,
   t: StoreTransaction<TTx>,
   record: IdempotencyRecord,
   handler: (claim: AtomicClaimContext<TTx>) => Promise<HandlerReturn<TLive, TAnswer>> | HandlerReturn<TLive, TAnswer>,
-  encode: (outcome: HandlerOutcome<TLive>) => EncodedOutcome,
+  {
+    encode,
+    steps: stepsOf,
+  }: { encode: (outcome: HandlerOutcome<TLive>) => EncodedOutcome; steps: (save: SaveStep) => StepRunner },
 ): Promise<TransactionEnd<AtomicRun<TLive, TAnswer>>> {
+  const owner = ownerOf(endpoint, record);
+  const steps = stepsOf(async (name, result) => {
+    if (!(await t.saveStep({ ...owner, name, result }))) return false;
+    await t.recoveryPoint();
+    return true;
+  });
   // The handler's own time, inside the savepoint: without the savepoint's statements.
   let durationMs = 0;
   // What the handler did, to tell its outcome from a failure of the savepoint's own statements.
@@ -81,16 +103,18 @@ export async function runInTransaction<TTx, TLive, TStored, TAnswer>(
       let value: HandlerReturn<TLive, TAnswer>;
       try {
         // The open transaction holds the claim (E6): nothing can take it over before it ends.
-        value = await handler({ ...claimContext(endpoint, record, neverAborted()), tx });
+        value = await handler({ ...claimContext(endpoint, record, neverAborted(), steps.step), tx });
       } catch (error) {
         thrown = { error };
         throw error;
       } finally {
         durationMs = performance.now() - start;
       }
-      // Not started: the whole transaction rolls back below, the handler's writes with it.
+      // Not started: the whole transaction rolls back below, the handler's writes with it. After a
+      // step (E8), back to the last recovery point only: that step's writes and result are kept.
       if (isNotStartedAnswer(value)) {
         notStarted = { answer: value.answer };
+        if (steps.recorded()) throw rollBack;
         return;
       }
       let stored: EncodedOutcome | { unstorable: unknown };
@@ -109,14 +133,17 @@ export async function runInTransaction<TTx, TLive, TStored, TAnswer>(
     // The transaction failed: it rolls back, and the client is answered 503 (E5).
     if (error !== rollBack && (thrown === undefined || error !== thrown.error)) throw error;
   }
-  if (notStarted) return { commit: false, value: { outcome: 'notStarted', answer: notStarted.answer } };
   // Deprecated: a HandlerNotStartedError thrown by a direct engine caller's handler (its cause rethrown).
-  if (thrown?.error instanceof HandlerNotStartedError)
-    return { commit: false, value: { outcome: 'notStarted', rethrow: thrown.error.cause } };
+  const said: { answer: TAnswer } | { rethrow: unknown } | undefined =
+    notStarted ?? (thrown?.error instanceof HandlerNotStartedError ? { rethrow: thrown.error.cause } : undefined);
+  if (said && !steps.recorded()) return { commit: false, value: { outcome: 'notStarted', ...said } };
   let result: HandlerOutcome<TLive>;
   let stored: EncodedOutcome;
   try {
-    if (returned) {
+    if (said) {
+      result = notStartedFailure(said);
+      stored = encode(result);
+    } else if (returned) {
       if (!('kind' in returned.stored)) throw returned.stored.unstorable;
       result = { ok: true, value: returned.value };
       stored = returned.stored;
@@ -127,7 +154,9 @@ export async function runInTransaction<TTx, TLive, TStored, TAnswer>(
   } catch (error) {
     return { commit: false, value: { outcome: 'unstorable', error } };
   }
-  if (!(await t.complete({ ...ownerOf(endpoint, record), outcome: stored })))
+  const resumable = isResumableFailure(record.onFailure, result, stored);
+  if (!(await t.complete({ ...owner, outcome: stored, ...(resumable ? { resumable } : {}) })))
     return { commit: false, value: { outcome: 'fenced' } };
-  return { commit: true, value: { outcome: 'completed', result, stored, durationMs } };
+  const completed = { outcome: 'completed', result, stored, durationMs, resumable } as const;
+  return { commit: true, value: said ? { ...completed, notStarted: said } : completed };
 }

@@ -198,7 +198,9 @@ function describeGeneration(
   }: Required<Pick<KeyStatusOptions, 'serializer' | 'clockToleranceMs' | 'presentOutcome'>> & { now: number },
 ): KeyGenerationStatus {
   const state: KeyGenerationState =
-    entry.state === 'completed' && entry.expiresAt.getTime() <= now ? 'expired' : entry.state;
+    (entry.state === 'completed' || entry.state === 'resumable') && entry.expiresAt.getTime() <= now
+      ? 'expired'
+      : entry.state;
   const body = live?.outcome?.body;
   // Past the retention the store would run the key as new: its body is no longer the answer.
   const outcome =
@@ -220,6 +222,9 @@ function describeGeneration(
     status: entry.status,
     outcomeKind: entry.outcomeKind,
     waits: entry.waits,
+    onFailure: entry.onFailure,
+    attempts: entry.attempts,
+    steps: entry.steps,
     replayable: outcome !== undefined,
   };
   if (outcome) generation.outcome = outcome;

@@ -33,6 +33,14 @@ export interface KeyOptions {
 export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
 
 /**
+ * E8: the response header that marks a live failure of an `onFailure: 'resume'` endpoint as
+ * resumable: the client may retry it with the same key (and payload), and the retry completes the
+ * work instead of replaying this failure. A header, because the failure's body is the handler's
+ * (not idem's) and a header reaches every client, on every transport, before any body is parsed.
+ */
+export const IDEMPOTENT_RESUMABLE_HEADER = 'Idempotent-Resumable';
+
+/**
  * Parses an `Idempotency-Key` header leniently (K1–K3): a quoted RFC 9651 sf-string
  * (parameters ignored) or a bare value; surrounding whitespace trimmed.
  *

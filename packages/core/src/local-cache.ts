@@ -102,5 +102,6 @@ function copy(record: IdempotencyRecord): IdempotencyRecord {
     completedAt: record.completedAt && new Date(record.completedAt),
     archivedAt: record.archivedAt && new Date(record.archivedAt),
     outcome: record.outcome && { ...record.outcome },
+    steps: record.steps.map((step) => ({ ...step })),
   };
 }

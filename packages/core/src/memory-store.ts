@@ -1,14 +1,15 @@
 import type {
   ClaimRenewal,
+  CompleteArgs,
+  SaveStepArgs,
   ClaimRequest,
   ClaimResult,
   GenerationRef,
   IdempotencyRecord,
   IdempotencyStore,
-  StoredOutcome,
   TimelineEntry,
 } from './store.js';
-import { decideClaim, isExpired, toTimelineEntry } from './store-rules.js';
+import { archivedSteps, decideClaim, isExpired, toTimelineEntry, withStep } from './store-rules.js';
 
 export interface MemoryStoreOptions {
   /** The store's clock, in epoch milliseconds. Defaults to `Date.now`. */
@@ -52,6 +53,7 @@ export class MemoryStore implements IdempotencyStore {
           state: 'archived',
           archivedAt: previous.archivedAt ?? new Date(now),
           outcome: previous.outcome && { ...previous.outcome, body: null },
+          steps: archivedSteps(previous.steps),
           reusedAt: new Date(now),
         };
         this.#history.set(id, [...(this.#history.get(id) ?? []), archived]);
@@ -64,30 +66,39 @@ export class MemoryStore implements IdempotencyStore {
         record.token = request.token;
         record.leaseUntil = new Date(now + request.leaseMs);
         record.takeovers += 1;
+        record.attempts += 1;
         return { outcome: 'claimed', record: copy(record), takeover };
+      }
+      case 'resume': {
+        const { record } = decision;
+        const resumed = { attempt: record.attempts + 1, previousStatus: record.outcome?.status ?? null };
+        record.token = request.token;
+        record.state = 'processing';
+        record.leaseUntil = new Date(now + request.leaseMs);
+        record.attempts += 1;
+        record.outcome = null;
+        return { outcome: 'claimed', record: copy(record), resumed };
       }
     }
   }
 
-  async complete({
-    scope,
-    key,
-    token,
-    outcome,
-  }: {
-    scope: string;
-    key: string;
-    token: string;
-    outcome: StoredOutcome;
-  }): Promise<boolean> {
+  async complete({ scope, key, token, outcome, resumable = false }: CompleteArgs): Promise<boolean> {
     const record = this.#owned(scope, key, token);
     if (!record) return false;
     const now = this.#now();
-    record.state = 'completed';
+    record.state = resumable ? 'resumable' : 'completed';
     record.outcome = { ...outcome };
-    record.completedAt = new Date(now);
+    // E8: a resumable failure is not a completion: its retention still counts, from now.
+    if (!resumable) record.completedAt = new Date(now);
     // R1: retention counts from completion; the claim carried it as expiresAt − createdAt.
     record.expiresAt = new Date(now + (record.expiresAt.getTime() - record.createdAt.getTime()));
+    return true;
+  }
+
+  async saveStep({ scope, key, token, name, result }: SaveStepArgs): Promise<boolean> {
+    const record = this.#owned(scope, key, token);
+    if (!record) return false;
+    record.steps = withStep(record.steps, name, result);
     return true;
   }
 
@@ -136,6 +147,7 @@ export class MemoryStore implements IdempotencyStore {
       record.state = 'archived';
       record.archivedAt = new Date(now);
       if (record.outcome) record.outcome = { ...record.outcome, body: null };
+      record.steps = archivedSteps(record.steps);
       archived++;
     }
     return { archived };
@@ -193,9 +205,16 @@ function fresh(request: ClaimRequest, now: number, generation: number): Idempote
     takeovers: 0,
     waits: 0,
     outcome: null,
+    onFailure: request.onFailure ?? 'replay',
+    attempts: 1,
+    steps: [],
   };
 }
 
 function copy<T extends IdempotencyRecord>(record: T): T {
-  return { ...record, outcome: record.outcome && { ...record.outcome } };
+  return {
+    ...record,
+    outcome: record.outcome && { ...record.outcome },
+    steps: record.steps.map((step) => ({ ...step })),
+  };
 }

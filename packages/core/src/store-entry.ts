@@ -5,10 +5,12 @@
  */
 export type * from './store.js';
 export {
+  archivedSteps,
   decideClaim,
   fingerprintsMatch,
   isExpired,
   toTimelineEntry,
+  withStep,
   type ClaimDecision,
   type ClaimedRecordView,
 } from './store-rules.js';

@@ -2,7 +2,7 @@
  * Rules every store applies the same way, whatever its backend: the memory store and
  * `@idem/drizzle` both read them from here (`@idem/core/store`).
  */
-import type { ClaimRequest, IdempotencyRecord, TimelineEntry } from './store.js';
+import type { ClaimRequest, IdempotencyRecord, StoredStep, TimelineEntry } from './store.js';
 
 /**
  * R1: a record is expired once archived, or once its retention has passed — except a
@@ -28,7 +28,10 @@ export type ClaimedRecordView = Pick<IdempotencyRecord, 'state' | 'token' | 'fin
  * - `insert` (rule 1): no live record: insert generation 1, `processing`;
  * - `reuse` (rule 2, `expiredReuse: 'execute'`): the record expired: move it to history and claim generation + 1;
  * - `reclaim` (rule 3): the claim was released: take it over as new, in the same generation;
- * - `takeover` (rule 4): a `processing` claim whose lease passed, same payload: new token and lease, `takeovers + 1`;
+ * - `resume` (E8, rule 3b): a `resumable` record, same payload: new token and lease, `processing`,
+ *   `attempts + 1`, outcome null, steps and waits kept, same generation (`claimed` with `resumed`);
+ * - `takeover` (rule 4): a `processing` claim whose lease passed, same payload: new token and lease,
+ *   `takeovers + 1`, `attempts + 1`;
  * - `existing` (rule 5, or rule 2 with `expiredReuse: 'reject'`, then `expired`): answer the record as it is;
  * - `own` (rule 6, asked first): the record is a `processing` claim holding the request's own
  *   token: it is the request's claim already; answer it `claimed` as it is, no write.
@@ -36,7 +39,7 @@ export type ClaimedRecordView = Pick<IdempotencyRecord, 'state' | 'token' | 'fin
 export type ClaimDecision<R extends ClaimedRecordView> =
   | { rule: 'insert' }
   | { rule: 'own'; record: R }
-  | { rule: 'reuse' | 'reclaim' | 'takeover'; record: R }
+  | { rule: 'reuse' | 'reclaim' | 'resume' | 'takeover'; record: R }
   | { rule: 'existing'; record: R; expired: boolean };
 
 /**
@@ -56,6 +59,11 @@ export function decideClaim<R extends ClaimedRecordView>(
   if (isExpired(record, now))
     return request.expiredReuse === 'execute' ? { rule: 'reuse', record } : { rule: 'existing', record, expired: true };
   if (record.state === 'released') return { rule: 'reclaim', record };
+  // E8: a failed attempt of a `resume` endpoint: the same payload completes it; another is 422.
+  if (record.state === 'resumable')
+    return fingerprintsMatch(record.fingerprint, request.fingerprint)
+      ? { rule: 'resume', record }
+      : { rule: 'existing', record, expired: false };
   const stale = record.state === 'processing' && record.leaseUntil.getTime() <= now;
   if (stale && fingerprintsMatch(record.fingerprint, request.fingerprint)) return { rule: 'takeover', record };
   return { rule: 'existing', record, expired: false };
@@ -76,5 +84,20 @@ export function toTimelineEntry(record: IdempotencyRecord, reusedAt: Date | null
     reusedAt,
     takeovers: record.takeovers,
     waits: record.waits,
+    onFailure: record.onFailure,
+    attempts: record.attempts,
+    steps: record.steps.map((step) => step.name),
   };
+}
+
+/** E8: the steps of a record once archived: names kept (audits), results dropped. */
+export function archivedSteps(steps: readonly StoredStep[]): StoredStep[] {
+  return steps.map(({ name }) => ({ name, result: null }));
+}
+
+/** E8: `steps` with `{ name, result }` saved: an entry of that name replaced in place, otherwise appended. */
+export function withStep(steps: readonly StoredStep[], name: string, result: string): StoredStep[] {
+  const index = steps.findIndex((step) => step.name === name);
+  if (index === -1) return [...steps, { name, result }];
+  return steps.map((step, i) => (i === index ? { name, result } : { ...step }));
 }

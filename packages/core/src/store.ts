@@ -15,8 +15,28 @@
  * - `released`: the claim was given back before the handler started (E4); the next claim
  *   takes the record over as if it were new (same generation, no event besides `claimed`).
  * - `archived`: retention passed and the sweeper archived it; the body may be gone.
+ * - `resumable` (E8, `onFailure: 'resume'`): the handler failed after it started; that attempt's
+ *   outcome is kept in `outcome` (for the timeline) and is NOT replayed: the next claim with a
+ *   matching fingerprint resumes the record (same generation, `attempts + 1`, steps kept).
  */
-export type RecordState = 'processing' | 'completed' | 'released' | 'archived';
+export type RecordState = 'processing' | 'completed' | 'released' | 'archived' | 'resumable';
+
+/**
+ * E8: what a handler does with a failure after it started, per endpoint. `'replay'` (Stripe v1,
+ * the default): the failure is stored and replayed like any outcome (E4). `'resume'` (Stripe v2):
+ * it leaves the record `resumable`, and a retry with the same key completes the work, skipping
+ * the steps already done.
+ */
+export type OnFailure = 'replay' | 'resume';
+
+/**
+ * E8: one recovery point of a record (`claim.step(name, fn)`): its name and its result, serialized
+ * like an outcome. `result` is null once the record was archived (the name is kept for audits).
+ */
+export interface StoredStep {
+  name: string;
+  result: string | null;
+}
 
 /** What the handler produced, as the serializer wrote it. */
 export interface StoredOutcome {
@@ -58,6 +78,22 @@ export interface IdempotencyRecord {
    */
   waits: number;
   outcome: StoredOutcome | null;
+  /**
+   * E8: the mode of this generation, fixed when it was claimed (rules 1–3, from the request) and
+   * kept by a takeover and a resume. The engine decides a failure's fate from it, never from the
+   * endpoint's current configuration.
+   */
+  onFailure: OnFailure;
+  /**
+   * E8: how many executions of this generation started: 1 on a new claim (rules 1–3), + 1 on a
+   * takeover (rule 4) and on a resume.
+   */
+  attempts: number;
+  /**
+   * E8: the recovery points this generation completed, in completion order: `[]` on a new claim
+   * (rules 1–3), kept by a takeover and a resume. Archiving keeps the names, results become null.
+   */
+  steps: StoredStep[];
 }
 
 export interface ClaimRequest {
@@ -75,6 +111,11 @@ export interface ClaimRequest {
    * `'reject'` changes nothing and answers `existing` with `expired: true`.
    */
   expiredReuse: 'execute' | 'reject';
+  /**
+   * E8: the mode a new claim (rules 1–3) stores on the record. Absent reads as `'replay'`. A
+   * takeover or a resume keeps the record's own.
+   */
+  onFailure?: OnFailure;
 }
 
 export type ClaimResult =
@@ -86,6 +127,11 @@ export type ClaimResult =
       expired?: IdempotencyRecord;
       /** E6: this claim took over a `processing` record whose lease had passed. */
       takeover?: { previousToken: string; previousLeaseUntil: Date };
+      /**
+       * E8: this claim resumed a `resumable` record (same generation): `attempt` is the record's
+       * `attempts` now, `previousStatus` the status of the failed attempt's stored outcome.
+       */
+      resumed?: { attempt: number; previousStatus: number | null };
     }
   | {
       outcome: 'existing';
@@ -117,6 +163,12 @@ export interface TimelineEntry {
   takeovers: number;
   /** How many duplicates waited for this generation's outcome (E3w): see {@link IdempotencyRecord.waits}. */
   waits: number;
+  /** E8: the generation's mode (see {@link IdempotencyRecord.onFailure}). */
+  onFailure: OnFailure;
+  /** E8: how many executions of this generation started (see {@link IdempotencyRecord.attempts}). */
+  attempts: number;
+  /** E8: the names of the recovery points it completed, in order (their results are not shown). */
+  steps: string[];
 }
 
 /** Who owns a claim: the record (scope, key) and the owner's fencing token. */
@@ -137,6 +189,19 @@ export interface GenerationRef {
 export interface ClaimRenewal extends ClaimOwner {
   leaseMs: number;
 }
+
+/** What {@link IdempotencyStore.complete} stores: the owner, the outcome, and whether the failure is resumable (E8). */
+export type CompleteArgs = ClaimOwner & {
+  outcome: StoredOutcome;
+  /**
+   * E8: the record becomes `resumable` instead of `completed`: the outcome is kept (not replayed),
+   * `completedAt` stays null and `expiresAt = now + (expiresAt − createdAt)`.
+   */
+  resumable?: boolean;
+};
+
+/** What {@link IdempotencyStore.saveStep} stores: the owner, and one recovery point (E8). */
+export type SaveStepArgs = ClaimOwner & { name: string; result: string };
 
 /** What {@link StoreTransaction.insertClaim} found. */
 export type TransactionClaim =
@@ -169,7 +234,15 @@ export interface StoreTransaction<TTx = unknown> {
   /** The live record if `owner.token` owns it `processing`, locked until the transaction ends; null otherwise (fenced out, E6). */
   lockOwned(owner: ClaimOwner): Promise<IdempotencyRecord | null>;
   /** `complete` (see {@link IdempotencyStore.complete}), inside the transaction; false when `owner.token` does not own the claim. */
-  complete(args: ClaimOwner & { outcome: StoredOutcome }): Promise<boolean>;
+  complete(args: CompleteArgs): Promise<boolean>;
+  /** E8: `saveStep` (see {@link IdempotencyStore.saveStep}), inside the transaction; false when `owner.token` does not own the claim. */
+  saveStep(args: SaveStepArgs): Promise<boolean>;
+  /**
+   * E8: the writes made so far in the enclosing `savepoint` are kept: when its work throws, the
+   * rollback goes back to the latest recovery point instead of the savepoint's start. (SQL:
+   * `SAVEPOINT idem_recovery`, and `ROLLBACK TO SAVEPOINT idem_recovery` on failure.)
+   */
+  recoveryPoint(): Promise<void>;
   /**
    * Runs `work` on a savepoint, handing it the transaction to write through (`claim.tx`), and
    * answers what it returns. When `work` throws, its writes are rolled back to the savepoint and
@@ -206,14 +279,19 @@ export interface IdempotencyStore<TTx = unknown> extends Partial<AtomicMode<TTx>
   /**
    * Atomically claims (scope, key) — exactly one concurrent caller wins (E1) — or answers
    * with the live record. Rules, all evaluated with the store's clock `now`:
-   * 1. no live record → insert generation 1, `processing`, lease and retention from now: `claimed`;
+   * 1. no live record → insert generation 1, `processing`, lease and retention from now, the
+   *    request's `onFailure` (absent: `'replay'`), `attempts` 1, `steps` []: `claimed`;
    * 2. live record expired (`archived`, or `expiresAt <= now` and not a `processing` claim with
    *    `leaseUntil > now`: a claim inside its lease never expires, R1) → `expiredReuse: 'execute'`: move
    *    it to history (archived, `reusedAt = now`) and claim generation + 1: `claimed` with
    *    `expired`; `'reject'`: `existing` with `expired: true`;
-   * 3. `released` → take it over as new (new token, fingerprint, timestamps): `claimed`;
+   * 3. `released` → take it over as new (new token, fingerprint, timestamps, `onFailure`,
+   *    `attempts` 1, `steps` []): `claimed`;
    * 4. `processing`, `leaseUntil <= now`, and fingerprints match (equal, or either is null)
-   *    → new token and lease, `takeovers + 1`: `claimed` with `takeover`;
+   *    → new token and lease, `takeovers + 1`, `attempts + 1` (steps kept): `claimed` with `takeover`;
+   * 3b. (E8, after rule 3, before rule 4) `resumable`, and fingerprints match (equal, or either is
+   *    null) → new token, lease from now, state `processing`, `attempts + 1`, outcome null, steps
+   *    and waits kept, same generation: `claimed` with `resumed`; a mismatch answers `existing`;
    * 5. otherwise → `existing` (the engine decides: replay, 409 or 422);
    * 6. asked before rules 2–5: a `processing` record that holds `request.token` is the request's
    *    own claim (a token is unique to one request: its first answer was lost, e.g. a group
@@ -231,8 +309,17 @@ export interface IdempotencyStore<TTx = unknown> extends Partial<AtomicMode<TTx>
    * Stores the outcome if `token` still owns the `processing` record, with `completedAt = now`
    * and `expiresAt = now + (expiresAt − createdAt)`: retention counts from completion (R1).
    * Returns false when it does not own it (fenced out by a takeover, E6): the record is left untouched.
+   * With `resumable: true` (E8) the record becomes `resumable` instead: the outcome is stored (not
+   * replayed), `completedAt` stays null, and `expiresAt` moves the same way.
    */
-  complete(args: { scope: string; key: string; token: string; outcome: StoredOutcome }): Promise<boolean>;
+  complete(args: CompleteArgs): Promise<boolean>;
+
+  /**
+   * E8: stores one recovery point if `token` still owns the `processing` record: appends
+   * `{ name, result }` to `steps` (replaces an entry of the same name in place). Returns false
+   * when it does not own it (fenced out, E6): the record is left untouched.
+   */
+  saveStep(args: SaveStepArgs): Promise<boolean>;
 
   /**
    * E6: extends the lease of a claim its owner still runs: if `token` owns the `processing`
@@ -266,9 +353,9 @@ export interface IdempotencyStore<TTx = unknown> extends Partial<AtomicMode<TTx>
   timeline(scope: string, key: string): Promise<TimelineEntry[]>;
 
   /**
-   * R3: archives up to `batchSize` live records whose retention has passed, never a `processing`
-   * claim inside its lease (dropping their
-   * bodies, keeping status, fingerprint and timestamps). Returns how many were archived;
+   * R3: archives up to `batchSize` live records whose retention has passed (`completed`,
+   * `resumable` or `released`), never a `processing` claim inside its lease (dropping their
+   * bodies and step results, keeping status, fingerprint, timestamps and step names). Returns how many were archived;
    * call again until it returns less than `batchSize`.
    */
   sweep(options?: { batchSize?: number }): Promise<{ archived: number }>;

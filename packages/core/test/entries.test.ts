@@ -53,6 +53,7 @@ describe('@idem/core entries', () => {
         'DEFAULT_KEY_FIELD',
         'IDEMPOTENCY_KEY_HEADER',
         'IDEMPOTENT_REPLAYED_HEADER',
+        'IDEMPOTENT_RESUMABLE_HEADER',
         'formatIdempotencyKey',
         'parseIdempotencyKey',
         'validateKey',

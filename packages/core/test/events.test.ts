@@ -33,6 +33,7 @@ function overriding(real: MemoryStore, overrides: Partial<IdempotencyStore>): Id
   return {
     claim: (request) => real.claim(request),
     complete: (args) => real.complete(args),
+    saveStep: (args) => real.saveStep(args),
     renew: (args) => real.renew(args),
     countWait: (args) => real.countWait(args),
     release: (args) => real.release(args),

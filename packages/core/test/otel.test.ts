@@ -135,6 +135,7 @@ describe('@idem/core/otel: idempotencyTelemetry()', () => {
       outcomeKind,
       withErrors: outcomeKind === 'error',
       durationMs,
+      resumable: false,
     });
     onEvent(completed(30, 'success'));
     onEvent(completed(1_500, 'success'));
