@@ -293,33 +293,33 @@ describe.each(TARGETS)('idem on $database', ({ open, skip }) => {
         retention: '1h',
         leaseMs: 30_000,
         lease: '30s',
-        counts: { processing: 0, completed: 1, released: 0, archived: 0, history: 1 },
+        counts: { processing: 0, completed: 1, released: 0, resumable: 0, archived: 0, history: 1 },
         expiredNotSwept: 0,
         oldestLiveFirstSeenAt: (await store.get(scope, key))!.createdAt.toISOString(),
         oldestArchivedFirstSeenAt: history.firstSeenAt.toISOString(),
       });
       expect(refunds).toMatchObject({
-        counts: { processing: 1, completed: 0, released: 0, archived: 0, history: 0 },
+        counts: { processing: 0, completed: 0, released: 0, resumable: 1, archived: 0, history: 0 },
         oldestArchivedFirstSeenAt: null,
       });
       expect(sweep).toMatchObject({
         retentionMs: 1,
         leaseMs: 30_000,
-        counts: { processing: 0, completed: 0, released: 0, archived: 5, history: 0 },
+        counts: { processing: 0, completed: 0, released: 0, resumable: 0, archived: 5, history: 0 },
         oldestLiveFirstSeenAt: null,
       });
 
       const lines = text.stdout.split('\n');
       expect(lines[0]).toMatch(/^idem records in .+ \(database clock \d{4}-\d\d-\d\dT[\d:.]+Z\)$/);
       expect(lines[1]).toMatch(
-        /^scope +retention +lease +processing +completed +released +archived +history +expired, not swept +oldest live +oldest archived$/,
+        /^scope +retention +lease +processing +completed +released +resumable +archived +history +expired, not swept +oldest live +oldest archived$/,
       );
       expect(lines[2]).toMatch(
         new RegExp(
-          `^${scope.replace('|', '\\|')} +1h +30s +0 +1 +0 +0 +1 +0 +\\S+Z +${history.firstSeenAt.toISOString()}$`,
+          `^${scope.replace('|', '\\|')} +1h +30s +0 +1 +0 +0 +0 +1 +0 +\\S+Z +${history.firstSeenAt.toISOString()}$`,
         ),
       );
-      expect(lines[4]).toMatch(/^sweep\|acct_1 +1ms +30s +0 +0 +0 +5 +0 +0 +— +\S+Z$/);
+      expect(lines[4]).toMatch(/^sweep\|acct_1 +1ms +30s +0 +0 +0 +0 +5 +0 +0 +— +\S+Z$/);
       expect(text.stdout).toContain('how far back `idem explain` reaches (A1)');
     },
   );
