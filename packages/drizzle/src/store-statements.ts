@@ -15,6 +15,7 @@ import type {
   ClaimOwner,
   ClaimRenewal,
   ClaimRequest,
+  CompleteArgs,
   GenerationRef,
   SaveStepArgs,
   StoredOutcome,
@@ -25,7 +26,7 @@ import type { HistoryRow, LiveRead, LiveRow } from './record-rows.js';
  * A completion: the owner and the outcome it stores, `resumable` (E8) or not (`complete`, and
  * each request of `completeMany`).
  */
-export type Completion = ClaimOwner & { outcome: StoredOutcome; resumable?: boolean };
+export type Completion = CompleteArgs;
 
 /** What the first step of a claim found: the row it inserted, or the live row with the clock. */
 export type FirstStep = { inserted: LiveRow } | { live: LiveRead };
