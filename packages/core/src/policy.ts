@@ -22,6 +22,12 @@ export interface EndpointPolicyDescription {
    */
   waitMs?: number;
   expiredReuse: 'execute' | 'reject';
+  /**
+   * E8: what a failure after the handler started does: stored and replayed (`'replay'`, Stripe
+   * v1), or left resumable so that a retry with the same key completes the work (`'resume'`,
+   * Stripe v2; the answer carries `Idempotent-Resumable: true`). Optional: absent reads as `'replay'`.
+   */
+  onFailure?: 'replay' | 'resume';
   /** What is stored and replayed, in words. */
   stored: string;
   /** What the fingerprint covers, in words (F1/F2). */
