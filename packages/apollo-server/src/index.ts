@@ -14,9 +14,9 @@ import {
   type GraphQLFormattedError,
   type GraphQLSchema,
 } from 'graphql';
+import { IDEMPOTENT_RESUMABLE_HEADER } from '@idem/core/adapter';
 import {
   IDEMPOTENT_REPLAYED_HEADER,
-  IDEMPOTENT_RESUMABLE_HEADER,
   type ClaimContext,
   type EndpointPolicyDescription,
   type IdempotencyEngine,
@@ -40,6 +40,8 @@ export {
   type IdempotencyErrorExtensions,
   type IdempotencyGraphQLErrorCode,
 } from '@idem/envelop/graphql-core';
+// E8: a failure a handler declares final under `onFailure: 'resume'` (stored and replayed, never resumed).
+export { finalFailure } from '@idem/core/adapter';
 // What Apollo Server users need from the core without a second import (the list is core's, written once).
 export * from '@idem/core/essentials';
 

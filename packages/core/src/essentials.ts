@@ -7,7 +7,6 @@
 export { sharedPrincipal } from './scope.js';
 export { idempotencyClaim, type ClaimContext } from './claim.js';
 export { notStarted } from './not-started.js';
-export { finalFailure } from './final-failure.js';
 export type { Duration } from './duration.js';
 export type { FingerprintOption } from './fingerprint.js';
 export type { IdempotencyErrorCode } from './errors.js';

@@ -73,7 +73,6 @@ export {
   MAX_KEY_LENGTH,
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
-  IDEMPOTENT_RESUMABLE_HEADER,
 } from './key.js';
 export {
   canonicalize,

@@ -5,7 +5,8 @@ import type { IdempotencyOptions } from './graphql-core/options.js';
 import { isReplayedResult, isResumableResult } from './graphql-core/index.js';
 import { createIdempotencyPlugin, type IdempotencyPlugin } from './plugin.js';
 import { requestOf } from './graphql-core/request-headers.js';
-import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, IDEMPOTENT_RESUMABLE_HEADER } from '@idem/core';
+import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
+import { IDEMPOTENT_RESUMABLE_HEADER } from '@idem/core/adapter';
 
 /**
  * Headers that prove a preflight, for Yoga's `useCSRFPrevention({ requestHeaders })`:

@@ -212,6 +212,19 @@ describe('@idem/envelop with onFailure: resume (E8), GraphQL Yoga over HTTP on M
       expect(retry.body).toEqual({ data: { first: { amount: 7, attempt: 2 } } });
     });
 
+    it('E8: a header key over a resume mutation and a replay one is one unit that replays its failures (never runs the replay one twice)', async () => {
+      const headers = keyHeader();
+      const attempts = payments.counts.chargeAttempts;
+      const query = { query: 'mutation { a: pay(amount: 31) { id } b: payV1(amount: 31) { id } }' };
+      const first = await post(query, headers);
+      expect(first.headers.get('idempotent-resumable')).toBeNull();
+      expect(first.body.extensions).toBeUndefined();
+      const replay = await post(query, headers);
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(replay.body.errors).toEqual(first.body.errors);
+      expect(payments.counts.chargeAttempts - attempts).toBe(2);
+    });
+
     it('R4: describeEndpoints publishes onFailure per mutation, and resume keeps keys 30 days by default', () => {
       const endpoints = payments.plugin.describeEndpoints(payments.yoga.getEnveloped().schema);
       const of = (operation: string) => endpoints.find((endpoint) => endpoint.operation === operation);

@@ -1,5 +1,11 @@
 import { attachClaim } from '@idem/core/adapter';
-import { idempotencyClaim, type ClaimCarrier, type ClaimContext, type IdempotencyEngine } from '@idem/core';
+import {
+  idempotencyClaim,
+  type ClaimCarrier,
+  type ClaimContext,
+  type EndpointPolicyDescription,
+  type IdempotencyEngine,
+} from '@idem/core';
 import type { HttpIdempotencyOptions } from './options.js';
 import { createHttpPipeline } from './pipeline.js';
 import { readRequestBody } from './request-body.js';
@@ -21,6 +27,12 @@ export interface IdempotentHandler<TRequest extends Request, TArgs extends unkno
   (request: TRequest, ...args: TArgs): Promise<Response>;
   claim(request: Request): ClaimContext<TTx> | undefined;
   readonly engine: IdempotencyEngine<TTx>;
+  /**
+   * R4: the route as the published policy lists it — its key sources, `required`, retention,
+   * lease, wait, reuse rule and `onFailure` — under `operation`, the method and path it answers
+   * (`'POST /v1/payments'`): `createPolicyDocument({ documentationUrl, endpoints: [POST.describeEndpoint('POST /v1/payments')] })`.
+   */
+  describeEndpoint(operation: string): EndpointPolicyDescription;
 }
 
 /**
@@ -73,5 +85,5 @@ export function idempotent<TRequest extends Request, TArgs extends unknown[], TT
       },
     });
   const claim = (request: Request) => idempotencyClaim(request) as ClaimContext<TTx> | undefined;
-  return Object.assign(wrapped, { claim, engine: pipeline.engine });
+  return Object.assign(wrapped, { claim, engine: pipeline.engine, describeEndpoint: pipeline.describeEndpoint });
 }

@@ -5,13 +5,19 @@
  */
 import {
   IDEMPOTENCY_KEY_HEADER,
-  IDEMPOTENT_RESUMABLE_HEADER,
   isIdempotencyError,
   type ClaimContext,
+  type EndpointPolicyDescription,
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
-import { createAdapterKit, finalFailure, isFinalFailure, notStartedAnswer } from '@idem/core/adapter';
+import {
+  createAdapterKit,
+  finalFailure,
+  IDEMPOTENT_RESUMABLE_HEADER,
+  isFinalFailure,
+  notStartedAnswer,
+} from '@idem/core/adapter';
 import type { HttpIdempotencyOptions } from './options.js';
 import {
   fingerprintInput,
@@ -46,6 +52,8 @@ export interface Exchange<TContext> {
 export interface HttpPipeline<TContext, TTx> {
   readonly engine: IdempotencyEngine<TTx>;
   handle(exchange: Exchange<TContext>): Promise<Response>;
+  /** R4: the route `operation` (`POST /v1/payments`) as the published policy lists it. */
+  describeEndpoint(operation: string): EndpointPolicyDescription;
 }
 
 /** Responses a handler returned through {@link notStarted}. */
@@ -142,7 +150,12 @@ export function createHttpPipeline<TContext, TTx>(
     return problemResponse(kit.problem(error, request.url), error.headers());
   }
 
-  return { engine: kit.engine, handle };
+  const keySources = [
+    ...(kit.key.header ? ['Idempotency-Key header'] : []),
+    ...(keyField === false ? [] : [`JSON body field ${keyField}`]),
+  ];
+  const describeEndpoint = (op: string) => kit.describe('http', op, keySources);
+  return { engine: kit.engine, handle, describeEndpoint };
 }
 
 /**

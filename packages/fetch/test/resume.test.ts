@@ -117,9 +117,18 @@ describe('@idem/fetch idempotent() with onFailure: resume (E8) on MemoryStore', 
     expect(replay.status).toBe(502);
   });
 
-  it('R4: the handler runs its engine with the mode and the 30-day default retention of resume', () => {
-    expect(handler.engine.policy).toMatchObject({ onFailure: 'resume', retentionMs: 30 * 86_400_000 });
-    expect(replayOnly.engine.policy).toMatchObject({ onFailure: 'replay', retentionMs: 86_400_000 });
+  it('R4: the route is published with its onFailure, and resume keeps keys 30 days by default', () => {
+    expect(handler.describeEndpoint('POST /v1/payments')).toMatchObject({
+      transport: 'http',
+      endpoint: 'HTTP POST /v1/payments',
+      keySources: ['Idempotency-Key header', 'JSON body field idempotencyKey'],
+      onFailure: 'resume',
+      retentionMs: 30 * 86_400_000,
+    });
+    expect(replayOnly.describeEndpoint('POST /v1/payments')).toMatchObject({
+      onFailure: 'replay',
+      retentionMs: 86_400_000,
+    });
   });
 });
 

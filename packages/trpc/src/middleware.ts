@@ -2,9 +2,9 @@ import type { TRPCMiddlewareFunction } from '@trpc/server';
 import {
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
-  IDEMPOTENT_RESUMABLE_HEADER,
   isIdempotencyError,
   type ClaimCarrier,
+  type EndpointPolicyDescription,
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
@@ -12,6 +12,7 @@ import {
   claimFields,
   createAdapterKit,
   finalFailure,
+  IDEMPOTENT_RESUMABLE_HEADER,
   isFinalFailure,
   notStartedAnswer,
   saidNotStarted,
@@ -38,6 +39,12 @@ type MiddlewareOptions<TContext> = Omit<
 export interface IdempotencyMiddleware<TContext, TTx = unknown> {
   (opts: MiddlewareOptions<TContext>): Promise<MiddlewareResult<ClaimCarrier<TTx>>>;
   readonly engine: IdempotencyEngine<TTx>;
+  /**
+   * R4: the procedure at `path` (`payments.create`) as the published policy lists it, with this
+   * middleware's key sources, `required`, retention, lease, wait, reuse rule and `onFailure`:
+   * `createPolicyDocument({ documentationUrl, endpoints: [idempotent.describeEndpoint('payments.create')] })`.
+   */
+  describeEndpoint(path: string): EndpointPolicyDescription;
 }
 
 /**
@@ -109,7 +116,12 @@ export function idempotency<TContext extends object = object, TTx = unknown>(
       throw toTRPCError(error, kit.problem(error, transport?.requestUrl?.()));
     }
   };
-  return Object.assign(middleware, { engine: kit.engine });
+  const keySources = [
+    ...(kit.key.header ? ['Idempotency-Key header'] : []),
+    ...(keyField === false ? [] : [`input field ${keyField}`]),
+  ];
+  const describeEndpoint = (path: string) => kit.describe('trpc', path, keySources);
+  return Object.assign(middleware, { engine: kit.engine, describeEndpoint });
 }
 
 /** K1, K4: the call's key, from the header (one per request) and the input field. */

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initTRPC, TRPCError } from '@trpc/server';
 import { z } from 'zod';
-import { MemoryStore, type IdempotencyStore } from '@idem/core';
+import { createPolicyDocument, MemoryStore, type IdempotencyStore } from '@idem/core';
 import {
   finalFailure,
   idempotency,
@@ -106,9 +106,25 @@ describe('@idem/trpc with onFailure: resume (E8) on MemoryStore', () => {
     await server?.close();
   });
 
-  it('E8/R4: the middleware runs its engine with the mode and the 30-day default retention of resume; replay keeps 24 hours', () => {
-    expect(payments.resume.engine.policy).toMatchObject({ onFailure: 'resume', retentionMs: 30 * 86_400_000 });
-    expect(payments.replay.engine.policy).toMatchObject({ onFailure: 'replay', retentionMs: 86_400_000 });
+  it('E8/R4: each procedure is published with its onFailure, and resume keeps keys 30 days by default; replay 24 hours', () => {
+    expect(payments.resume.describeEndpoint('pay')).toMatchObject({
+      transport: 'trpc',
+      operation: 'pay',
+      endpoint: 'tRPC mutation pay',
+      keySources: ['Idempotency-Key header', 'input field idempotencyKey'],
+      required: true,
+      onFailure: 'resume',
+      retentionMs: 30 * 86_400_000,
+    });
+    expect(payments.replay.describeEndpoint('payV1')).toMatchObject({ onFailure: 'replay', retentionMs: 86_400_000 });
+    const document = createPolicyDocument({
+      documentationUrl: '/idempotency',
+      endpoints: [payments.resume.describeEndpoint('pay'), payments.replay.describeEndpoint('payV1')],
+    });
+    expect(document.endpoints.map((endpoint) => [endpoint.operation, endpoint.onFailure, endpoint.retention])).toEqual([
+      ['pay', 'resume', '30d'],
+      ['payV1', 'replay', '24h'],
+    ]);
   });
 
   it('E8: a failure after the start is marked resumable; the retry completes it, skipping the step done; a later retry replays', async () => {
