@@ -94,7 +94,7 @@ export function createPaymentsApp({
     semantics,
     ...(onEvent ? { onEvent } : {}),
   };
-  const { router, engine: trpcEngine } = createPaymentsRouter(shared);
+  const { router, engine: trpcEngine, describeEndpoint: describeTrpc } = createPaymentsRouter(shared);
   // A body over the limit is refused with 413 while it streams in, never buffered whole.
   const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/', maxBodySize: maxBodyBytes });
   // One CORS configuration: Yoga applies it on /graphql (its `cors` option), the `cors` package
@@ -102,7 +102,11 @@ export function createPaymentsApp({
   const corsConfiguration =
     corsOrigins.length > 0 ? idempotencyCors({ origin: corsOrigins, allowedHeaders: ['trpc-accept'] }) : undefined;
   const applyCors = corsConfiguration ? cors(corsConfiguration) : undefined;
-  const { yoga, engine: graphqlEngine } = createPaymentsYoga({
+  const {
+    yoga,
+    engine: graphqlEngine,
+    describeEndpoints: describeGraphql,
+  } = createPaymentsYoga({
     ...shared,
     maxBodyBytes,
     cors: corsConfiguration ?? false,
@@ -111,18 +115,20 @@ export function createPaymentsApp({
   const apollo = createPaymentsApollo({ ...shared, maxBodyBytes });
   // POST /v1/payments: a plain HTTP route (Hono, @idem/fetch/hono) over the same store and channel.
   const rest = createPaymentsRest({ ...shared, maxBodyBytes });
+  // R4/E8: each endpoint's onFailure as its adapter publishes it (IDEM_SEMANTICS chose it).
+  const onFailure = {
+    trpc: describeTrpc('payments.create').onFailure ?? 'replay',
+    graphql:
+      describeGraphql().find((endpoint) => endpoint.operation === 'Mutation.createPayment')?.onFailure ?? 'replay',
+    http: rest.describeEndpoint('POST /v1/payments').onFailure ?? 'replay',
+  } as const;
   // Published at its absolute URL, as problem bodies link to it (their `type` is this URL with a fragment per problem).
   const policyFor = (req: IncomingMessage) =>
     paymentsPolicy({
       retentionMs,
       leaseMs,
       waitMs,
-      // R4/E8: each endpoint's mode as its adapter's engine runs it.
-      onFailure: {
-        trpc: trpcEngine.policy.onFailure,
-        graphql: graphqlEngine.policy.onFailure,
-        http: rest.engine.policy.onFailure,
-      },
+      onFailure,
       documentationUrl: resolveDocumentationUrl(DOCUMENTATION_PATH, requestUrlOf(req)),
     });
 

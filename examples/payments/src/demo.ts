@@ -230,10 +230,7 @@ async function restPayment(url: string, key: string, payment: { amount: number; 
 }
 
 /** `GET /v1/ledger?key=…`: what the ledger holds for one of the account's keys. */
-async function keyLedger(
-  url: string,
-  key: string,
-): Promise<{ reservations: number; charges: number; timeouts: number }> {
+async function keyLedger(url: string, key: string): Promise<KeyCounts> {
   const response = await fetch(`${url}/v1/ledger?key=${encodeURIComponent(key)}`, { headers: CONNECTION });
   expect(response.ok, `GET /v1/ledger answered ${response.status}`);
   return (await response.json()) as KeyCounts;

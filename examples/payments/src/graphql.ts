@@ -188,6 +188,10 @@ export function createPaymentsYoga({
 }: PaymentsGraphQLOptions) {
   const options = paymentsIdempotencyOptions(shared);
   const idempotency = useYogaIdempotency(options);
+  const schema = createSchema<GraphQLContext>({
+    typeDefs: paymentsTypeDefs,
+    resolvers: paymentsResolvers(shared, (context) => idempotency.claim(context)),
+  });
   const yoga = createYoga<{ request: Request }>({
     graphqlEndpoint: '/graphql',
     maxRequestBodySize: maxBodyBytes,
@@ -208,10 +212,7 @@ export function createPaymentsYoga({
         return masked;
       },
     },
-    schema: createSchema<GraphQLContext>({
-      typeDefs: paymentsTypeDefs,
-      resolvers: paymentsResolvers(shared, (context) => idempotency.claim(context)),
-    }),
+    schema,
     plugins: [
       useBodyLimitStatus(maxBodyBytes),
       maxTokensPlugin({ n: GRAPHQL_LIMITS.maxTokens }),
@@ -224,7 +225,8 @@ export function createPaymentsYoga({
       idempotency,
     ],
   });
-  return { yoga, engine: idempotency.engine };
+  // R4: the idempotent mutations as the plugin publishes them (their onFailure among the rest).
+  return { yoga, engine: idempotency.engine, describeEndpoints: () => idempotency.describeEndpoints(schema) };
 }
 
 /**

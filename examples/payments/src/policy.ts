@@ -1,6 +1,6 @@
 import { createPolicyDocument, type PolicyDocument } from '@idem/core';
 
-/** The `onFailure` each endpoint's engine runs with (`engine.policy.onFailure`): `IDEM_SEMANTICS` chose it. */
+/** The `onFailure` each endpoint's adapter publishes (`describeEndpoint(…)`): `IDEM_SEMANTICS` chose it. */
 export interface EndpointModes {
   trpc: 'replay' | 'resume';
   graphql: 'replay' | 'resume';
@@ -9,8 +9,8 @@ export interface EndpointModes {
 
 /**
  * The published retention policy of this server (draft §2.3, SPEC R4), generated from the
- * configuration the three endpoints run with: `onFailure` is each adapter's engine's (`IDEM_SEMANTICS`
- * chose it: v1 `replay`, v2 `resume`).
+ * configuration the three endpoints run with: `onFailure` is each adapter's own description of its
+ * endpoint (`IDEM_SEMANTICS` chose it: v1 `replay`, v2 `resume`).
  */
 export function paymentsPolicy({
   retentionMs,

@@ -140,6 +140,7 @@ export function createPaymentsRest({
     fetch: app.fetch,
     listener: (req: IncomingMessage, res: ServerResponse) => listener(req, res),
     engine: idempotent.engine,
+    describeEndpoint: idempotent.describeEndpoint,
   };
 }
 

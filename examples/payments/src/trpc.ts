@@ -152,7 +152,8 @@ export function createPaymentsRouter({
       status: idempotencyStatusProcedure(t.procedure, { ...options, sharedPrincipals: SHARED_ACCOUNTS }),
     }),
   });
-  return { router, engine: idempotent.engine };
+  // R4: the endpoint as the middleware publishes it (its onFailure among the rest).
+  return { router, engine: idempotent.engine, describeEndpoint: idempotent.describeEndpoint };
 }
 
 export type PaymentsRouter = ReturnType<typeof createPaymentsRouter>['router'];
