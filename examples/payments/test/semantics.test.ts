@@ -82,6 +82,25 @@ const transports: Transport[] = [
   graphqlTransport('GraphQL Yoga', '/graphql'),
   graphqlTransport('Apollo Server', '/apollo/graphql'),
   {
+    // The key as the field's argument: the field is the unit (its outcome, not the whole result).
+    name: 'GraphQL Yoga, argument key',
+    pay: (url, key, payment) =>
+      post(
+        url,
+        '/graphql',
+        {
+          query:
+            'mutation Pay($input: PaymentInput!, $key: String) { createPayment(input: $input, idempotencyKey: $key) { id amount currency createdAt } }',
+          variables: { input: payment, key },
+        },
+        {},
+      ),
+    paid: (reply) => (reply.body?.errors ? undefined : reply.body?.data?.createPayment?.id),
+    successStatus: 200,
+    failure: (reply) => reply.body?.errors,
+    markedResumable: (reply) => reply.body?.extensions?.idempotency?.resumable === true,
+  },
+  {
     name: 'REST (POST /v1/payments)',
     pay: (url, key, payment) => post(url, '/v1/payments', payment, { 'idempotency-key': key }),
     paid: (reply) => (reply.status === 201 ? reply.body?.id : undefined),
