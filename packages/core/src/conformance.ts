@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { describeKeyStatusConformance } from './conformance-status.js';
 import { describeAtomicMode, type AtomicConformance } from './atomic-conformance.js';
 import { describeLeaseConformance } from './conformance-lease.js';
+import { describeStepsConformance } from './conformance-steps.js';
 import { createEngine } from './engine.js';
 import { FingerprintMismatchError, RequestInProgressError } from './errors.js';
 import type { ClaimRequest, ClaimResult, IdempotencyStore } from './store.js';
@@ -370,6 +371,7 @@ export function runStoreConformance<TTx = unknown>({
 
     describeKeyStatusConformance({ store: () => store, shortMs, storePassed });
     describeLeaseConformance({ store: () => store as IdempotencyStore<unknown>, scope, request, storePassed, shortMs });
+    describeStepsConformance({ store: () => store as IdempotencyStore<unknown>, scope, request, storePassed, shortMs });
 
     describe('through the engine', () => {
       const engine = () => createEngine({ store });

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { atomicModeOf } from './atomic-mode.js';
 import type { ClaimContext } from './claim.js';
 import { countWait, FIRST_WAIT_POLL_MS, MAX_WAIT_POLL_MS, sleep, waitMilliseconds } from './duplicate-wait.js';
@@ -27,6 +26,7 @@ import {
   liveResult,
   notStartedResult,
   ownerOf,
+  resolveEndpoint,
   type Endpoint,
 } from './endpoint.js';
 import { isResumableFailure, notStartedFailure, retentionMsOf } from './failure-mode.js';
@@ -35,12 +35,10 @@ import { runHandler, runInTransaction, type AtomicRun, type TransactionClaimed }
 import { keepLease } from './lease.js';
 import {
   boundedOutcome,
-  serializerCodec,
   tooLargeOutcome,
   withErrors,
   type EncodedOutcome,
   type HandlerOutcome,
-  type OutcomeCodec,
 } from './outcome-codec.js';
 import { OutcomeTooLargeError, type OutcomeSerializer } from './outcome.js';
 import { retryUntil } from './outcome-retry.js';
@@ -48,7 +46,6 @@ import { describeGeneration, isReplayable, type Replayable } from './record-view
 import { warnIfRetentionBelowLease } from './retention-warning.js';
 import type { ClaimResult, IdempotencyRecord, IdempotencyStore } from './store.js';
 import { toMilliseconds, type Duration } from './duration.js';
-import { assertScopeFits, scopeParts } from './scope.js';
 
 export { formatScope } from './scope.js';
 export type * from './engine-types.js';
@@ -185,14 +182,8 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
         try {
           return await save(name, result);
         } catch (error) {
-          this.#emit({
-            type: 'storeError',
-            ...subject,
-            storeOperation: 'saveStep',
-            generation,
-            error,
-            willRetry: false,
-          });
+          const failed = { storeOperation: 'saveStep', generation, error, willRetry: false } as const;
+          this.#emit({ type: 'storeError', ...subject, ...failed });
           throw error;
         }
       },
@@ -313,16 +304,8 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
         const { status, kind } = run.stored;
         const failed = withErrors(endpoint.codec, kind, run.result.ok ? run.result.value : undefined);
         const { durationMs, resumable } = run;
-        this.#emit({
-          type: 'completed',
-          ...subject,
-          generation,
-          status,
-          outcomeKind: kind,
-          withErrors: failed,
-          durationMs,
-          resumable,
-        });
+        const completed = { status, outcomeKind: kind, withErrors: failed, durationMs, resumable };
+        this.#emit({ type: 'completed', ...subject, generation, ...completed });
         if (run.notStarted) {
           if ('rethrow' in run.notStarted) throw run.notStarted.rethrow;
           return notStartedResult(run.notStarted.answer, generation, resumable);
@@ -351,26 +334,7 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
 
   /** @throws ScopeTooLongError (400) before anything is claimed, for a scope no store can key (S1). */
   #endpoint<TLive, TStored>(request: ExecuteRequest<TLive, TStored>): Endpoint<TLive, TStored> {
-    const { key, fingerprint, lease, retention, wait } = request;
-    const onFailure = request.onFailure ?? this.policy.onFailure;
-    const scope = assertScopeFits(request.scope);
-    const { operation, principal } = scopeParts(request);
-    const requestId = request.requestId ?? randomUUID();
-    const leaseMs = lease === undefined ? this.policy.leaseMs : toMilliseconds(lease);
-    const retentionMs = retentionMsOf(retention, this.policy, onFailure);
-    if (lease !== undefined || retention !== undefined) warnIfRetentionBelowLease(retentionMs, leaseMs);
-    return {
-      scope,
-      key,
-      subject: { scope, operation, principal, key, requestId },
-      fingerprint,
-      codec: request.codec ?? this.#legacyCodec(request),
-      leaseMs,
-      retentionMs,
-      expiredReuse: request.expiredReuse ?? this.policy.expiredReuse,
-      waitMs: wait === undefined ? this.policy.waitMs : waitMilliseconds(wait),
-      onFailure,
-    };
+    return resolveEndpoint(request, this.policy, this.#serializer);
   }
 
   /** E1: claims the key, or reads its live record. A store that fails answers 503 (E5). */
@@ -422,24 +386,6 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
       : { ok: false, error: decoded.error, replayed: true, generation };
   }
 
-  /**
-   * The codec of a request that brings none: the deprecated per-request `serializer`, `errors`
-   * and `statusOf`, then the engine's `serializer`. Its replayed values are what the serializer
-   * parses: `TStored` is the caller's word for them (it defaults to `TLive`).
-   */
-  #legacyCodec<TLive, TStored>({
-    serializer,
-    errors,
-    statusOf,
-  }: ExecuteRequest<TLive, TStored>): OutcomeCodec<TLive, TStored> {
-    const codec = serializerCodec({ serializer: serializer ?? this.#serializer, errors, statusOf });
-    return {
-      encode: (outcome) => codec.encode(outcome),
-      decode: (stored) => codec.decode(stored) as HandlerOutcome<TStored>,
-      carriesErrors: (value) => codec.carriesErrors?.(value) === true,
-    };
-  }
-
   #announce({ subject }: Endpoint, claim: Extract<ClaimResult, { outcome: 'claimed' }>): void {
     const { record, expired, takeover, resumed } = claim;
     const { generation } = record;
@@ -479,17 +425,9 @@ class Engine<TTx> implements IdempotencyEngine<TTx> {
     const { token, generation } = record;
     const attempt = async () => {
       const owned = await this.store.complete({ scope, key, token, outcome, ...(resumable ? { resumable } : {}) });
-      if (owned)
-        this.#emit({
-          type: 'completed',
-          ...subject,
-          generation,
-          status: outcome.status,
-          outcomeKind: outcome.kind,
-          withErrors,
-          durationMs,
-          resumable,
-        });
+      const { status, kind: outcomeKind } = outcome;
+      const completed = { status, outcomeKind, withErrors, durationMs, resumable };
+      if (owned) this.#emit({ type: 'completed', ...subject, generation, ...completed });
       else this.#emit({ type: 'fenced', ...subject, generation });
     };
     try {
