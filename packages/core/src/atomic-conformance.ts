@@ -144,6 +144,77 @@ export function describeAtomicMode<TTx>({ store, scope, atomic, request, storePa
       expect(await committed(req.key)).toBe(true);
     });
 
+    it("E8: a step's writes commit with its stored result; a failure after it rolls back to that recovery point only, and is stored (replay)", async () => {
+      const req = fresh();
+      const engine = createEngine({ store: store() });
+      runs.count = 0;
+      const handler = async (claim: {
+        tx: TTx;
+        step: <T>(name: string, run: (stepKey: string) => Promise<T>) => Promise<T>;
+      }) => {
+        runs.count++;
+        await claim.step('reserve', async () => {
+          await write(claim.tx, `${req.key}-reserve`);
+          return 'h_1';
+        });
+        await write(claim.tx, `${req.key}-after`);
+        throw Object.assign(new Error('provider timeout'), { status: 503 });
+      };
+      expect(await engine.executeAtomic(req, handler)).toMatchObject({ ok: false, replayed: false });
+      expect(await committed(`${req.key}-reserve`)).toBe(true);
+      expect(await committed(`${req.key}-after`)).toBe(false);
+      expect(await store().get(scope, req.key)).toMatchObject({
+        state: 'completed',
+        onFailure: 'replay',
+        outcome: { kind: 'error', status: 503 },
+        steps: [{ name: 'reserve', result: '"h_1"' }],
+      });
+      expect(await engine.executeAtomic(req, handler)).toMatchObject({ ok: false, replayed: true });
+      expect(runs.count).toBe(1);
+    });
+
+    it('E8: onFailure resume in atomic mode: the failure leaves the key resumable with the step committed; the retry skips the step and completes, its writes committed', async () => {
+      const req = fresh();
+      const engine = createEngine({ store: store(), onFailure: 'resume' });
+      let reserves = 0;
+      let charges = 0;
+      const handler = async (claim: {
+        tx: TTx;
+        step: <T>(name: string, run: (stepKey: string) => Promise<T>) => Promise<T>;
+      }) => {
+        await claim.step('reserve', async () => {
+          reserves++;
+          await write(claim.tx, `${req.key}-reserve`);
+          return 'h_1';
+        });
+        return claim.step('charge', async () => {
+          await write(claim.tx, `${req.key}-charge-${++charges}`);
+          if (charges === 1) throw Object.assign(new Error('provider timeout'), { status: 503 });
+          return 'ch_1';
+        });
+      };
+      expect(await engine.executeAtomic(req, handler)).toMatchObject({ ok: false, replayed: false, resumable: true });
+      expect(await committed(`${req.key}-reserve`)).toBe(true);
+      expect(await committed(`${req.key}-charge-1`)).toBe(false);
+      expect(await store().get(scope, req.key)).toMatchObject({ state: 'resumable', attempts: 1 });
+      expect(await engine.executeAtomic(req, handler)).toEqual({
+        ok: true,
+        replayed: false,
+        value: 'ch_1',
+        generation: 1,
+      });
+      expect(await committed(`${req.key}-charge-2`)).toBe(true);
+      expect(reserves).toBe(1);
+      expect(await store().get(scope, req.key)).toMatchObject({
+        state: 'completed',
+        attempts: 2,
+        steps: [
+          { name: 'reserve', result: '"h_1"' },
+          { name: 'charge', result: '"ch_1"' },
+        ],
+      });
+    });
+
     it('E5: a transaction that fails to commit answers 503 and leaves nothing — no claim, no write, no outcome; a retry executes as generation 1', async () => {
       const req = fresh();
       const failingCommit = faulty(async (work, t) => {

@@ -76,7 +76,8 @@ export interface KeyStatusDocument {
  *   (the key was reused after its retention, R2) this is the first one that ran, and
  *   `executions` counts them all;
  * - `processing`: the key is claimed and no outcome is stored yet: it is still running, or its
- *   run ended without one (a crash; the next request with the key takes it over after the lease);
+ *   run ended without one (a crash; the next request with the key takes it over after the lease),
+ *   or (E8) an attempt failed and left it resumable: a retry with the key and payload completes it;
  * - `not_found`: the server has no execution of this key for this caller: it never saw it, it was
  *   given back before its handler started, or it belongs to someone else (the same answer, so
  *   keys cannot be probed).
@@ -117,7 +118,10 @@ export function toReconciliation<T = unknown>(
 ): Reconciliation<T> {
   if (document === null || document === undefined) return { kind: 'not_found', key, operation };
   const generations = readGenerations(document);
-  const ran = generations.filter((generation) => generation.status !== null && generation.outcomeKind !== null);
+  // E8: a resumable generation has the failed attempt's status, but did not complete: a retry completes it.
+  const ran = generations.filter(
+    (generation) => generation.status !== null && generation.outcomeKind !== null && generation.state !== 'resumable',
+  );
   const first = ran[0];
   if (first) {
     const executed: Extract<Reconciliation<T>, { kind: 'executed' }> = {
@@ -138,7 +142,9 @@ export function toReconciliation<T = unknown>(
   }
   const claimed = generations.find(
     (generation) =>
-      generation.state === 'processing' || (generation.state === 'archived' && generation.status === null),
+      generation.state === 'processing' ||
+      generation.state === 'resumable' ||
+      (generation.state === 'archived' && generation.status === null),
   );
   if (claimed) return { kind: 'processing', key, operation, since: new Date(claimed.firstSeenAt), generations };
   return { kind: 'not_found', key, operation };

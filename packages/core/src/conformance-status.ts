@@ -52,6 +52,33 @@ export function describeKeyStatusConformance({ store, shortMs, storePassed }: Ke
     };
     const expiryOf = async (key: string) => (await store().get(scope, key))!.expiresAt;
 
+    it('A1/E8: a resumable key: state resumable, its mode, attempts and step names; no outcome given (not replayable)', async () => {
+      const { request } = await claim({ onFailure: 'resume' });
+      const owner = { scope, key: request.key, token: request.token };
+      expect(await store().saveStep({ ...owner, name: 'reserve', result: '"h_1"' })).toBe(true);
+      const failure = {
+        kind: 'error' as const,
+        status: 503,
+        body: '{"name":"Error","message":"timeout","status":503}',
+      };
+      expect(await store().complete({ ...owner, outcome: failure, resumable: true })).toBe(true);
+      const status = await lookUpKeyStatus(store(), target(request.key));
+      expect(status?.generations).toEqual([
+        expect.objectContaining({
+          generation: 1,
+          state: 'resumable',
+          completedAt: null,
+          status: 503,
+          outcomeKind: 'error',
+          onFailure: 'resume',
+          attempts: 1,
+          steps: ['reserve'],
+          replayable: false,
+        }),
+      ]);
+      expect(status?.generations[0]).not.toHaveProperty('outcome');
+    });
+
     it('A1: a completed key inside its retention: one generation, completed, replayable, with the stored value', async () => {
       const { request, record } = await claim();
       await complete(request, { kind: 'success', status: 200, body: '{"id":"pay_1","amount":4200}' });

@@ -35,6 +35,8 @@ export const IDEMPOTENCY_DURATION_BUCKETS: readonly number[] = [
  */
 export type IdempotencyOutcome =
   | 'executed'
+  /** E8: executed, failed, and left resumable (`onFailure: 'resume'`): a retry with the key completes it. */
+  | 'resumable'
   | 'replayed'
   | 'conflict'
   | 'mismatch'
@@ -111,9 +113,11 @@ function loadApi(): OpenTelemetryApi {
  *
  * - counter `idempotency.events` (`{event}`): one per event, attributes `idempotency.event` (the
  *   event's `type`: `claimed`, `completed`, `replayed`, `conflict`, `mismatch`, `expiredKeyReused`,
- *   `staleTakeover`, `storeError`, `unkeyed`, …) and `idempotency.operation`; a `storeError` adds
+ *   `staleTakeover`, `resumed`, `storeError`, `unkeyed`, …) and `idempotency.operation`; a `storeError` adds
  *   `idempotency.store_operation` (`claim`, `complete`, `release`), an `unkeyed` adds
- *   `idempotency.refused` (whether the mutation was refused for want of a key, K2);
+ *   `idempotency.refused` (whether the mutation was refused for want of a key, K2), a `completed`
+ *   adds `idempotency.resumable` (E8: its failure left the key resumable); a `resumed` event
+ *   counts each retry that resumed a resumable key;
  * - histogram `idempotency.handler.duration` (`s`): each `completed`'s handler run time
  *   (`durationMs`), attributes `idempotency.operation` and `idempotency.outcome_kind`
  *   (`success`, `error`);
@@ -170,6 +174,7 @@ function countEvent(counter: Counter, event: IdempotencyEvent, operation: string
   const attributes: Attributes = { 'idempotency.event': event.type, 'idempotency.operation': operation };
   if (event.type === 'storeError') attributes['idempotency.store_operation'] = event.storeOperation;
   if (event.type === 'unkeyed') attributes['idempotency.refused'] = event.refused;
+  if (event.type === 'completed') attributes['idempotency.resumable'] = event.resumable === true;
   counter.add(1, attributes);
 }
 
@@ -184,7 +189,7 @@ function spanAttributes(event: IdempotencyEvent): Attributes {
   const attributes: Attributes = { 'idempotency.key_present': true, 'idempotency.operation': event.operation };
   if (event.type === 'claimed' || event.type === 'completed') attributes['idempotency.replayed'] = false;
   if (event.type === 'replayed') attributes['idempotency.replayed'] = true;
-  const outcome = OUTCOMES[event.type];
+  const outcome = event.type === 'completed' && event.resumable ? 'resumable' : OUTCOMES[event.type];
   if (outcome !== undefined) attributes['idempotency.outcome'] = outcome;
   return attributes;
 }

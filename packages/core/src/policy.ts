@@ -23,9 +23,10 @@ export interface EndpointPolicyDescription {
   waitMs?: number;
   expiredReuse: 'execute' | 'reject';
   /**
-   * E8: what a failure after the handler started does: stored and replayed (`'replay'`, Stripe
-   * v1), or left resumable so that a retry with the same key completes the work (`'resume'`,
-   * Stripe v2; the answer carries `Idempotent-Resumable: true`). Optional: absent reads as `'replay'`.
+   * E8: what a failure after the handler started does: `'replay'` (Stripe v1), stored and
+   * replayed like any outcome; `'resume'` (Stripe v2), answered with `Idempotent-Resumable: true`
+   * and completed by a retry with the same key and payload (steps already done are not repeated),
+   * a final failure (4xx) replayed. Optional: absent reads as `'replay'`.
    */
   onFailure?: 'replay' | 'resume';
   /** What is stored and replayed, in words. */
@@ -39,7 +40,15 @@ export interface PolicyDocument {
   title: string;
   /** The URL this document is served at; each problem's `type` is this URL with the problem's code as fragment. */
   documentationUrl: string;
-  endpoints: Array<EndpointPolicyDescription & { retention: string; lease: string; waitMs: number; wait: string }>;
+  endpoints: Array<
+    EndpointPolicyDescription & {
+      retention: string;
+      lease: string;
+      waitMs: number;
+      wait: string;
+      onFailure: 'replay' | 'resume';
+    }
+  >;
   /**
    * The problems a client can meet, and what to do about each. `type` is the problem type of
    * problem bodies (`<documentationUrl>#<code>`); the HTML page has an anchor for each.
@@ -111,8 +120,9 @@ const STATUSES: Array<Omit<PolicyDocument['statuses'][number], 'type'>> = [
  * An endpoint to publish: its transport and operation, and whatever differs from the adapters'
  * defaults. `endpoint` defaults to `tRPC mutation <operation>`, `GraphQL <operation>` or
  * `HTTP <operation>` (`HTTP POST /api/orders`),
- * `keySources` to the `Idempotency-Key` header, `required` to true, `retentionMs` to 24 hours,
- * `leaseMs` to 30 seconds, `expiredReuse` to `'execute'` (the engine's defaults), `stored` to what
+ * `keySources` to the `Idempotency-Key` header, `required` to true, `retentionMs` to 24 hours
+ * (30 days with `onFailure: 'resume'`), `leaseMs` to 30 seconds, `expiredReuse` to `'execute'`,
+ * `onFailure` to `'replay'` (the engine's defaults), `stored` to what
  * the adapter stores and `fingerprint` to the default fingerprint's description.
  */
 export type PublishedEndpoint = Pick<EndpointPolicyDescription, 'transport' | 'operation'> &
@@ -151,9 +161,10 @@ export function describeEndpoint(endpoint: PublishedEndpoint): EndpointPolicyDes
     endpoint: defaults.endpoint(endpoint.operation),
     keySources: ['Idempotency-Key header'],
     required: true,
-    retentionMs: DAY_MS,
+    retentionMs: endpoint.onFailure === 'resume' ? 30 * DAY_MS : DAY_MS,
     leaseMs: LEASE_MS,
     expiredReuse: 'execute',
+    onFailure: 'replay',
     stored: defaults.stored,
     fingerprint: defaults.fingerprint,
     ...Object.fromEntries(Object.entries(endpoint).filter(([, value]) => value !== undefined)),
@@ -171,6 +182,7 @@ export function createPolicyDocument(options: {
     lease: formatDuration(endpoint.leaseMs),
     waitMs: endpoint.waitMs ?? 0,
     wait: endpoint.waitMs ? formatDuration(endpoint.waitMs) : 'none (409 at once)',
+    onFailure: endpoint.onFailure ?? 'replay',
   }));
   const shortest = Math.min(...endpoints.map((endpoint) => endpoint.retentionMs));
   return {
@@ -179,9 +191,21 @@ export function createPolicyDocument(options: {
     endpoints,
     statuses: STATUSES.map((status) => ({ ...status, type: problemType(options.documentationUrl, status.code) })),
     clientGuidance: Number.isFinite(shortest)
-      ? `Keep every retry with the same key within ${formatDuration(shortest)} of the first attempt (the shortest retention here). A retry after an endpoint's retention is executed as a new request${endpoints.some((e) => e.expiredReuse === 'reject') ? ' (or refused with 422 where reuse is rejected)' : ''}: past it, reconcile instead of retrying. Successful responses and errors raised after execution began (5xx included) are replayed with Idempotent-Replayed: true.`
+      ? `Keep every retry with the same key within ${formatDuration(shortest)} of the first attempt (the shortest retention here). A retry after an endpoint's retention is executed as a new request${endpoints.some((e) => e.expiredReuse === 'reject') ? ' (or refused with 422 where reuse is rejected)' : ''}: past it, reconcile instead of retrying. ${failureGuidance(endpoints)}`
       : 'No idempotent endpoints are configured.',
   };
+}
+
+/** E8: what a client may do with a failure, for the modes the endpoints use. */
+function failureGuidance(endpoints: ReadonlyArray<{ onFailure: 'replay' | 'resume' }>): string {
+  const replayed =
+    'Successful responses and errors raised after execution began (5xx included) are replayed with Idempotent-Replayed: true';
+  const resumed =
+    'a failure answered with Idempotent-Resumable: true did not complete and may be retried with the same key and payload within the retention: the retry finishes the work without repeating the steps already done and answers the completed result. A failure without that header is final (a 4xx, or one the server declared final): it is replayed, so never retry it with the same key';
+  const modes = new Set(endpoints.map((endpoint) => endpoint.onFailure));
+  if (!modes.has('resume')) return `${replayed}.`;
+  if (!modes.has('replay')) return `Successful responses are replayed with Idempotent-Replayed: true; ${resumed}.`;
+  return `${replayed}, except on endpoints whose failures are resumed on retry (Stripe v2, see "On failure"): there ${resumed}.`;
 }
 
 /** Renders the policy as a small, readable HTML page. */
@@ -189,7 +213,7 @@ export function renderPolicyHtml(policy: PolicyDocument): string {
   const rows = policy.endpoints
     .map(
       (e) =>
-        `<tr><td>${escapeHtml(e.endpoint)}</td><td>${escapeHtml(e.retention)}</td><td>${escapeHtml(e.lease)}</td><td>${escapeHtml(e.wait)}</td><td>${escapeHtml(e.keySources.join(', '))}${e.required ? ' (required)' : ' (optional)'}</td><td>${escapeHtml(e.expiredReuse === 'execute' ? 'executed as new, recorded' : 'refused (422)')}</td><td>${escapeHtml(e.stored)}</td><td>${escapeHtml(e.fingerprint)}</td></tr>`,
+        `<tr><td>${escapeHtml(e.endpoint)}</td><td>${escapeHtml(e.retention)}</td><td>${escapeHtml(e.lease)}</td><td>${escapeHtml(e.wait)}</td><td>${escapeHtml(e.keySources.join(', '))}${e.required ? ' (required)' : ' (optional)'}</td><td>${escapeHtml(e.expiredReuse === 'execute' ? 'executed as new, recorded' : 'refused (422)')}</td><td>${escapeHtml(e.onFailure === 'resume' ? 'resumed on retry (Stripe v2)' : 'replayed (Stripe v1)')}</td><td>${escapeHtml(e.stored)}</td><td>${escapeHtml(e.fingerprint)}</td></tr>`,
     )
     .join('\n');
   const statuses = policy.statuses
@@ -206,7 +230,7 @@ export function renderPolicyHtml(policy: PolicyDocument): string {
 <p>Send an <code>Idempotency-Key</code> header (a quoted string, e.g. <code>Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"</code>) or the key argument where listed. Keys are scoped per account and endpoint.</p>
 <p><strong>${escapeHtml(policy.clientGuidance)}</strong></p>
 <h2>Endpoints</h2>
-<table><thead><tr><th>Endpoint</th><th>Retention</th><th>Lease</th><th>A duplicate in progress waits</th><th>Key</th><th>Reuse after retention</th><th>Stored and replayed</th><th>Fingerprint</th></tr></thead><tbody>
+<table><thead><tr><th>Endpoint</th><th>Retention</th><th>Lease</th><th>A duplicate in progress waits</th><th>Key</th><th>Reuse after retention</th><th>On failure</th><th>Stored and replayed</th><th>Fingerprint</th></tr></thead><tbody>
 ${rows}
 </tbody></table>
 <h2>Statuses</h2>
@@ -214,7 +238,7 @@ ${rows}
 <table><thead><tr><th>Status</th><th>Code (problem type)</th><th>Meaning</th><th>What to do</th></tr></thead><tbody>
 ${statuses}
 </tbody></table>
-<p>Replays carry <code>Idempotent-Replayed: true</code>. Expired keys are archived, not deleted, so a reuse can be explained.</p>
+<p>Replays carry <code>Idempotent-Replayed: true</code>; a failure that a retry with the same key completes carries <code>Idempotent-Resumable: true</code>. Expired keys are archived, not deleted, so a reuse can be explained.</p>
 </body></html>
 `;
 }

@@ -98,7 +98,8 @@ export function counted(metric: MetricData | undefined): string[] {
   return metric.dataPoints
     .map(({ attributes, value }) => {
       const store = attributes['idempotency.store_operation'];
-      return `${attributes['idempotency.event']} ${attributes['idempotency.operation']}${store ? ` ${store}` : ''} = ${value}`;
+      const resumable = attributes['idempotency.resumable'] === true ? ' resumable' : '';
+      return `${attributes['idempotency.event']} ${attributes['idempotency.operation']}${store ? ` ${store}` : ''}${resumable} = ${value}`;
     })
     .sort();
 }

@@ -148,6 +148,29 @@ describe('@idem/core/otel: idempotencyTelemetry()', () => {
     expect(byKind.error).toMatchObject({ count: 1, sum: 0.008 });
   });
 
+  it('E8: counts resumable completions and resumes; the span of a resumable failure says resumable', async () => {
+    const engine = createEngine({
+      store: new MemoryStore(),
+      onFailure: 'resume',
+      onEvent: idempotencyTelemetry({ meter: sdk.meterProvider.getMeter('test') }),
+    });
+    let calls = 0;
+    const handler = async () => {
+      if (++calls === 1) throw Object.assign(new Error('provider timeout'), { status: 503 });
+      return 'charged';
+    };
+    const failed = await inRequestSpan('failed', () => engine.execute(request('f'), handler));
+    const resumed = await inRequestSpan('resumed', () => engine.execute(request('f'), handler));
+    expect(failed['idempotency.outcome']).toBe('resumable');
+    expect(resumed['idempotency.outcome']).toBe('executed');
+    expect(counted((await collected()).get(IDEMPOTENCY_EVENTS_METRIC))).toEqual([
+      `claimed ${OPERATION} = 2`,
+      `completed ${OPERATION} = 1`,
+      `completed ${OPERATION} resumable = 1`,
+      `resumed ${OPERATION} = 1`,
+    ]);
+  });
+
   it('counts takeovers, expired reuses and store errors (with the store call) under their event', async () => {
     let now = Date.parse('2026-12-01T10:00:00.000Z');
     const store = new MemoryStore({ now: () => now });

@@ -42,6 +42,26 @@ describe('published policy (R4)', () => {
     expect(renderPolicyHtml(doc)).toContain('<td>5s</td>');
   });
 
+  it('R4/E8: publishes each endpoint\'s onFailure (absent reads as replay), an "On failure" column, and guidance on resumable and final failures', () => {
+    const resume = { transport: 'http' as const, operation: 'POST /v1/payments', onFailure: 'resume' as const };
+    expect(describeEndpoint(resume)).toMatchObject({ onFailure: 'resume', retentionMs: 30 * 86_400_000 });
+    expect(describeEndpoint({ transport: 'http', operation: 'POST /v1/refunds' })).toMatchObject({
+      onFailure: 'replay',
+      retentionMs: 86_400_000,
+    });
+    const replayOnly = createPolicyDocument({ documentationUrl: '/idempotency', endpoints: [endpoint] });
+    expect(replayOnly.endpoints[0]?.onFailure).toBe('replay');
+    expect(replayOnly.clientGuidance).not.toContain('Idempotent-Resumable');
+    const mixed = createPolicyDocument({ documentationUrl: '/idempotency', endpoints: [endpoint, resume] });
+    expect(mixed.endpoints.map((e) => e.onFailure)).toEqual(['replay', 'resume']);
+    expect(mixed.clientGuidance).toContain('Idempotent-Resumable: true');
+    expect(mixed.clientGuidance).toContain('never retry it with the same key');
+    const html = renderPolicyHtml(mixed);
+    expect(html).toContain('<th>On failure</th>');
+    expect(html).toContain('<td>replayed (Stripe v1)</td>');
+    expect(html).toContain('<td>resumed on retry (Stripe v2)</td>');
+  });
+
   it('R4: renders HTML with every endpoint, escaping what it prints', () => {
     const html = renderPolicyHtml(
       createPolicyDocument({
