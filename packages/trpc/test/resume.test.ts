@@ -228,6 +228,17 @@ describe.each(storeTargets)('@idem/trpc with onFailure: resume (E8) on $name', (
     expect((retry[0] as PromiseFulfilledResult<unknown>).value).toMatchObject({ amount: 14, attempt: 2 });
   });
 
+  it('E8: over a stream (httpBatchStreamLink), whose headers leave before the call runs, the call is marked in error.data', async () => {
+    const { trpc, lastHeaders } = clientFor<typeof payments.router>(url, { link: 'stream', key: newKey() });
+    const error = await trpc.pay.mutate({ amount: 14 }).then(
+      () => undefined,
+      (e: unknown) => e as { data?: Record<string, unknown> },
+    );
+    expect(error?.data).toMatchObject({ idempotentResumable: true });
+    expect(lastHeaders().get('idempotent-resumable')).toBeNull();
+    await expect(trpc.pay.mutate({ amount: 14 })).resolves.toMatchObject({ amount: 14, attempt: 2 });
+  });
+
   it('E8: a batch of one call carries the header too: it speaks for that call alone', async () => {
     const { trpc, lastHeaders } = clientFor<typeof payments.router>(url, { link: 'batch', key: newKey() });
     const error = await trpc.pay.mutate({ amount: 14 }).then(
