@@ -41,6 +41,7 @@ import { createPaymentsApp } from '../examples/payments/src/app.ts';
 import { PaymentChannel } from '../examples/payments/src/channel.ts';
 import { createPaymentsRest } from '../examples/payments/src/rest.ts';
 import { paymentInput } from '../examples/payments/src/trpc.ts';
+import { charge, type Payment } from './server-child.ts';
 
 export const HTTP_VARIANTS = [
   'bare',
@@ -80,18 +81,6 @@ export interface ServerConfig {
 export interface VariantServer {
   server: Server;
   close(): Promise<void>;
-}
-
-interface Payment {
-  amount: number;
-  currency: string;
-}
-
-/** What the HTTP variants "charge": a constant cheap handler, identical for all of them. */
-let charges = 0;
-function charge(account: string, { amount, currency }: Payment) {
-  charges++;
-  return { id: `pay_${charges.toString(36)}`, account, amount, currency, createdAt: new Date().toISOString() };
 }
 
 export async function createVariantServer(config: ServerConfig): Promise<VariantServer> {

@@ -6,7 +6,6 @@
  * rows per grouped statement; it answers `'stats'` over IPC with them.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import Database from 'better-sqlite3';
@@ -14,6 +13,7 @@ import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzleSqlite } from 'drizzle-orm/better-sqlite3';
 import pg from 'pg';
 import { PoolProbe } from './pool-probe.ts';
+import { charge, type Payment, serveParent } from './server-child.ts';
 
 export interface ProbeConfig {
   /** A checkout whose packages/core and packages/drizzle are built. */
@@ -30,16 +30,6 @@ export interface ProbeConfig {
 
 const config = JSON.parse(process.argv[2] ?? '{}') as ProbeConfig;
 const load = (path: string) => import(pathToFileURL(join(config.root, path)).href);
-
-interface Payment {
-  amount: number;
-  currency: string;
-}
-let charges = 0;
-function charge(account: string, { amount, currency }: Payment) {
-  charges++;
-  return { id: `pay_${charges.toString(36)}`, account, amount, currency, createdAt: new Date().toISOString() };
-}
 
 type Reply = { status: number; body: unknown; headers?: Record<string, string> };
 type Handle = (account: string, keyHeader: string | string[] | undefined, input: Payment) => Promise<Reply>;
@@ -116,21 +106,8 @@ const server = createServer((req, res) => {
     }
   })();
 });
-server.keepAliveTimeout = 30_000;
-await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-process.send?.({ port: (server.address() as AddressInfo).port });
-
-let lastCpu = process.cpuUsage();
-process.on('message', (message) => {
-  if (message === 'stats') {
-    const cpu = process.cpuUsage(lastCpu);
-    lastCpu = process.cpuUsage();
-    process.send?.({ stats: probe?.take() ?? null, cpuMicros: cpu.user + cpu.system });
-    return;
-  }
-  if (message !== 'stop') return;
-  server.closeAllConnections();
-  server.close();
-  void close().finally(() => process.exit(0));
-});
-process.on('disconnect', () => process.exit(0));
+await serveParent(
+  server,
+  () => close(),
+  () => probe?.take() ?? null,
+);

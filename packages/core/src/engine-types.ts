@@ -162,7 +162,9 @@ export interface IdempotencyEngine<TTx = unknown> {
    * the outcome (E1, E4), or replay a stored one (E2). Throws an `IdempotencyError` for 400 (a
    * scope too long to store), 409, 422 and 503; handler failures are returned (`ok: false`), not thrown.
    * A handler whose work did not start returns `notStartedAnswer(answer)` (`@idem/core/adapter`):
-   * its claim is released, nothing is stored, and the result is `{ notStarted: true, answer }` (E4).
+   * its claim is released, nothing is stored, and the result is `{ notStarted: true, answer }` (E4);
+   * after a step completed (`claim.step`, E8) a side effect happened, so its failure is stored
+   * instead (resumable under `onFailure: 'resume'`), the answer still given back.
    */
   execute<TLive, TStored = TLive, TAnswer = never>(
     request: ExecuteRequest<TLive, TStored>,

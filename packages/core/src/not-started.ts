@@ -8,7 +8,11 @@ import { idempotencyClaim, type ClaimContext } from './claim.js';
 
 const NOT_STARTED: unique symbol = Symbol('@idem/not-started');
 
-/** What a handler returns when it did not start: `answer` goes to the client unstored, the claim is released. */
+/**
+ * What a handler returns when it did not start: `answer` goes to the client unstored, the claim is
+ * released — unless a step of the generation completed (`claim.step`, E8): then a side effect
+ * happened, and the failure is stored (or left resumable) instead.
+ */
 export interface NotStartedAnswer<T> {
   readonly [NOT_STARTED]: true;
   readonly answer: T;
@@ -38,8 +42,9 @@ const notStartedClaims = new WeakSet<ClaimContext<unknown>>();
  * The client gets `reason` as its answer, nothing is stored, and the key is released so that a
  * retry with it runs. Release only what a retry may run again: a failure released after a side
  * effect did happen runs it twice, unless the effect is deduplicated by `claim.deriveKey(…)`,
- * which a retry after a release gets again. Outside an idempotent execution (no claim on
- * `context`) it only returns `reason`.
+ * which a retry after a release gets again. After a step completed (`claim.step`, E8) the claim
+ * is not released: the failure is stored, or left resumable under `onFailure: 'resume'`. Outside
+ * an idempotent execution (no claim on `context`) it only returns `reason`.
  */
 export function notStarted<E>(context: unknown, reason: E): E {
   const claim = idempotencyClaim(context);
