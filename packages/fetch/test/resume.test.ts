@@ -127,6 +127,24 @@ describe.each(TARGETS)('@idem/fetch idempotent() with onFailure: resume (E8) on 
     expect(replay.text).toBe(first.text);
   });
 
+  it('E8: a handler that throws is rethrown to its host, unmarked, and leaves the key resumable: the retry runs it again', async () => {
+    let runs = 0;
+    const throwing = idempotent(
+      async () => {
+        runs += 1;
+        if (runs === 1) throw new Error('provider exploded');
+        return new Response('done', { status: 201 });
+      },
+      { store, principal: () => 'alice', onFailure: 'resume' },
+    );
+    const key = newKey();
+    await expect(throwing(post(url, { key, body: { amount: 1 } }))).rejects.toThrow('provider exploded');
+    const retry = await read(await throwing(post(url, { key, body: { amount: 1 } })));
+    expect(retry.status).toBe(201);
+    expect(retry.replayed).toBe(false);
+    expect(runs).toBe(2);
+  });
+
   it('E4: a route that replays its failures is unchanged: the 502 is stored and replayed, no resumable marker', async () => {
     const key = newKey();
     const first = await read(await replayOnly(post(url, { key, body: { amount: 14 } })));
