@@ -13,14 +13,15 @@ import { createSchema, createYoga } from 'graphql-yoga';
 import { GraphQLError } from 'graphql';
 import { ApolloClient, ApolloLink, HttpLink, InMemoryCache, gql } from '@apollo/client';
 import { Client, fetchExchange } from '@urql/core';
-import { createPolicyDocument, MemoryStore, sharedPrincipal } from '@idem/core';
+import { createPolicyDocument, MemoryStore, sharedPrincipal, type IdempotencyStore } from '@idem/core';
 import { finalFailure, idempotencyClaim, useYogaIdempotency } from '@idem/envelop';
 import { createIdempotentFetch, type RetryNotice } from '@idem/envelop/client';
 import { idempotencyLink } from '@idem/envelop/apollo';
 import { idempotencyExchange } from '@idem/envelop/urql';
 import { graphqlClient } from './fixtures/http.ts';
+import { storeTargets } from './fixtures/stores.ts';
 
-function createPayments() {
+function createPayments(store: IdempotencyStore = new MemoryStore()) {
   const counts = { reservations: 0, chargeAttempts: 0, charges: 0, declines: 0, frauds: 0, outages: 0 };
   const chargeAttempts = new Map<string, number>();
   /** E8: a provider that times out on the first charge of each step key. */
@@ -76,7 +77,7 @@ function createPayments() {
   });
   const resume = { onFailure: 'resume' as const };
   const plugin = useYogaIdempotency({
-    store: new MemoryStore(),
+    store,
     principal: sharedPrincipal,
     required: false,
     policy: { 'Mutation.pay': resume, 'Mutation.decline': resume, 'Mutation.fraud': resume, 'Mutation.outage': resume },
@@ -100,22 +101,38 @@ const pay = (amount: number) => ({ query: PAY, variables: { amount } });
 const field = (name: string) => ({ query: `mutation { ${name}(amount: 1) { id } }` });
 const keyHeader = (key = randomUUID()) => ({ 'idempotency-key': `"${key}"` });
 
-describe('@idem/envelop with onFailure: resume (E8), GraphQL Yoga over HTTP on MemoryStore', () => {
-  let payments: ReturnType<typeof createPayments>;
+/** The payments server on 127.0.0.1 over `store`, for the duration of a describe block. */
+function serve(open: () => Promise<{ store: IdempotencyStore; close(): Promise<void> }>) {
+  const running = {} as {
+    payments: ReturnType<typeof createPayments>;
+    url: string;
+    post: ReturnType<typeof graphqlClient>;
+  };
   let server: Server;
-  let url: string;
-  let post: ReturnType<typeof graphqlClient>;
-
+  let close: () => Promise<void>;
   beforeAll(async () => {
-    payments = createPayments();
-    server = payments.server;
+    const opened = await open();
+    close = opened.close;
+    running.payments = createPayments(opened.store);
+    server = running.payments.server;
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-    post = graphqlClient((input, init) => fetch(input, init), `${url}/graphql`);
+    running.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    running.post = graphqlClient((input, init) => fetch(input, init), `${running.url}/graphql`);
   });
   afterAll(async () => {
     server?.closeAllConnections();
     await new Promise((done) => server?.close(done));
+    await close?.();
+  });
+  return running;
+}
+
+describe.each(storeTargets)('@idem/envelop with onFailure: resume (E8), GraphQL Yoga over HTTP on $name', (target) => {
+  const running = serve(() => target.open());
+  let payments: ReturnType<typeof createPayments>;
+  let post: ReturnType<typeof graphqlClient>;
+  beforeAll(() => {
+    ({ payments, post } = running);
   });
 
   describe('the server', () => {
@@ -232,106 +249,112 @@ describe('@idem/envelop with onFailure: resume (E8), GraphQL Yoga over HTTP on M
       expect(of('Mutation.payV1')).toMatchObject({ onFailure: 'replay', retentionMs: 86_400_000 });
     });
   });
+});
 
-  describe('the clients retry a resumable failure with the same key (E8)', () => {
-    it('createIdempotentFetch: retries the resumable answer with its key and returns the completed result', async () => {
-      const sent: Array<{ key: string | null; status: number }> = [];
-      const notices: RetryNotice[] = [];
-      const idempotentFetch = createIdempotentFetch({
-        policyUrl: `${url}/idempotency`,
-        initialDelayMs: 1,
-        onRetry: (notice) => notices.push(notice),
-        fetch: async (input, init) => {
-          const response = await fetch(input, init);
-          if (!String(input).endsWith('/idempotency'))
-            sent.push({ key: new Headers(init?.headers).get('idempotency-key'), status: response.status });
-          return response;
-        },
-      });
-      const client = graphqlClient(idempotentFetch, `${url}/graphql`);
-      const answer = await client(pay(21));
-      expect(answer.body.data.pay).toMatchObject({ amount: 21, attempt: 2 });
-      expect(notices.map((notice) => notice.reason)).toEqual(['resumable']);
-      expect(sent).toHaveLength(2);
-      expect(sent[1]!.key).toBe(sent[0]!.key);
+describe('the GraphQL clients retry a resumable failure with the same key (E8), against Yoga on MemoryStore', () => {
+  const running = serve(async () => ({ store: new MemoryStore(), close: async () => {} }));
+  let payments: ReturnType<typeof createPayments>;
+  let url: string;
+  beforeAll(() => {
+    ({ payments, url } = running);
+  });
+  it('createIdempotentFetch: retries the resumable answer with its key and returns the completed result', async () => {
+    const sent: Array<{ key: string | null; status: number }> = [];
+    const notices: RetryNotice[] = [];
+    const idempotentFetch = createIdempotentFetch({
+      policyUrl: `${url}/idempotency`,
+      initialDelayMs: 1,
+      onRetry: (notice) => notices.push(notice),
+      fetch: async (input, init) => {
+        const response = await fetch(input, init);
+        if (!String(input).endsWith('/idempotency'))
+          sent.push({ key: new Headers(init?.headers).get('idempotency-key'), status: response.status });
+        return response;
+      },
     });
+    const client = graphqlClient(idempotentFetch, `${url}/graphql`);
+    const answer = await client(pay(21));
+    expect(answer.body.data.pay).toMatchObject({ amount: 21, attempt: 2 });
+    expect(notices.map((notice) => notice.reason)).toEqual(['resumable']);
+    expect(sent).toHaveLength(2);
+    expect(sent[1]!.key).toBe(sent[0]!.key);
+  });
 
-    it('createIdempotentFetch: a final failure is returned as it is, never retried', async () => {
-      const notices: RetryNotice[] = [];
-      const idempotentFetch = createIdempotentFetch({
-        policyUrl: `${url}/idempotency`,
-        onRetry: (notice) => notices.push(notice),
-      });
-      const before = payments.counts.declines;
-      const answer = await graphqlClient(idempotentFetch, `${url}/graphql`)(field('decline'));
-      expect(answer.body.errors[0].message).toBe('card declined');
-      expect(notices).toEqual([]);
-      expect(payments.counts.declines - before).toBe(1);
+  it('createIdempotentFetch: a final failure is returned as it is, never retried', async () => {
+    const notices: RetryNotice[] = [];
+    const idempotentFetch = createIdempotentFetch({
+      policyUrl: `${url}/idempotency`,
+      onRetry: (notice) => notices.push(notice),
     });
+    const before = payments.counts.declines;
+    const answer = await graphqlClient(idempotentFetch, `${url}/graphql`)(field('decline'));
+    expect(answer.body.errors[0].message).toBe('card declined');
+    expect(notices).toEqual([]);
+    expect(payments.counts.declines - before).toBe(1);
+  });
 
-    it('Apollo Client idempotencyLink: retries the resumable result with its key; the mutation resolves with the completed payment', async () => {
-      const keys: Array<string | null> = [];
-      const notices: RetryNotice[] = [];
-      const client = new ApolloClient({
-        cache: new InMemoryCache(),
-        link: ApolloLink.from([
-          idempotencyLink({ policyUrl: `${url}/idempotency`, initialDelayMs: 1, onRetry: (n) => notices.push(n) }),
-          new HttpLink({
-            uri: `${url}/graphql`,
-            fetch: (input, init) => {
-              keys.push(new Headers(init?.headers).get('idempotency-key'));
-              return fetch(input, init);
-            },
-          }),
-        ]),
-      });
-      const { data } = await client.mutate<{ pay: { amount: number; attempt: number } }>({
-        mutation: gql(PAY),
-        variables: { amount: 22 },
-      });
-      expect(data?.pay).toMatchObject({ amount: 22, attempt: 2 });
-      expect(notices.map((notice) => notice.reason)).toEqual(['resumable']);
-      expect(keys).toHaveLength(2);
-      expect(keys[1]).toBe(keys[0]);
+  it('Apollo Client idempotencyLink: retries the resumable result with its key; the mutation resolves with the completed payment', async () => {
+    const keys: Array<string | null> = [];
+    const notices: RetryNotice[] = [];
+    const client = new ApolloClient({
+      cache: new InMemoryCache(),
+      link: ApolloLink.from([
+        idempotencyLink({ policyUrl: `${url}/idempotency`, initialDelayMs: 1, onRetry: (n) => notices.push(n) }),
+        new HttpLink({
+          uri: `${url}/graphql`,
+          fetch: (input, init) => {
+            keys.push(new Headers(init?.headers).get('idempotency-key'));
+            return fetch(input, init);
+          },
+        }),
+      ]),
     });
+    const { data } = await client.mutate<{ pay: { amount: number; attempt: number } }>({
+      mutation: gql(PAY),
+      variables: { amount: 22 },
+    });
+    expect(data?.pay).toMatchObject({ amount: 22, attempt: 2 });
+    expect(notices.map((notice) => notice.reason)).toEqual(['resumable']);
+    expect(keys).toHaveLength(2);
+    expect(keys[1]).toBe(keys[0]);
+  });
 
-    it('Apollo Client idempotencyLink: a final failure is the answer, never retried', async () => {
-      const notices: RetryNotice[] = [];
-      const client = new ApolloClient({
-        cache: new InMemoryCache(),
-        link: ApolloLink.from([
-          idempotencyLink({ policyUrl: `${url}/idempotency`, onRetry: (n) => notices.push(n) }),
-          new HttpLink({ uri: `${url}/graphql` }),
-        ]),
-      });
-      const before = payments.counts.declines;
-      await expect(client.mutate({ mutation: gql('mutation { decline(amount: 1) { id } }') })).rejects.toThrow(
-        'card declined',
-      );
-      expect(notices).toEqual([]);
-      expect(payments.counts.declines - before).toBe(1);
+  it('Apollo Client idempotencyLink: a final failure is the answer, never retried', async () => {
+    const notices: RetryNotice[] = [];
+    const client = new ApolloClient({
+      cache: new InMemoryCache(),
+      link: ApolloLink.from([
+        idempotencyLink({ policyUrl: `${url}/idempotency`, onRetry: (n) => notices.push(n) }),
+        new HttpLink({ uri: `${url}/graphql` }),
+      ]),
     });
+    const before = payments.counts.declines;
+    await expect(client.mutate({ mutation: gql('mutation { decline(amount: 1) { id } }') })).rejects.toThrow(
+      'card declined',
+    );
+    expect(notices).toEqual([]);
+    expect(payments.counts.declines - before).toBe(1);
+  });
 
-    it('urql idempotencyExchange: retries the resumable answer with its key; the result is the completed payment', async () => {
-      const keys: Array<string | null> = [];
-      const notices: RetryNotice[] = [];
-      const client = new Client({
-        url: `${url}/graphql`,
-        exchanges: [
-          idempotencyExchange({ policyUrl: `${url}/idempotency`, initialDelayMs: 1, onRetry: (n) => notices.push(n) }),
-          fetchExchange,
-        ],
-        fetch: (input, init) => {
-          keys.push(new Headers(init?.headers).get('idempotency-key'));
-          return fetch(input, init);
-        },
-      });
-      const result = await client.mutation(PAY, { amount: 23 }).toPromise();
-      expect(result.error).toBeUndefined();
-      expect(result.data?.pay).toMatchObject({ amount: 23, attempt: 2 });
-      expect(notices.map((notice) => notice.reason)).toEqual(['resumable']);
-      expect(keys).toHaveLength(2);
-      expect(keys[1]).toBe(keys[0]);
+  it('urql idempotencyExchange: retries the resumable answer with its key; the result is the completed payment', async () => {
+    const keys: Array<string | null> = [];
+    const notices: RetryNotice[] = [];
+    const client = new Client({
+      url: `${url}/graphql`,
+      exchanges: [
+        idempotencyExchange({ policyUrl: `${url}/idempotency`, initialDelayMs: 1, onRetry: (n) => notices.push(n) }),
+        fetchExchange,
+      ],
+      fetch: (input, init) => {
+        keys.push(new Headers(init?.headers).get('idempotency-key'));
+        return fetch(input, init);
+      },
     });
+    const result = await client.mutation(PAY, { amount: 23 }).toPromise();
+    expect(result.error).toBeUndefined();
+    expect(result.data?.pay).toMatchObject({ amount: 23, attempt: 2 });
+    expect(notices.map((notice) => notice.reason)).toEqual(['resumable']);
+    expect(keys).toHaveLength(2);
+    expect(keys[1]).toBe(keys[0]);
   });
 });

@@ -67,7 +67,8 @@ export const requestOperation = (request: Request): string =>
  * `Idempotent-Resumable: true`, and a retry with the same key and request runs the handler again,
  * `claim.step(name, run)` skipping the steps it completed; its answer is then stored and replayed.
  * A 4xx, or a response returned as `finalFailure(response)`, is stored and replayed. A handler that
- * throws has no response to mark: return a 5xx response where a retry should complete the work.
+ * throws leaves the key resumable too, but its host answers the error, without the mark: return a
+ * 5xx response where clients should know that a retry completes the work.
  */
 export function idempotent<TRequest extends Request, TArgs extends unknown[], TTx = unknown>(
   handler: (request: TRequest, ...args: TArgs) => Response | Promise<Response>,

@@ -1,16 +1,21 @@
 /**
  * Black-box (E8): routes with `onFailure: 'resume'` through `idempotent()` (a Fetch handler) and
- * the Hono middleware (`app.request`), on MemoryStore. A payment is two steps, `reserve` then
+ * the Hono middleware (`app.request`), on MemoryStore, SQLite and PostgreSQL. A payment is two steps, `reserve` then
  * `charge`, with the handler's claim; the provider fails the first charge of each step key (a
  * timeout: the handler answers 502), succeeds on the next. Side effects are counted.
  */
 import { randomUUID } from 'node:crypto';
-import { Hono, type Context } from 'hono';
-import { describe, expect, it } from 'vitest';
-import { MemoryStore, type ClaimContext } from '@idem/core';
+import { Hono, type Context, type MiddlewareHandler } from 'hono';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryStore, type ClaimContext, type IdempotencyStore } from '@idem/core';
 import { finalFailure, idempotencyClaim, idempotent, type IdempotentOptions } from '@idem/fetch';
 import { idempotency } from '@idem/fetch/hono';
-import { post, read } from './support.ts';
+import { post, read, STORE_TARGETS, type StoreTarget } from './support.ts';
+
+const TARGETS: StoreTarget[] = [
+  { name: 'MemoryStore', open: async () => ({ store: new MemoryStore(), close: async () => {} }) },
+  ...STORE_TARGETS,
+];
 
 function createProvider() {
   const counts = { reservations: 0, chargeAttempts: 0, charges: 0 };
@@ -42,19 +47,34 @@ function createProvider() {
 
 const newKey = () => `resume-${randomUUID()}`;
 
-describe('@idem/fetch idempotent() with onFailure: resume (E8) on MemoryStore', () => {
+describe.each(TARGETS)('@idem/fetch idempotent() with onFailure: resume (E8) on $name', (target) => {
   const provider = createProvider();
-  const options: IdempotentOptions = { store: new MemoryStore(), principal: () => 'alice', onFailure: 'resume' };
-  const handler = idempotent(async (request: Request): Promise<Response> => {
-    const { amount } = (await request.json()) as { amount: number };
-    if (amount === 402) return finalFailure(Response.json({ error: 'provider says: do not retry' }, { status: 500 }));
-    if (amount === 400) return Response.json({ error: 'bad amount' }, { status: 400 });
-    return provider.pay(idempotencyClaim(request)!, amount);
-  }, options);
-  const replayOnly = idempotent(
-    async (request) => provider.pay(idempotencyClaim(request)!, ((await request.json()) as { amount: number }).amount),
-    { store: new MemoryStore(), principal: () => 'alice' },
+  let store: IdempotencyStore;
+  let close: () => Promise<void>;
+  beforeAll(async () => ({ store, close } = await target.open()));
+  afterAll(() => close());
+  const options = (): IdempotentOptions => ({ store, principal: () => 'alice', onFailure: 'resume' });
+  const lazy = <T extends (...args: never[]) => unknown>(make: () => T) => {
+    let made: T | undefined;
+    return () => (made ??= make());
+  };
+  const resumeHandler = lazy(() =>
+    idempotent(async (request: Request): Promise<Response> => {
+      const { amount } = (await request.json()) as { amount: number };
+      if (amount === 402) return finalFailure(Response.json({ error: 'provider says: do not retry' }, { status: 500 }));
+      if (amount === 400) return Response.json({ error: 'bad amount' }, { status: 400 });
+      return provider.pay(idempotencyClaim(request)!, amount);
+    }, options()),
   );
+  const replayHandler = lazy(() =>
+    idempotent(
+      async (request: Request) =>
+        provider.pay(idempotencyClaim(request)!, ((await request.json()) as { amount: number }).amount),
+      { store, principal: () => 'alice' },
+    ),
+  );
+  const handler = (request: Request) => resumeHandler()(request);
+  const replayOnly = (request: Request) => replayHandler()(request);
   const url = 'http://shop.test/v1/payments';
 
   it('E8: a 5xx after the start is answered with Idempotent-Resumable; the retry completes it, skipping the step done; a later retry replays', async () => {
@@ -107,6 +127,24 @@ describe('@idem/fetch idempotent() with onFailure: resume (E8) on MemoryStore', 
     expect(replay.text).toBe(first.text);
   });
 
+  it('E8: a handler that throws is rethrown to its host, unmarked, and leaves the key resumable: the retry runs it again', async () => {
+    let runs = 0;
+    const throwing = idempotent(
+      async () => {
+        runs += 1;
+        if (runs === 1) throw new Error('provider exploded');
+        return new Response('done', { status: 201 });
+      },
+      { store, principal: () => 'alice', onFailure: 'resume' },
+    );
+    const key = newKey();
+    await expect(throwing(post(url, { key, body: { amount: 1 } }))).rejects.toThrow('provider exploded');
+    const retry = await read(await throwing(post(url, { key, body: { amount: 1 } })));
+    expect(retry.status).toBe(201);
+    expect(retry.replayed).toBe(false);
+    expect(runs).toBe(2);
+  });
+
   it('E4: a route that replays its failures is unchanged: the 502 is stored and replayed, no resumable marker', async () => {
     const key = newKey();
     const first = await read(await replayOnly(post(url, { key, body: { amount: 14 } })));
@@ -118,25 +156,32 @@ describe('@idem/fetch idempotent() with onFailure: resume (E8) on MemoryStore', 
   });
 
   it('R4: the route is published with its onFailure, and resume keeps keys 30 days by default', () => {
-    expect(handler.describeEndpoint('POST /v1/payments')).toMatchObject({
+    expect(resumeHandler().describeEndpoint('POST /v1/payments')).toMatchObject({
       transport: 'http',
       endpoint: 'HTTP POST /v1/payments',
       keySources: ['Idempotency-Key header', 'JSON body field idempotencyKey'],
       onFailure: 'resume',
       retentionMs: 30 * 86_400_000,
     });
-    expect(replayOnly.describeEndpoint('POST /v1/payments')).toMatchObject({
+    expect(replayHandler().describeEndpoint('POST /v1/payments')).toMatchObject({
       onFailure: 'replay',
       retentionMs: 86_400_000,
     });
   });
 });
 
-describe('@idem/fetch/hono with onFailure: resume (E8) on MemoryStore', () => {
+describe.each(TARGETS)('@idem/fetch/hono with onFailure: resume (E8) on $name', (target) => {
   const provider = createProvider();
   const app = new Hono();
   const tenant = (c: Context) => c.req.header('x-tenant') ?? 'public';
-  app.use('/v1/*', idempotency({ store: new MemoryStore(), principal: tenant, onFailure: 'resume' }));
+  let store: IdempotencyStore;
+  let close: () => Promise<void>;
+  beforeAll(async () => ({ store, close } = await target.open()));
+  afterAll(() => close());
+  let middleware: MiddlewareHandler | undefined;
+  app.use('/v1/*', (c, next) =>
+    (middleware ??= idempotency({ store, principal: tenant, onFailure: 'resume' }))(c, next),
+  );
   app.post('/v1/payments', async (c) => provider.pay(idempotencyClaim(c)!, (await c.req.json()).amount));
   let thrown = 0;
   app.post('/v1/explode', () => {

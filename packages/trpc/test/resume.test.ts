@@ -1,13 +1,13 @@
 /**
  * Black-box (E8): procedures with `onFailure: 'resume'` over a real tRPC server on 127.0.0.1,
- * called with raw HTTP and `@trpc/client`. A payment is two steps, `reserve` then `charge`; the
+ * called with raw HTTP and `@trpc/client`, once per store. A payment is two steps, `reserve` then `charge`; the
  * provider fails the first charge of each key (a timeout: 500), succeeds on the next. Side effects
  * are counted per key.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { initTRPC, TRPCError } from '@trpc/server';
 import { z } from 'zod';
-import { createPolicyDocument, MemoryStore, type IdempotencyStore } from '@idem/core';
+import { createPolicyDocument, type IdempotencyStore } from '@idem/core';
 import {
   finalFailure,
   idempotency,
@@ -16,6 +16,7 @@ import {
   type IdempotencyContext,
 } from '../src/index.ts';
 import { clientFor, mutate, newKey, startStandalone, type RunningServer } from './http.ts';
+import { storeTargets } from './stores.ts';
 
 interface Context extends IdempotencyContext {
   user: string;
@@ -92,18 +93,22 @@ function createPayments(store: IdempotencyStore) {
   };
 }
 
-describe('@idem/trpc with onFailure: resume (E8) on MemoryStore', () => {
+describe.each(storeTargets)('@idem/trpc with onFailure: resume (E8) on $name', (target) => {
   let payments: ReturnType<typeof createPayments>;
   let server: RunningServer;
   let url: string;
+  let closeStore: () => Promise<void>;
 
   beforeAll(async () => {
-    payments = createPayments(new MemoryStore());
+    const opened = await target.open();
+    closeStore = opened.close;
+    payments = createPayments(opened.store);
     server = await startStandalone(payments.router);
     url = server.url;
   });
   afterAll(async () => {
     await server?.close();
+    await closeStore?.();
   });
 
   it('E8/R4: each procedure is published with its onFailure, and resume keeps keys 30 days by default; replay 24 hours', () => {
@@ -221,6 +226,17 @@ describe('@idem/trpc with onFailure: resume (E8) on MemoryStore', () => {
     const retry = await send();
     expect(retry.map((answer) => answer.status)).toEqual(['fulfilled', 'fulfilled']);
     expect((retry[0] as PromiseFulfilledResult<unknown>).value).toMatchObject({ amount: 14, attempt: 2 });
+  });
+
+  it('E8: over a stream (httpBatchStreamLink), whose headers leave before the call runs, the call is marked in error.data', async () => {
+    const { trpc, lastHeaders } = clientFor<typeof payments.router>(url, { link: 'stream', key: newKey() });
+    const error = await trpc.pay.mutate({ amount: 14 }).then(
+      () => undefined,
+      (e: unknown) => e as { data?: Record<string, unknown> },
+    );
+    expect(error?.data).toMatchObject({ idempotentResumable: true });
+    expect(lastHeaders().get('idempotent-resumable')).toBeNull();
+    await expect(trpc.pay.mutate({ amount: 14 })).resolves.toMatchObject({ amount: 14, attempt: 2 });
   });
 
   it('E8: a batch of one call carries the header too: it speaks for that call alone', async () => {
