@@ -87,6 +87,8 @@ const NOT_IDEMS = new Set([
   // store and engine methods, options that take a function, the example's mutation
   'timeline',
   'claim',
+  // the GraphQL plugins' method that publishes their mutations (R4)
+  'describeEndpoints',
   'next',
   'onEvent',
   'onRetry',
