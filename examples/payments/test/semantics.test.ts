@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DrizzleDatabase } from '@idem/drizzle';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
+import { ExampleFleet } from '../../../test/reliability/support/example-server.ts';
 import { ConfigError, readConfig } from '../src/config.ts';
 import { get, migrateExample, newKey, startExample, type Reply, type RunningExample } from './http.ts';
 
@@ -193,6 +194,18 @@ describe.each(databases)('replay or resume (IDEM_SEMANTICS) on $name', ({ postgr
     expect(await cells()).toEqual(['resume (Stripe v2)', '2', 'reserve, charge</td>']);
   });
 
+  it("E8: the mode is the record's, fixed at its claim: a 504 claimed on the v1 server is replayed by a v2 server, never resumed", async () => {
+    const key = newKey();
+    const trpc = transports[0]!;
+    const first = await trpc.pay(v1.url, key, TIMES_OUT);
+    expect(first.status).toBe(504);
+    const onV2 = await trpc.pay(v2.url, key, TIMES_OUT);
+    expect(onV2.status).toBe(504);
+    expect(replayed(onV2)).toBe('true');
+    expect(resumable(onV2)).toBeNull();
+    expect(await counts(v2.url, key)).toEqual({ reservations: 1, charges: 0, timeouts: 1 });
+  });
+
   describe.each(transports)('$name', (transport) => {
     it('E4 (v1): amount 14 times out (504) after the reservation; the retry replays the 504, nothing is charged', async () => {
       const key = newKey();
@@ -292,6 +305,36 @@ describe.each(databases)('replay or resume (IDEM_SEMANTICS) on $name', ({ postgr
       },
     );
   });
+});
+
+describe('E8 across processes: two `npm start` servers (IDEM_SEMANTICS=v2) over one SQLite file', () => {
+  const fleet = new ExampleFleet();
+  let target: Awaited<ReturnType<typeof openSqliteTarget>>;
+  afterAll(async () => {
+    await fleet.killAll();
+    await target?.close();
+  });
+
+  it('E8: the resumable 504 of one process is completed by a retry sent to the other: one reservation, one charge', async () => {
+    target = await openSqliteTarget();
+    const env = { IDEM_SEMANTICS: 'v2', IDEM_SWEEPER: 'off' };
+    const [first, second] = await Promise.all([
+      fleet.start({ databaseUrl: `file:${target.file}`, env, name: 'v2#1' }),
+      fleet.start({ databaseUrl: `file:${target.file}`, env, name: 'v2#2' }),
+    ]);
+    for (const transport of [transports[0]!, transports.at(-1)!]) {
+      const key = newKey();
+      const failed = await transport.pay(first.url, key, TIMES_OUT);
+      expect(failed.status).toBe(504);
+      expect(resumable(failed)).toBe('true');
+      const completed = await transport.pay(second.url, key, TIMES_OUT);
+      expect(completed.status, completed.text).toBe(transport.successStatus);
+      expect(transport.paid(completed)).toMatch(/^pay_/);
+      expect(await counts(first.url, key)).toEqual({ reservations: 1, charges: 1, timeouts: 1 });
+      const resumed = await second.waitForEvent((event) => event.type === 'resumed' && event.key === key);
+      expect(resumed).toMatchObject({ attempt: 2, previousStatus: 504 });
+    }
+  }, 120_000);
 });
 
 describe('IDEM_SEMANTICS', () => {
