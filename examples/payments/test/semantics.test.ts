@@ -13,6 +13,10 @@
  *   (PostgreSQL) the reservation commits at its recovery point with the failure.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTRPCClient, httpLink } from '@trpc/client';
+import { idempotencyHeaders, idempotencyLink, type RetryNotice } from '@idem/trpc/client';
+import { createIdempotentFetch } from '@idem/envelop/client';
+import type { PaymentsRouter } from '../src/trpc.ts';
 import type { DrizzleDatabase } from '@idem/drizzle';
 import { openPostgresTarget } from '../../../packages/drizzle/test/pg-target.ts';
 import { openSqliteTarget } from '../../../packages/drizzle/test/sqlite-target.ts';
@@ -204,6 +208,71 @@ describe.each(databases)('replay or resume (IDEM_SEMANTICS) on $name', ({ postgr
     expect(replayed(onV2)).toBe('true');
     expect(resumable(onV2)).toBeNull();
     expect(await counts(v2.url, key)).toEqual({ reservations: 1, charges: 0, timeouts: 1 });
+  });
+
+  describe('clients (E8): a failure marked resumable is retried with the same key; an unmarked one is not', () => {
+    /** The tRPC link over `url`, the keys its requests carried and its retry notices. */
+    const trpcWithLink = (url: string) => {
+      const keys: string[] = [];
+      const notices: RetryNotice[] = [];
+      const client = createTRPCClient<PaymentsRouter>({
+        links: [
+          idempotencyLink({ policyUrl: `${url}/idempotency`, initialDelayMs: 10, onRetry: (n) => notices.push(n) }),
+          httpLink({
+            url: `${url}/trpc`,
+            headers: ({ op }) => ({ ...idempotencyHeaders(op), ...AUTHORIZATION }),
+            fetch: (input, init) => {
+              keys.push(new Headers(init?.headers as HeadersInit).get('idempotency-key')!);
+              return fetch(input, init as RequestInit);
+            },
+          }),
+        ],
+      });
+      return { client, keys, notices };
+    };
+
+    it('idempotencyLink (tRPC): under v2 the resumable 504 is retried with its key and the call resolves with the payment', async () => {
+      const { client, keys, notices } = trpcWithLink(v2.url);
+      const payment = await client.payments.create.mutate(TIMES_OUT);
+      expect(payment.id).toMatch(/^pay_/);
+      expect(notices.map((notice) => notice.reason)).toEqual(['resumable']);
+      expect(new Set(keys).size).toBe(1);
+      expect(keys).toHaveLength(2);
+      // The key as the server scopes it: the header's sf-string without its quotes.
+      expect(await counts(v2.url, JSON.parse(keys[0]!))).toEqual({ reservations: 1, charges: 1, timeouts: 1 });
+    });
+
+    it('idempotencyLink (tRPC): under v1 the 504 is final, not retried: the call rejects after one request', async () => {
+      const { client, keys, notices } = trpcWithLink(v1.url);
+      await expect(client.payments.create.mutate(TIMES_OUT)).rejects.toThrow(/timed out/);
+      expect(notices).toEqual([]);
+      expect(keys).toHaveLength(1);
+    });
+
+    it('createIdempotentFetch (GraphQL): under v2 the resumable 504 is retried with its key and answers the payment', async () => {
+      const sent: string[] = [];
+      const idempotentFetch = createIdempotentFetch({
+        policyUrl: `${v2.url}/idempotency`,
+        initialDelayMs: 10,
+        fetch: (input, init) => {
+          // The mutations' keys (the policy is read through this fetch too, without one).
+          const key = new Headers(init?.headers).get('idempotency-key');
+          if (key !== null) sent.push(key);
+          return fetch(input, init);
+        },
+      });
+      const response = await idempotentFetch(`${v2.url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...AUTHORIZATION },
+        body: JSON.stringify({ query: PAY_MUTATION, variables: { input: TIMES_OUT } }),
+      });
+      expect(response.status).toBe(200);
+      const body = (await response.json()) as { data: { createPayment: { id: string } } };
+      expect(body.data.createPayment.id).toMatch(/^pay_/);
+      expect(sent).toHaveLength(2);
+      expect(new Set(sent).size).toBe(1);
+      expect(await counts(v2.url, JSON.parse(sent[0]!))).toEqual({ reservations: 1, charges: 1, timeouts: 1 });
+    });
   });
 
   describe.each(transports)('$name', (transport) => {
