@@ -47,9 +47,23 @@ export const paymentsTypeDefs = /* GraphQL */ `
     currency: String!
   }
 
+  "What the ledger holds for one of the caller's idempotency keys (every operation together)."
+  type KeyLedger {
+    account: String!
+    key: String!
+    reservations: Int!
+    "How many times the reservation was asked for: 1 when a resume skipped the completed reserve step."
+    reserveRuns: Int!
+    charges: Int!
+    "Charge attempts that timed out (amount 14)."
+    timeouts: Int!
+  }
+
   type Query {
     "Every charge the payment channel saw, oldest first."
     ledger: [LedgerEntry!]!
+    "What the ledger holds for one of the caller's idempotency keys, as GET /v1/ledger?key=…"
+    keyLedger(key: String!): KeyLedger!
   }
 
   type Mutation {
@@ -112,6 +126,8 @@ export function paymentsResolvers(
   return {
     Query: {
       ledger: () => channel.ledger(),
+      keyLedger: (_: unknown, { key }: { key: string }, context: GraphQLContext) =>
+        channel.keyLedger(accountOf(context.request.headers.get('authorization')), key),
       // What became of one of the caller's keys (reconcile, R2): the same store and principal as the plugin.
       idempotencyKeyStatus: idempotencyKeyStatusResolver({
         ...paymentsIdempotencyOptions(options),

@@ -116,10 +116,23 @@ const transports: Transport[] = [
   },
 ];
 
-/** What the ledger holds for the key, over HTTP. */
+/** What the ledger holds for the key, over HTTP: `GET /v1/ledger`, and the same from tRPC and GraphQL. */
 async function counts(url: string, key: string) {
   const reply = await get(url, `/v1/ledger?key=${encodeURIComponent(key)}`, AUTHORIZATION);
   expect(reply.status, reply.text).toBe(200);
+  const input = encodeURIComponent(JSON.stringify({ key }));
+  const trpc = await get(url, `/trpc/payments.keyLedger?input=${input}`, AUTHORIZATION);
+  expect(trpc.body?.result?.data, trpc.text).toEqual(reply.body);
+  const graphql = await post(
+    url,
+    '/graphql',
+    {
+      query: 'query ($key: String!) { keyLedger(key: $key) { account key reservations reserveRuns charges timeouts } }',
+      variables: { key },
+    },
+    {},
+  );
+  expect(graphql.body?.data?.keyLedger, graphql.text).toEqual(reply.body);
   const { reservations, reserveRuns, charges, timeouts } = reply.body as Record<string, number>;
   // Every story here runs the reservation once: a resume skips the completed `reserve` step.
   expect(reserveRuns, 'reserveRuns').toBe(reservations);
