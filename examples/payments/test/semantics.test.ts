@@ -12,6 +12,8 @@
  *   decline) is replayed; a retry with another payload is refused (422); and in atomic mode
  *   (PostgreSQL) the reservation commits at its recovery point with the failure.
  */
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTRPCClient, httpLink } from '@trpc/client';
 import { idempotencyHeaders, idempotencyLink, type RetryNotice } from '@idem/trpc/client';
@@ -417,6 +419,61 @@ describe('E8 across processes: two `npm start` servers (IDEM_SEMANTICS=v2) over 
       expect(resumed).toMatchObject({ attempt: 2, previousStatus: 504 });
     }
   }, 120_000);
+});
+
+describe("the README's replay-or-resume transcript, run as printed (curl) against IDEM_SEMANTICS=v2", () => {
+  const README = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+  const section = README.slice(README.indexOf('## Replay or resume (Stripe v1 / v2)'));
+  const transcript = /```console\n([\s\S]*?)```/.exec(section)![1]!;
+  /** Each `$ ` command (continuation lines joined) and the output printed under it. */
+  const steps = transcript
+    .replace(/\\\n\s*/g, '')
+    .split(/^\$ /m)
+    .slice(1)
+    .map((block) => {
+      const [command = '', ...output] = block.split('\n');
+      return { command, output: output.join('\n').trim() };
+    });
+  let target: Awaited<ReturnType<typeof openSqliteTarget>>;
+  let example: RunningExample;
+  beforeAll(async () => {
+    target = await openSqliteTarget();
+    await migrateExample(target.db);
+    example = await startExample(target.db, { IDEM_SEMANTICS: 'v2' });
+  });
+  afterAll(async () => {
+    await example?.close();
+    await target?.close();
+  });
+
+  it('E8: each curl answers the status line, the idem headers and the counts printed under it', async () => {
+    expect(steps.map((step) => step.command.split(' ')[0])).toEqual(['curl', 'curl', 'curl', 'curl']);
+    const port = new URL(example.url).port;
+    for (const { command, output } of steps) {
+      // The printed command, through a shell as a reader pastes it, on the test's port.
+      const stdout = await new Promise<string>((resolve, reject) =>
+        execFile('sh', ['-c', command.replace('localhost:3000', `127.0.0.1:${port}`)], (error, out) =>
+          error ? reject(error) : resolve(out),
+        ),
+      );
+      if (output.startsWith('HTTP/1.1')) {
+        const [head = '', body = ''] = stdout.split('\r\n\r\n');
+        expect(head.split('\r\n')[0], command).toBe(output.split('\n')[0]);
+        for (const header of ['idempotent-resumable', 'idempotent-replayed'])
+          expect(head.toLowerCase().includes(`${header}: true`), `${command}: ${header}`).toBe(
+            output.includes(`${header}: true`),
+          );
+        const printed = JSON.parse(output.split('\n\n')[1]!) as Record<string, unknown>;
+        const answered = JSON.parse(body) as Record<string, unknown>;
+        // Ids and instants differ from run to run; the rest is as printed.
+        for (const volatile of ['id', 'createdAt']) {
+          delete printed[volatile];
+          delete answered[volatile];
+        }
+        expect(answered, command).toEqual(printed);
+      } else expect(JSON.parse(stdout), command).toEqual(JSON.parse(output));
+    }
+  });
 });
 
 describe('IDEM_SEMANTICS', () => {
