@@ -26,6 +26,8 @@ import fc from 'fast-check';
 import { expect } from 'vitest';
 import { finalFailure } from '../../src/adapter.ts';
 import { createEngine } from '../../src/engine.ts';
+import { FingerprintMismatchError } from '../../src/errors.ts';
+import type { ClaimContext } from '../../src/claim.ts';
 import type { IdempotencyRecord, IdempotencyStore, OnFailure } from '../../src/store.ts';
 
 export interface StepsModelTarget {
@@ -42,6 +44,13 @@ export interface StepsModelTarget {
   numRuns?: number;
   /** A fixed seed, to replay a failure. */
   seed?: number;
+  /**
+   * Atomic mode, for a store that has it: each step also writes an application row through
+   * `claim.tx`, and the oracle counts the rows that committed (a crash rolls its transaction
+   * back: a step that completed in it runs again, under the same step key). The same shape as the
+   * conformance suite's `atomic` option.
+   */
+  atomic?: { write(tx: unknown, id: string): Promise<void>; committed(id: string): Promise<boolean> };
 }
 
 type FaultKind = 'fail' | 'final' | 'finalMarked' | 'crash';
@@ -56,6 +65,8 @@ export interface StepsScenario {
   steps: number;
   /** The fault of the handler's n-th execution (none past its end, or where undefined). */
   plan: Array<Fault | undefined>;
+  /** Before which attempts (after the first) a request with the key and another payload comes: 422, nothing changes. */
+  strangers: number[];
 }
 
 const fault: fc.Arbitrary<Fault> = fc.record({
@@ -68,6 +79,7 @@ export const stepsScenario: fc.Arbitrary<StepsScenario> = fc.record({
   onFailure: fc.constantFrom<OnFailure>('replay', 'resume'),
   steps: fc.integer({ min: 1, max: 5 }),
   plan: fc.array(fc.option(fault, { nil: undefined }), { maxLength: 6 }),
+  strangers: fc.uniqueArray(fc.integer({ min: 1, max: 8 }), { maxLength: 3 }),
 });
 
 /** A provider that deduplicates by idempotency key: one effect per key, the first answer repeated. */
@@ -86,30 +98,43 @@ class Ledger {
   }
 }
 
-/** A process of the application: its own engine over the shared store, until it dies. */
+/**
+ * A process of the application: its own engine over the shared store, until it dies. Dead, its
+ * store calls never settle, and its open transaction (atomic mode) ends as a lost connection
+ * ends it: rolled back.
+ */
 function processStore(store: IdempotencyStore): { store: IdempotencyStore; kill: () => void } {
   let dead = false;
   const never = new Promise<never>(() => {});
+  let die!: (reason: Error) => void;
+  const died = new Promise<never>((_, reject) => (die = reject));
+  died.catch(() => {});
   const proxy = new Proxy(store, {
     get(target, property) {
       const value = Reflect.get(target, property, target) as unknown;
       if (typeof value !== 'function') return value;
-      return (...args: unknown[]) => (dead ? never : (value as (...a: unknown[]) => unknown).apply(target, args));
+      const method = value as (...a: unknown[]) => unknown;
+      if (property === 'transaction')
+        return (work: (t: unknown) => Promise<unknown>) =>
+          dead ? never : method.call(target, (t: unknown) => Promise.race([work(t), died]));
+      return (...args: unknown[]) => (dead ? never : method.apply(target, args));
     },
   });
-  return { store: proxy, kill: () => void (dead = true) };
+  const kill = () => {
+    dead = true;
+    die(new Error('[steps model] the process died: its connection is gone'));
+  };
+  return { store: proxy, kill };
 }
 
 const transient = () => Object.assign(new Error('provider timeout'), { status: 503 });
 
 /** What the model expects an attempt to answer. */
-type Expected =
-  | { answer: 'replay'; ok: boolean; status: number; value?: string[] }
-  | { answer: 'run' };
+type Expected = { answer: 'replay'; ok: boolean; status: number; value?: string[] } | { answer: 'run' };
 
 /** Runs one scenario against the store, asserting the oracle at every attempt. */
 export async function checkStepsScenario(target: StepsModelTarget, scenario: StepsScenario): Promise<void> {
-  const { onFailure, steps, plan } = scenario;
+  const { onFailure, steps, plan, strangers } = scenario;
   const scope = `steps-model/${crypto.randomUUID()}`;
   const key = crypto.randomUUID();
   const ledger = new Ledger();
@@ -117,6 +142,8 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
   // Per step: how many times its run was called, how many returned (completed), its keys.
   const runs = Array.from({ length: steps }, () => 0);
   const completions = Array.from({ length: steps }, () => 0);
+  // Atomic mode: the application row each completed run of a step wrote (committed or not).
+  const rows = Array.from({ length: steps }, () => [] as string[]);
   const stepKeys = Array.from({ length: steps }, () => new Set<string>());
   let executions = 0;
   let lastAttempt = 0;
@@ -125,6 +152,20 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
   let frozen: IdempotencyRecord | null = null;
 
   for (let attempt = 0; attempt < plan.length + 3; attempt++) {
+    if (strangers.includes(attempt)) {
+      // F3/E8: the key with another payload, whatever state it is in: 422, the record unchanged.
+      const before = await shared.get(scope, key);
+      const stranger = createEngine({ store: shared, lease: target.leaseMs, onFailure });
+      let ran = false;
+      await expect(
+        stranger.execute({ scope, key, fingerprint: 'another payload' }, () => {
+          ran = true;
+          return [];
+        }),
+      ).rejects.toBeInstanceOf(FingerprintMismatchError);
+      expect(ran).toBe(false);
+      expect(await shared.get(scope, key)).toEqual(before);
+    }
     const process = processStore(shared);
     const engine = createEngine({ store: process.store, lease: target.leaseMs, onFailure });
     let crashed!: () => void;
@@ -146,7 +187,8 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
       }
     };
     const expected: Expected = stored ? { answer: 'replay', ...stored } : { answer: 'run' };
-    const execution = engine.execute({ scope, key, fingerprint: 'fp' }, async (claim) => {
+    const handler = async (claim: ClaimContext): Promise<string[]> => {
+      const index = executions;
       thisFault = plan[executions++];
       lastAttempt = claim.attempt;
       const values: string[] = [];
@@ -156,6 +198,11 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
           runs[i]!++;
           stepKeys[i]!.add(stepKey);
           const answer = ledger.call(stepKey, i);
+          if (target.atomic) {
+            const row = `${key}-s${i}-e${index}`;
+            await target.atomic.write(claim.tx, row);
+            rows[i]!.push(row);
+          }
           await act('inside', i);
           completions[i]!++;
           return answer;
@@ -164,7 +211,11 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
         await act('after', i);
       }
       return values;
-    });
+    };
+    const request = { scope, key, fingerprint: 'fp' };
+    const execution = target.atomic
+      ? engine.executeAtomic<string[]>(request, handler)
+      : engine.execute<string[]>(request, handler);
     const result = await Promise.race([execution, crash]);
     const ran = executions;
 
@@ -210,6 +261,11 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
   expect(record?.state).toBe('completed');
   expect(record?.attempts).toBe(lastAttempt);
   for (let i = 0; i < steps; i++) {
+    // Atomic mode: a run whose transaction rolled back (a crash) did not complete; its row is not there.
+    if (target.atomic) {
+      const committed = await Promise.all(rows[i]!.map((row) => target.atomic!.committed(row)));
+      completions[i] = committed.filter(Boolean).length;
+    }
     // At most one completed run of each step per generation, all under one derived key.
     expect(completions[i], `step s${i} ran to completion at most once`).toBeLessThanOrEqual(1);
     expect(stepKeys[i]!.size).toBeLessThanOrEqual(1);
