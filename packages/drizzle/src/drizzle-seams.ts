@@ -67,6 +67,9 @@ export const LIVE_READ_ORDER = [
   'outcomeStatus',
   'body',
   'waits',
+  'onFailure',
+  'attempts',
+  'steps',
   'now',
 ] as const;
 
@@ -101,12 +104,15 @@ export function liveRowOfValues(v: ArrayLike<unknown>): LiveRow {
     outcomeStatus: v[13] === null ? null : Number(v[13]),
     body: v[14] as string | null,
     waits: Number(v[15]),
+    onFailure: v[16] as LiveRow['onFailure'],
+    attempts: Number(v[17]),
+    steps: v[18] as string,
   };
 }
 
 /** The database clock of the hot read: its last column. */
 export function nowOfValues(v: ArrayLike<unknown>): Date {
-  return new Date(Number(v[16]));
+  return new Date(Number(v[19]));
 }
 
 /**

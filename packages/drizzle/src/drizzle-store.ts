@@ -133,7 +133,7 @@ export function createDrizzleStore<TDb extends DrizzleDatabase>(
           : sqliteStatements(detected.sqlite, defineSqliteTables(tables), busyRetryMs);
   } catch (error) {
     // better-sqlite3 prepares the statements here, and refuses a missing table at start-up.
-    throw withoutParameters(error, tables);
+    throw withoutParameters(error, tables, detected.dialect);
   }
   return storeOver<DrizzleTransaction<TDb>>(
     statements,
@@ -183,6 +183,11 @@ function storeOver<TTx>(
         const takeover = { previousToken: token, previousLeaseUntil: leaseUntil };
         return row && { outcome: 'claimed', record: toRecord(row), takeover };
       }
+      case 'resume': {
+        const row = await s.resumeResumable(request, decision.record.token);
+        const resumed = row && { attempt: row.attempts, previousStatus: decision.record.outcomeStatus };
+        return row && resumed && { outcome: 'claimed', record: toRecord(row), resumed };
+      }
       case 'reuse': {
         const reused = await s.reuseExpired(request, decision.record);
         return reused && { outcome: 'claimed', record: toRecord(reused.record), expired: toRecord(reused.archived) };
@@ -214,14 +219,14 @@ function storeOver<TTx>(
         seen = await s.readLive(request.scope, request.key);
       }
     } catch (error) {
-      throw withoutParameters(error, tables);
+      throw withoutParameters(error, tables, dialect);
     }
     throw new Error(`[idem] claim did not settle after ${MAX_CLAIM_ROUNDS} rounds of contention on one key`);
   }
 
   const { transaction } = s;
   const guarded = <A extends unknown[], R>(method: (...args: A) => Promise<R>) =>
-    rejectingWithoutParameters(method, tables);
+    rejectingWithoutParameters(method, tables, dialect);
   return {
     dialect,
     driver,
@@ -233,11 +238,12 @@ function storeOver<TTx>(
           // The dialect hands `work` drizzle's own transaction, which `TTx` names for the caller.
           return await transaction(work as (t: StoreTransaction) => Promise<TransactionEnd<R>>);
         } catch (error) {
-          throw withoutParameters(error, tables);
+          throw withoutParameters(error, tables, dialect);
         }
       },
     }),
     complete: guarded(complete),
+    saveStep: guarded((args) => s.saveStep(args)),
     renew: guarded(renew),
     countWait: guarded(countWait),
     release: guarded((args) => s.release(args)),

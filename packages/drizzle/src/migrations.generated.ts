@@ -26,6 +26,12 @@ export const EMBEDDED_MIGRATIONS: Readonly<Record<'sqlite' | 'postgres' | 'mysql
       "when": 1796293038169,
       "breakpoints": true,
       "sql": "ALTER TABLE `idem_key_history` ADD `waits` integer DEFAULT 0 NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_keys` ADD `waits` integer DEFAULT 0 NOT NULL;"
+    },
+    {
+      "tag": "0004_resume",
+      "when": 1796304438149,
+      "breakpoints": true,
+      "sql": "ALTER TABLE `idem_key_history` ADD `on_failure` text DEFAULT 'replay' NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_key_history` ADD `attempts` integer DEFAULT 1 NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_key_history` ADD `steps` text DEFAULT '[]' NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_keys` ADD `on_failure` text DEFAULT 'replay' NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_keys` ADD `attempts` integer DEFAULT 1 NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_keys` ADD `steps` text DEFAULT '[]' NOT NULL;--> statement-breakpoint\nUPDATE `idem_key_history` SET `attempts` = `takeovers` + 1 WHERE `takeovers` > 0 AND `attempts` = 1;--> statement-breakpoint\nUPDATE `idem_keys` SET `attempts` = `takeovers` + 1 WHERE `takeovers` > 0 AND `attempts` = 1;"
     }
   ],
   "postgres": [
@@ -52,6 +58,12 @@ export const EMBEDDED_MIGRATIONS: Readonly<Record<'sqlite' | 'postgres' | 'mysql
       "when": 1796293039134,
       "breakpoints": true,
       "sql": "ALTER TABLE \"idem_key_history\" ADD COLUMN IF NOT EXISTS \"waits\" integer DEFAULT 0 NOT NULL;--> statement-breakpoint\nALTER TABLE \"idem_keys\" ADD COLUMN IF NOT EXISTS \"waits\" integer DEFAULT 0 NOT NULL;"
+    },
+    {
+      "tag": "0004_resume",
+      "when": 1796304439091,
+      "breakpoints": true,
+      "sql": "ALTER TABLE \"idem_key_history\" ADD COLUMN IF NOT EXISTS \"on_failure\" text DEFAULT 'replay' NOT NULL;--> statement-breakpoint\nALTER TABLE \"idem_key_history\" ADD COLUMN IF NOT EXISTS \"attempts\" integer DEFAULT 1 NOT NULL;--> statement-breakpoint\nALTER TABLE \"idem_key_history\" ADD COLUMN IF NOT EXISTS \"steps\" text DEFAULT '[]' NOT NULL;--> statement-breakpoint\nALTER TABLE \"idem_keys\" ADD COLUMN IF NOT EXISTS \"on_failure\" text DEFAULT 'replay' NOT NULL;--> statement-breakpoint\nALTER TABLE \"idem_keys\" ADD COLUMN IF NOT EXISTS \"attempts\" integer DEFAULT 1 NOT NULL;--> statement-breakpoint\nALTER TABLE \"idem_keys\" ADD COLUMN IF NOT EXISTS \"steps\" text DEFAULT '[]' NOT NULL;--> statement-breakpoint\nUPDATE \"idem_key_history\" SET \"attempts\" = \"takeovers\" + 1 WHERE \"takeovers\" > 0 AND \"attempts\" = 1;--> statement-breakpoint\nUPDATE \"idem_keys\" SET \"attempts\" = \"takeovers\" + 1 WHERE \"takeovers\" > 0 AND \"attempts\" = 1;"
     }
   ],
   "mysql": [
@@ -66,6 +78,12 @@ export const EMBEDDED_MIGRATIONS: Readonly<Record<'sqlite' | 'postgres' | 'mysql
       "when": 1796293040042,
       "breakpoints": true,
       "sql": "ALTER TABLE `idem_key_history` ADD `waits` int DEFAULT 0 NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_keys` ADD `waits` int DEFAULT 0 NOT NULL;"
+    },
+    {
+      "tag": "0002_resume",
+      "when": 1796304440007,
+      "breakpoints": true,
+      "sql": "ALTER TABLE `idem_key_history` ADD `on_failure` varchar(16) DEFAULT 'replay' NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_key_history` ADD `attempts` int DEFAULT 1 NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_key_history` ADD `steps` longtext CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT ('[]') NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_keys` ADD `on_failure` varchar(16) DEFAULT 'replay' NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_keys` ADD `attempts` int DEFAULT 1 NOT NULL;--> statement-breakpoint\nALTER TABLE `idem_keys` ADD `steps` longtext CHARACTER SET utf8mb4 COLLATE utf8mb4_bin DEFAULT ('[]') NOT NULL;--> statement-breakpoint\nUPDATE `idem_key_history` SET `attempts` = `takeovers` + 1 WHERE `takeovers` > 0 AND `attempts` = 1;--> statement-breakpoint\nUPDATE `idem_keys` SET `attempts` = `takeovers` + 1 WHERE `takeovers` > 0 AND `attempts` = 1;"
     }
   ]
 };

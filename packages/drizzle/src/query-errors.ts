@@ -1,6 +1,9 @@
 import { StoreConfigurationError } from '@idem/core';
 import type { DrizzleQueryError } from 'drizzle-orm/errors';
 import { isDrizzleQueryError } from './drizzle-seams.js';
+import type { Dialect } from './dialect.js';
+import { addedColumn } from './migrate.js';
+import { EMBEDDED_MIGRATIONS } from './migrations.generated.js';
 import type { TableNames } from './table-names.js';
 
 /**
@@ -56,14 +59,114 @@ export function missingTablesError(tables: TableNames, cause: unknown): StoreCon
   );
 }
 
+/** A column a driver error says does not exist, and the table it names, when it names one. */
+export interface MissingColumn {
+  column: string;
+  table?: string;
+}
+
+/**
+ * The column a driver error says does not exist, or undefined: PostgreSQL's SQLSTATE `42703`
+ * (`column "c" of relation "t" does not exist`, `column t.c does not exist`, `column "c" does not
+ * exist`), MySQL's `ER_BAD_FIELD_ERROR` 1054 (`Unknown column 't.c' in 'field list'`), SQLite's
+ * `no such column: t.c` and `table t has no column named c`.
+ */
+export function missingColumnOf(error: unknown): MissingColumn | undefined {
+  for (let current = error, depth = 0; current instanceof Error && depth < 4; depth += 1) {
+    const { code, errno } = current as { code?: unknown; errno?: unknown };
+    const message = current.message;
+    if (code === '42703') {
+      const ofRelation = /column "([^"]+)" of relation "(?:[^"]+\.)?([^"]+)" does not exist/.exec(message);
+      if (ofRelation) return { column: ofRelation[1] as string, table: ofRelation[2] as string };
+    }
+    const found =
+      code === '42703'
+        ? /column (?:"?([^".\s]+)"?\.)?"?([^".\s]+)"? does not exist/.exec(message)
+        : code === 'ER_BAD_FIELD_ERROR' || errno === 1054
+          ? /Unknown column '(?:([^'.]+)\.)?([^'.]+)'/.exec(message)
+          : (/\bno such column: (?:"?([^".\s]+)"?\.)?"?([^".\s]+)"?/i.exec(message) ??
+            /\btable "?([^"\s]+)"? has no column named "?([^"\s]+)"?/i.exec(message));
+    if (found) return { column: found[2] as string, ...(found[1] && { table: found[1] }) };
+    current = current.cause;
+  }
+  return undefined;
+}
+
+/**
+ * The columns a later migration of `dialect` added to the store's tables, by column name, each
+ * with the migration that adds it and every column that migration adds (`ALTER TABLE … ADD`).
+ */
+function laterColumns(dialect: Dialect): Map<string, { tag: string; columns: string[] }> {
+  const found = new Map<string, { tag: string; columns: string[] }>();
+  for (const migration of EMBEDDED_MIGRATIONS[dialect]) {
+    const added = migration.sql
+      .split('--> statement-breakpoint')
+      .map(addedColumn)
+      .filter((each) => each !== undefined);
+    const columns = [...new Set(added.map((each) => each.column))];
+    for (const column of columns) found.set(column, { tag: migration.tag, columns });
+  }
+  return found;
+}
+
+/**
+ * The store's own column that `error` says is missing, with the migration that adds it: the
+ * column is one a later migration added, and the error names one of the store's tables (or,
+ * where the driver's message names no table, drizzle's query error shows the statement ran on
+ * one). A handler's own column missing inside an atomic transaction is the handler's error.
+ */
+function missingStoreColumn(error: unknown, tables: TableNames, dialect: Dialect) {
+  const missing = missingColumnOf(error);
+  if (!missing) return undefined;
+  const added = laterColumns(dialect).get(missing.column);
+  if (!added) return undefined;
+  const ours = (table: string) => table === tables.keys || table === tables.history;
+  if (missing.table !== undefined) return ours(missing.table) ? { column: missing.column, ...added } : undefined;
+  for (let current = error, depth = 0; current instanceof Error && depth < 4; depth += 1) {
+    // drizzle's query error (0.44+) carries the statement as `query`; mysql2's own error as `sql`.
+    const { query, sql: statement } = current as { query?: unknown; sql?: unknown };
+    for (const text of [query, statement])
+      if (typeof text === 'string' && [tables.keys, tables.history].some((table) => text.includes(table)))
+        return { column: missing.column, ...added };
+    current = current.cause;
+  }
+  return undefined;
+}
+
+/**
+ * E5: the store's tables lack a column a later migration adds (tables migrated by an older
+ * version of the package), as an error that names the missing column, the migration that adds it
+ * with its other columns, and what to do.
+ */
+export function missingColumnsError(
+  tables: TableNames,
+  missing: { column: string; tag: string; columns: string[] },
+  cause: unknown,
+): StoreConfigurationError {
+  const others = missing.columns.filter((column) => column !== missing.column);
+  const listed = [missing.column, ...others].join(', ');
+  return new StoreConfigurationError(
+    `[idem] the store's tables ${tables.keys} and ${tables.history} lack the column ${missing.column}` +
+      (others.length > 0 ? ` (migration ${missing.tag} adds ${listed})` : ` (migration ${missing.tag} adds it)`) +
+      ": they were created by an older version of @idem/drizzle. Run the package's migrations again " +
+      '(npx idem migrate, or migrate(db): it applies only the missing ones), or regenerate your drizzle-kit ' +
+      `migration of definePgTables/defineSqliteTables/defineMysqlTables (it adds ${listed}).`,
+    { cause: withoutParameters(cause) },
+  );
+}
+
 /**
  * `error`, as a {@link StoreQueryError} when it is drizzle's query error (which lists the
- * parameters), and as a {@link StoreConfigurationError} naming `tables` when it says a table is missing.
+ * parameters), and as a {@link StoreConfigurationError} naming `tables` when it says a table is
+ * missing, or naming the columns when it says one of the store's later columns is missing (with
+ * `dialect`: the columns come from that dialect's migrations).
  */
-export function withoutParameters(error: unknown, tables?: TableNames): unknown {
+export function withoutParameters(error: unknown, tables?: TableNames, dialect?: Dialect): unknown {
   // Only the store's own tables: a handler's table missing inside an atomic transaction is the handler's error.
   const missing = tables && missingTableOf(error);
   if (tables && (missing === tables.keys || missing === tables.history)) return missingTablesError(tables, error);
+  const column = tables && dialect && missingStoreColumn(error, tables, dialect);
+  if (tables && column) return missingColumnsError(tables, column, error);
   return isDrizzleQueryError(error) ? new StoreQueryError(error) : error;
 }
 
@@ -71,12 +174,13 @@ export function withoutParameters(error: unknown, tables?: TableNames): unknown 
 export function rejectingWithoutParameters<A extends unknown[], R>(
   method: (...args: A) => Promise<R>,
   tables?: TableNames,
+  dialect?: Dialect,
 ): (...args: A) => Promise<R> {
   return async (...args) => {
     try {
       return await method(...args);
     } catch (error) {
-      throw withoutParameters(error, tables);
+      throw withoutParameters(error, tables, dialect);
     }
   };
 }

@@ -8,6 +8,7 @@ import type { Column, SQL } from 'drizzle-orm';
 import type { MysqlTables } from './mysql/schema.js';
 import type { PgTables } from './pg/schema.js';
 import type { SqliteTables } from './sqlite/schema.js';
+import { parseSteps } from './steps.js';
 
 /** A row of the live table. */
 export type LiveRow = PgTables['keys']['$inferSelect'];
@@ -46,6 +47,9 @@ export function toRecord(row: LiveRow): IdempotencyRecord {
     archivedAt: row.archivedAt,
     takeovers: row.takeovers,
     waits: row.waits,
+    onFailure: row.onFailure,
+    attempts: row.attempts,
+    steps: parseSteps(row.steps),
     outcome:
       row.outcomeKind === null || row.outcomeStatus === null
         ? null

@@ -6,7 +6,7 @@
  * (bound values).
  */
 import { and, eq, or, sql, type Column, type SQL, type SQLWrapper } from 'drizzle-orm';
-import type { ClaimOwner, ClaimRequest, StoredOutcome } from '@idem/core/store';
+import type { ClaimOwner, ClaimRequest, OnFailure, StoredOutcome } from '@idem/core/store';
 import type { DatabaseClock } from './database-clock.js';
 
 /** The inputs of a claim statement, each as SQL. */
@@ -19,6 +19,8 @@ export interface ClaimBindings {
   retentionMs: SQL;
   /** The owner the compare-and-set expects to replace. */
   previousToken: SQL;
+  /** E8: the mode a new claim stores (`'replay'` when the request has none). */
+  onFailure: SQL;
 }
 
 const placeholder = (name: string) => sql`${sql.placeholder(name)}`;
@@ -32,11 +34,17 @@ export const claimPlaceholders: ClaimBindings = {
   leaseMs: placeholder('leaseMs'),
   retentionMs: placeholder('retentionMs'),
   previousToken: placeholder('previousToken'),
+  onFailure: placeholder('onFailure'),
 };
+
+/** E8: the mode a new claim of `request` stores: its own, `'replay'` when absent. */
+export function onFailureOf(request: Pick<ClaimRequest, 'onFailure'>): OnFailure {
+  return request.onFailure === 'resume' ? 'resume' : 'replay';
+}
 
 export function claimParameters(request: ClaimRequest, previousToken = '') {
   const { scope, key, fingerprint, token, leaseMs, retentionMs } = request;
-  return { scope, key, fingerprint, token, leaseMs, retentionMs, previousToken };
+  return { scope, key, fingerprint, token, leaseMs, retentionMs, previousToken, onFailure: onFailureOf(request) };
 }
 
 /** Bindings carrying the values themselves, for statements that are not prepared. */
@@ -50,6 +58,7 @@ export function claimValues(request: ClaimRequest, previousToken: string): Claim
     leaseMs: sql`${values.leaseMs}`,
     retentionMs: sql`${values.retentionMs}`,
     previousToken: sql`${values.previousToken}`,
+    onFailure: sql`${values.onFailure}`,
   };
 }
 
@@ -61,7 +70,10 @@ export function ownerValues({ scope, key, token }: { scope: string; key: string;
   return { scope: sql`${scope}`, key: sql`${key}`, token: sql`${token}` };
 }
 
-/** A `processing` claim owned by the request, with lease and retention from now (rules 1–3). */
+/**
+ * A `processing` claim owned by the request, with lease and retention from now (rules 1–3): the
+ * request's mode, its first execution, no recovery point yet (E8).
+ */
 export function freshClaim(clock: DatabaseClock, b: ClaimBindings) {
   return {
     fingerprint: b.fingerprint,
@@ -77,40 +89,82 @@ export function freshClaim(clock: DatabaseClock, b: ClaimBindings) {
     outcomeStatus: sql`NULL`,
     body: sql`NULL`,
     waits: sql`0`,
+    onFailure: b.onFailure,
+    attempts: sql`1`,
+    steps: sql`'[]'`,
   };
 }
 
-/** Rule 4: a new owner and lease for a stale claim; everything else is kept. */
-export function takeover(clock: DatabaseClock, b: ClaimBindings, takeovers: SQLWrapper) {
-  return { token: b.token, leaseUntil: clock.after(b.leaseMs), takeovers: sql`${takeovers} + 1` };
+/** Rule 4: a new owner and lease for a stale claim, one more execution (E8); everything else (steps included) is kept. */
+export function takeover(
+  clock: DatabaseClock,
+  b: ClaimBindings,
+  columns: { takeovers: SQLWrapper; attempts: SQLWrapper },
+) {
+  return {
+    token: b.token,
+    leaseUntil: clock.after(b.leaseMs),
+    takeovers: sql`${columns.takeovers} + 1`,
+    attempts: sql`${columns.attempts} + 1`,
+  };
 }
 
-/** The outcome bindings of `complete`. */
+/**
+ * E8, the resume rule: a `resumable` record runs again in the same generation: a new owner and
+ * lease, `processing`, one more execution, the failed attempt's outcome dropped; steps, waits,
+ * fingerprint, mode and timestamps kept.
+ */
+export function resumption(clock: DatabaseClock, b: ClaimBindings, columns: { attempts: SQLWrapper }) {
+  return {
+    state: sql`'processing'`,
+    token: b.token,
+    leaseUntil: clock.after(b.leaseMs),
+    attempts: sql`${columns.attempts} + 1`,
+    outcomeKind: sql`NULL`,
+    outcomeStatus: sql`NULL`,
+    body: sql`NULL`,
+  };
+}
+
+/** The outcome bindings of `complete`: the outcome, and the state it leaves (`completed`, or `resumable`: E8). */
 export interface OutcomeBindings {
   kind: SQL;
   status: SQL;
   body: SQL;
+  state: SQL;
 }
 
 export const outcomePlaceholders: OutcomeBindings = {
   kind: placeholder('kind'),
   status: placeholder('status'),
   body: placeholder('body'),
+  state: placeholder('state'),
 };
 
-export function outcomeParameters(outcome: StoredOutcome) {
-  return { kind: outcome.kind, status: outcome.status, body: outcome.body };
+/** The state a completion leaves: `resumable` when asked (E8), `completed` otherwise. */
+export function completedState(args: { resumable?: boolean }): 'completed' | 'resumable' {
+  return args.resumable === true ? 'resumable' : 'completed';
+}
+
+export function outcomeParameters(outcome: StoredOutcome, resumable?: boolean) {
+  return { kind: outcome.kind, status: outcome.status, body: outcome.body, state: completedState({ resumable }) };
 }
 
 /** {@link OutcomeBindings} carrying the values themselves. */
-export function outcomeValues(outcome: StoredOutcome): OutcomeBindings {
-  return { kind: sql`${outcome.kind}`, status: sql`${outcome.status}`, body: sql`${outcome.body}` };
+export function outcomeValues(outcome: StoredOutcome, resumable?: boolean): OutcomeBindings {
+  return {
+    kind: sql`${outcome.kind}`,
+    status: sql`${outcome.status}`,
+    body: sql`${outcome.body}`,
+    state: sql`${completedState({ resumable })}`,
+  };
 }
 
 /**
  * `complete`'s assignments. R1: retention counts from completion, so `expires_at` moves to now
  * plus the retention the claim was given (`expires_at − created_at`, a number of milliseconds on
- * SQLite, an interval on PostgreSQL, microseconds on MySQL).
+ * SQLite, an interval on PostgreSQL, microseconds on MySQL). The state is the binding's:
+ * `completed`, or `resumable` (E8), which keeps `completed_at` null.
  */
 export function completion(
   clock: DatabaseClock,
@@ -118,8 +172,8 @@ export function completion(
   outcome: OutcomeBindings = outcomePlaceholders,
 ) {
   return {
-    state: sql`'completed'`,
-    completedAt: clock.now,
+    state: outcome.state,
+    completedAt: sql`CASE WHEN ${outcome.state} = 'resumable' THEN NULL ELSE ${clock.now} END`,
     expiresAt: clock.afterSpan(columns.createdAt, columns.expiresAt),
     outcomeKind: outcome.kind,
     outcomeStatus: outcome.status,
@@ -204,6 +258,16 @@ export function stillReleased(clock: DatabaseClock, columns: GuardedColumns, b: 
   );
 }
 
+/** E8, the resume rule, as a compare-and-set: still the `resumable` record of `previousToken`, not expired. */
+export function stillResumable(clock: DatabaseClock, columns: GuardedColumns, b: ClaimBindings) {
+  return and(
+    thisKey(columns, b),
+    eq(columns.token, b.previousToken),
+    sql`${columns.state} = 'resumable'`,
+    sql`${columns.expiresAt} > ${clock.now}`,
+  );
+}
+
 /** Rule 4 (`takeover`), as a compare-and-set: still the `processing` claim of `previousToken`, its lease passed, not expired. */
 export function stillStale(clock: DatabaseClock, columns: GuardedColumns, b: ClaimBindings) {
   return and(
@@ -228,33 +292,44 @@ export function stillExpired(clock: DatabaseClock, columns: GuardedColumns, b: C
   );
 }
 
-/** R3: archived in place; the body goes, status, fingerprint and timestamps stay. */
-export function archiving(clock: DatabaseClock) {
-  return { state: sql`'archived'`, archivedAt: clock.now, body: sql`NULL` };
+/**
+ * R3: archived in place; the body goes, status, fingerprint and timestamps stay, and the steps
+ * keep their names with their results gone (E8: `stepNames`, the dialect's JSON of the column).
+ */
+export function archiving(clock: DatabaseClock, stepNames: SQL) {
+  return { state: sql`'archived'`, archivedAt: clock.now, body: sql`NULL`, steps: stepNames };
 }
+
+/** The columns each table has after `reused_at`, added by later migrations (waits; E8's mode, attempts, steps). */
+type LaterColumns = 'waits' | 'onFailure' | 'attempts' | 'steps';
 
 /**
  * R2: the live row's columns (from `getTableColumns`) as they go into the history table. The
  * history table has the live table's columns in the same order, except that `reused_at` comes
- * before `waits` (each table ends with the column its last migration added), which drizzle's
- * insert-select checks.
+ * before `waits`, `on_failure`, `attempts` and `steps` (each table ends with the columns its
+ * later migrations added), which drizzle's insert-select checks. Archived: the body goes, the
+ * steps keep their names only (`stepNames`, E8).
  */
-export function historyCopy<TColumns extends { archivedAt: SQLWrapper; waits: SQLWrapper }>(
+export function historyCopy<TColumns extends { archivedAt: SQLWrapper } & Record<LaterColumns, SQLWrapper>>(
   columns: TColumns,
   clock: DatabaseClock,
+  stepNames: SQL,
 ) {
-  const { waits: _, ...kept } = columns;
+  const { waits, onFailure, attempts, steps: _, ...kept } = columns;
   const copy = {
     ...kept,
     state: sql<'archived'>`'archived'`.as('state'),
     archivedAt: sql<Date>`coalesce(${columns.archivedAt}, ${clock.now})`.as('archived_at'),
     body: sql<null>`NULL`.as('body'),
     reusedAt: sql<Date>`${clock.now}`.as('reused_at'),
-    waits: columns.waits,
+    waits,
+    onFailure,
+    attempts,
+    steps: sql<string>`${stepNames}`.as('steps'),
   };
-  return copy as Omit<TColumns, 'state' | 'archivedAt' | 'body' | 'waits'> &
-    Pick<typeof copy, 'state' | 'archivedAt' | 'body' | 'reusedAt'> &
-    Pick<TColumns, 'waits'>;
+  return copy as Omit<TColumns, 'state' | 'archivedAt' | 'body' | LaterColumns> &
+    Pick<typeof copy, 'state' | 'archivedAt' | 'body' | 'reusedAt' | 'steps'> &
+    Pick<TColumns, 'waits' | 'onFailure' | 'attempts'>;
 }
 
 /** `(…), (…), …`: each row a parenthesised list of bound values (a group's `VALUES` or `IN` list). */

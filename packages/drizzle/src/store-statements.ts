@@ -15,13 +15,18 @@ import type {
   ClaimOwner,
   ClaimRenewal,
   ClaimRequest,
+  CompleteArgs,
   GenerationRef,
+  SaveStepArgs,
   StoredOutcome,
 } from '@idem/core/store';
 import type { HistoryRow, LiveRead, LiveRow } from './record-rows.js';
 
-/** A completion: the owner and the outcome it stores (`complete`, and each request of `completeMany`). */
-export type Completion = ClaimOwner & { outcome: StoredOutcome };
+/**
+ * A completion: the owner and the outcome it stores, `resumable` (E8) or not (`complete`, and
+ * each request of `completeMany`).
+ */
+export type Completion = CompleteArgs;
 
 /** What the first step of a claim found: the row it inserted, or the live row with the clock. */
 export type FirstStep = { inserted: LiveRow } | { live: LiveRead };
@@ -42,6 +47,10 @@ export interface StoreStatements {
   reclaimReleased(request: ClaimRequest, releasedToken: string): Promise<LiveRow | undefined>;
   /** Rule 4, compare-and-set on the stale owner's token and lease; undefined when the CAS lost. */
   takeOverStale(request: ClaimRequest, staleToken: string): Promise<LiveRow | undefined>;
+  /** E8, the resume rule, compare-and-set on the `resumable` record's token; undefined when the CAS lost. */
+  resumeResumable(request: ClaimRequest, resumableToken: string): Promise<LiveRow | undefined>;
+  /** E8: one recovery point on the owner's `processing` claim (`steps.ts`); false when it is not the owner's. */
+  saveStep(args: SaveStepArgs): Promise<boolean>;
   /**
    * Rule 2: in one transaction, if `seen` is still the live generation and still expired, copy
    * it into history and turn the live row into generation + 1 owned by the request;

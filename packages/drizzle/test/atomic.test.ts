@@ -206,6 +206,11 @@ describe.each([
     await engineOn().executeAtomic(req, (claim) => ((seen = { tx: claim.tx, claim }), pay(claim)));
     expect(seen?.tx).toBeDefined();
     expect(seen?.claim.tx).toBe(seen?.tx);
+    // The transaction of the current savepoint, as drizzle's own class (E8: a recovery point moves it on).
+    const drizzleClass = Object.getPrototypeOf(seen?.tx).constructor;
+    expect(seen?.tx).toBeInstanceOf(drizzleClass);
+    expect((seen?.tx as object).constructor).toBe(drizzleClass);
+    expect(drizzleClass.name).toMatch(/Transaction$/);
     expect(seen?.claim).toMatchObject({ scope: req.scope, key: req.key, generation: 1 });
     expect(seen?.claim.deriveKey('channel')).toMatch(/^"idem-[\w-]{32}"$/);
   });
@@ -388,6 +393,80 @@ describe.each([
       token: winner.record.token,
       outcome: null,
     });
+  });
+
+  it('E8: inside the savepoint a recovery point keeps the writes (and the step) before it when the work throws; without one the savepoint rolls back whole; drizzle nested transactions still work inside', async () => {
+    const req = claimRequest({ onFailure: 'resume' });
+    const owner = { scope: req.scope, key: req.key, token: req.token };
+    const before = await target.payments();
+    const pay = (tx: unknown, id: string) => target.pay(`${id}_${req.key}`)({ tx, generation: 1 });
+    const nested = (tx: unknown, id: string) =>
+      (tx as { transaction<T>(work: (inner: unknown) => Promise<T>): Promise<T> }).transaction((inner) =>
+        pay(inner, id),
+      );
+    const failure = { kind: 'error', status: 503, body: '{"error":"timeout"}' } as const;
+    const errors = await target.store.transaction!(async (t) => {
+      expect((await t.insertClaim(req)).outcome).toBe('claimed');
+      const caught: string[] = [];
+      // Kept: reserve (with a nested transaction) and its step, before the recovery point.
+      await t
+        .savepoint(async (tx) => {
+          await pay(tx, 'reserve');
+          await nested(tx, 'reserve_nested');
+          expect(await t.saveStep({ ...owner, name: 'reserve', result: '{"id":1}' })).toBe(true);
+          await t.recoveryPoint();
+          // Rolled back: what follows the latest recovery point, a failed statement included
+          // (PostgreSQL: the transaction is aborted until the rollback to the recovery point).
+          await pay(tx, 'charge');
+          await nested(tx, 'charge_nested');
+          expect(await t.saveStep({ ...owner, name: 'charge', result: '{"id":2}' })).toBe(true);
+          await pay(tx, 'reserve');
+        })
+        .catch((error: unknown) => caught.push(String(error)));
+      // Rolled back whole: no recovery point in this savepoint.
+      await t
+        .savepoint(async (tx) => {
+          await pay(tx, 'other');
+          throw new Error('before any step');
+        })
+        .catch((error: unknown) => caught.push(String(error)));
+      // Outside a savepoint a recovery point does nothing (nothing rolls back there but the transaction).
+      await t.recoveryPoint();
+      expect(await t.saveStep({ ...owner, token: 'not-the-owner', name: 'x', result: '1' })).toBe(false);
+      expect(await t.savepoint(async (tx) => (await pay(tx, 'after'), 'value'))).toBe('value');
+      expect(await t.complete({ ...owner, outcome: failure, resumable: true })).toBe(true);
+      return { commit: true, value: caught };
+    });
+    expect(errors).toHaveLength(2);
+    expect(errors[1]).toContain('before any step');
+    expect(await target.payments()).toBe(before + 3);
+    expect(await target.store.get(req.scope, req.key)).toMatchObject({
+      state: 'resumable',
+      onFailure: 'resume',
+      completedAt: null,
+      outcome: failure,
+      steps: [{ name: 'reserve', result: '{"id":1}' }],
+    });
+  });
+
+  it('E8: a transaction rolled back takes its steps with it; saveStep in a transaction is fenced on the lock it holds', async () => {
+    const req = claimRequest();
+    claimed(await target.store.claim(req));
+    const owner = { scope: req.scope, key: req.key, token: req.token };
+    await target.store.transaction!(async (t) => {
+      expect(await t.lockOwned(owner)).toMatchObject({ steps: [] });
+      expect(await t.saveStep({ ...owner, name: 'reserve', result: '1' })).toBe(true);
+      await t.recoveryPoint();
+      return { commit: false, value: undefined };
+    });
+    expect((await target.store.get(req.scope, req.key))?.steps).toEqual([]);
+    await target.store.transaction!(async (t) => {
+      await t.lockOwned(owner);
+      expect(await t.saveStep({ ...owner, name: 'reserve', result: '1' })).toBe(true);
+      expect(await t.saveStep({ ...owner, name: 'reserve', result: '2' })).toBe(true);
+      return { commit: true, value: undefined };
+    });
+    expect((await target.store.get(req.scope, req.key))?.steps).toEqual([{ name: 'reserve', result: '2' }]);
   });
 
   it('E6: when the claim is taken from the handler’s transaction after it ran, its writes are rolled back with everything else', async () => {

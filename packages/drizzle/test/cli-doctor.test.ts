@@ -100,7 +100,7 @@ describe.each(TARGETS)('idem stats and doctor on $database', ({ open, skip }) =>
 
   async function record(
     operation: string,
-    { leaseMs = 30_000, retentionMs = 3_600_000, complete = true } = {},
+    { leaseMs = 30_000, retentionMs = 3_600_000, complete = true, resumable = false } = {},
   ): Promise<string> {
     const scope = `${principal}/${operation}`;
     const key = `k-${randomUUID()}`;
@@ -116,9 +116,17 @@ describe.each(TARGETS)('idem stats and doctor on $database', ({ open, skip }) =>
     });
     expect(claim.outcome).toBe('claimed');
     if (complete)
-      expect(await store.complete({ scope, key, token, outcome: { kind: 'success', status: 200, body: '{}' } })).toBe(
-        true,
-      );
+      expect(
+        await store.complete({
+          scope,
+          key,
+          token,
+          outcome: resumable
+            ? { kind: 'error', status: 503, body: '{}' }
+            : { kind: 'success', status: 200, body: '{}' },
+          resumable,
+        }),
+      ).toBe(true);
     return scope;
   }
 
@@ -134,9 +142,10 @@ describe.each(TARGETS)('idem stats and doctor on $database', ({ open, skip }) =>
   });
 
   it.skipIf(skip)(
-    'stats counts per state and per operation, the oldest claim past its lease, expired not swept; --json the same',
+    'stats counts per state (E8: resumable too) and per operation, the oldest claim past its lease, expired not swept; --json the same',
     async () => {
       await record('payments.create');
+      await record('payments.create', { resumable: true });
       const stuck = await record('refunds.create', { leaseMs: 1, complete: false });
       await record('refunds.create', { retentionMs: 1 });
       await sleep(20);
@@ -150,10 +159,10 @@ describe.each(TARGETS)('idem stats and doctor on $database', ({ open, skip }) =>
       const stats = JSON.parse(json.stdout);
       expect(stats).toMatchObject({
         counts: { kind: 'count' }, // a small table: counted, on every dialect
-        states: { processing: 1, completed: 3, released: 0, archived: 0 },
+        states: { processing: 1, completed: 3, released: 0, resumable: 1, archived: 0 },
         operations: [
-          { operation: 'payments.create', processing: 0, completed: 2, released: 0, archived: 0 },
-          { operation: 'refunds.create', processing: 1, completed: 1, released: 0, archived: 0 },
+          { operation: 'payments.create', processing: 0, completed: 2, released: 0, resumable: 1, archived: 0 },
+          { operation: 'refunds.create', processing: 1, completed: 1, released: 0, resumable: 0, archived: 0 },
         ],
         oldestProcessing: { scope: stuck, pastLease: true },
         takeoversLastDay: 0,
@@ -162,7 +171,10 @@ describe.each(TARGETS)('idem stats and doctor on $database', ({ open, skip }) =>
         history: 0,
       });
       expect(text.stdout).toMatch(/^processing +1$/m);
-      expect(text.stdout).toMatch(/^refunds\.create +1 +1 +0 +0$/m);
+      expect(text.stdout).toMatch(/^resumable +1$/m);
+      expect(text.stdout).toMatch(/^operation +processing +completed +released +resumable +archived$/m);
+      expect(text.stdout).toMatch(/^payments\.create +0 +2 +0 +1 +0$/m);
+      expect(text.stdout).toMatch(/^refunds\.create +1 +1 +0 +0 +0$/m);
       expect(text.stdout).toContain(`oldest processing claim: ${stuck}, first seen `);
       expect(text.stdout).toContain('(past its lease: idem doctor)');
       expect(text.stdout).toMatch(/^expired, not swept: 1 \(the oldest expired at \S+Z\)$/m);
@@ -293,7 +305,7 @@ describe.skipIf(!postgresServer)('idem stats on PostgreSQL from the planner stat
     expect(JSON.parse(auto.stdout).counts).toEqual({ kind: 'count' });
     expect(e.counts).toMatchObject({ kind: 'statistics', rows: ROWS, missingStatistics: null });
     expect(Date.parse(e.counts.analyzedAt)).toBeGreaterThan(Date.now() - 600_000);
-    expect(x.states).toEqual({ processing: 6667, completed: 20000, released: 6667, archived: 6666 });
+    expect(x.states).toEqual({ processing: 6667, completed: 20000, released: 6667, resumable: 0, archived: 6666 });
     const near = (a: number, b: number) => Math.abs(a - b) <= Math.max(20, b * 0.03);
     for (const state of ['processing', 'completed', 'released', 'archived'])
       expect(near(e.states[state], x.states[state]), `${state}: ${e.states[state]} vs ${x.states[state]}`).toBe(true);

@@ -236,6 +236,9 @@ describe('idem explain text (A1)', () => {
     reusedAt: null,
     takeovers: 0,
     waits: 0,
+    onFailure: 'replay',
+    attempts: 1,
+    steps: [],
     ...overrides,
   });
   const now = at('2026-03-05T00:00:00.000Z');
@@ -247,6 +250,7 @@ describe('idem explain text (A1)', () => {
         archivedAt: at('2026-03-02T10:05:00.000Z'),
         reusedAt: at('2026-03-03T12:30:00.000Z'),
         takeovers: 1,
+        attempts: 2,
         waits: 3,
       }),
       entry({
@@ -261,17 +265,42 @@ describe('idem explain text (A1)', () => {
     ];
     expect(explainTimeline(generations, now)).toBe(
       'Generation 1, first seen at 2026-03-01T10:00:00.000Z, completed with 200 at 2026-03-01T10:00:01.250Z; its claim was taken over once after a lease lapsed (E6); ' +
+        'its handler started 2 times (1 takeover); ' +
         '3 duplicates waited for its outcome instead of answering 409 (E3w); ' +
         'its retention ended at 2026-03-02T10:00:00.000Z; the sweeper archived it at 2026-03-02T10:05:00.000Z; ' +
         'the key was reused at 2026-03-03T12:30:00.000Z, 26h 30m after its retention ended, and executed again as generation 2. ' +
         'Generation 2, first seen at 2026-03-03T12:30:00.000Z, has no outcome yet (still processing); its retention ends at 2026-03-06T00:00:00.000Z.',
     );
-    expect(explainTimeline(generations.slice(0, 1), now)).toBe('');
+    expect(explainTimeline([entry({ waits: 3 })], now)).toBe('');
     expect(renderTimelineTable(generations, now).split('\n')).toEqual([
-      'generation  first seen                completed                 status             expired                             archived                  reused                    waits',
-      '1           2026-03-01T10:00:00.000Z  2026-03-01T10:00:01.250Z  200 success        yes, at 2026-03-02T10:00:00.000Z    2026-03-02T10:05:00.000Z  2026-03-03T12:30:00.000Z  3',
-      '2           2026-03-03T12:30:00.000Z  —                         none (processing)  no, until 2026-03-06T00:00:00.000Z  —                         —                         0',
+      'generation  first seen                completed                 status             expired                             archived                  reused                    waits  on failure   attempts  steps',
+      '1           2026-03-01T10:00:00.000Z  2026-03-01T10:00:01.250Z  200 success        yes, at 2026-03-02T10:00:00.000Z    2026-03-02T10:05:00.000Z  2026-03-03T12:30:00.000Z  3      replay (v1)  2         —',
+      '2           2026-03-03T12:30:00.000Z  —                         none (processing)  no, until 2026-03-06T00:00:00.000Z  —                         —                         0      replay (v1)  1         —',
     ]);
+  });
+
+  it('E8: shows the mode, the attempts, the step names (never their results) and the resumable state, with a story for a single generation that ran more than once', () => {
+    const resumable = entry({
+      state: 'resumable',
+      completedAt: null,
+      status: 503,
+      outcomeKind: 'error',
+      onFailure: 'resume',
+      attempts: 3,
+      takeovers: 1,
+      steps: ['reserve', 'charge', 'notify', 'ledger', 'receipt', 'audit'],
+    });
+    expect(renderTimelineTable([resumable], now).split('\n')).toEqual([
+      'generation  first seen                completed  status                expired                           archived  reused  waits  on failure   attempts  steps',
+      '1           2026-03-01T10:00:00.000Z  —          503 error, resumable  yes, at 2026-03-02T10:00:00.000Z  —         —       0      resume (v2)  3         reserve, charge, notify, ledger +2 more',
+    ]);
+    expect(explainTimeline([resumable], now)).toBe(
+      'Generation 1, first seen at 2026-03-01T10:00:00.000Z, failed with 503 (an error) and is resumable: a retry with the same key and payload runs it again, skipping its completed steps (E8); ' +
+        'its claim was taken over once after a lease lapsed (E6); its handler started 3 times (1 takeover and 1 resumed retry); ' +
+        'it completed 6 steps, in this order: reserve, charge, notify, ledger, receipt, audit (E8: a step that completed is not run again by a later attempt); ' +
+        'its retention ended at 2026-03-02T10:00:00.000Z.',
+    );
+    expect(explainTimeline([entry({ steps: ['reserve'] })], now)).toBe('');
   });
 
   it('spans read as a person says them, tables align on the widest cell', () => {

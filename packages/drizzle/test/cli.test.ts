@@ -190,9 +190,16 @@ describe.each(TARGETS)('idem on $database', ({ open, skip }) => {
         leaseMs: 30_000,
         retentionMs: 3_600_000,
         expiredReuse: 'execute',
+        onFailure: 'resume',
       });
       // A duplicate waiting on the other scope's claim in progress (E3w).
       expect(await store.countWait({ scope: otherScope, key, generation: 1 })).toBe(true);
+      // E8: one step, then a failure kept for a retry to resume.
+      const owner = { scope: otherScope, key, token: otherToken };
+      expect(await store.saveStep({ ...owner, name: 'reserve', result: JSON.stringify(SECRET) })).toBe(true);
+      expect(
+        await store.complete({ ...owner, outcome: { kind: 'error', status: 503, body: SECRET }, resumable: true }),
+      ).toBe(true);
       const timeline = await store.timeline(scope, key);
       expect(timeline.map((entry) => entry.generation)).toEqual([1, 2]);
       const [first, second] = timeline as [TimelineEntry, TimelineEntry];
@@ -209,22 +216,25 @@ describe.each(TARGETS)('idem on $database', ({ open, skip }) => {
       expect(out).toContain(`scope ${scope}, key "${key}": 2 generations`);
       expect(out).toContain(`scope ${otherScope}, key "${key}": 1 generation`);
       expect(out.indexOf(`scope ${scope}`)).toBeLessThan(out.indexOf(`scope ${otherScope}`));
-      expect(out).toMatch(/^generation {2}first seen +completed +status +expired +archived +reused +waits$/m);
+      expect(out).toMatch(
+        /^generation {2}first seen +completed +status +expired +archived +reused +waits +on failure +attempts +steps$/m,
+      );
       const rows = out.split('\n').filter((line) => /^[12] /.test(line));
       expect(rows).toHaveLength(3);
       // Generation 1: 200, retention passed, archived when the key was reused.
       expect(rows[0]).toMatch(
         new RegExp(
-          `^1 +${first.firstSeenAt.toISOString()} +${first.completedAt!.toISOString()} +200 success +yes, at ${first.expiresAt.toISOString()} +${first.archivedAt!.toISOString()} +${first.reusedAt!.toISOString()} +0$`,
+          `^1 +${first.firstSeenAt.toISOString()} +${first.completedAt!.toISOString()} +200 success +yes, at ${first.expiresAt.toISOString()} +${first.archivedAt!.toISOString()} +${first.reusedAt!.toISOString()} +0 +replay \\(v1\\) +1 +—$`,
         ),
       );
       // Generation 2: the stored error, retention still running, not archived, not reused.
       expect(rows[1]).toMatch(
         new RegExp(
-          `^2 +${second.firstSeenAt.toISOString()} +${second.completedAt!.toISOString()} +502 error +no, until ${second.expiresAt.toISOString()} +— +— +0$`,
+          `^2 +${second.firstSeenAt.toISOString()} +${second.completedAt!.toISOString()} +502 error +no, until ${second.expiresAt.toISOString()} +— +— +0 +replay \\(v1\\) +1 +—$`,
         ),
       );
-      expect(rows[2]).toMatch(/^1 +\S+ +— +none \(processing\) +no, until \S+ +— +— +1$/);
+      expect(rows[2]).toMatch(/^1 +\S+ +— +503 error, resumable +no, until \S+ +— +— +1 +resume \(v2\) +1 +reserve$/);
+      expect(out).toContain('failed with 503 (an error) and is resumable');
       expect(out).toContain(
         `Generation 1, first seen at ${first.firstSeenAt.toISOString()}, completed with 200 at ${first.completedAt!.toISOString()}`,
       );
@@ -283,33 +293,33 @@ describe.each(TARGETS)('idem on $database', ({ open, skip }) => {
         retention: '1h',
         leaseMs: 30_000,
         lease: '30s',
-        counts: { processing: 0, completed: 1, released: 0, archived: 0, history: 1 },
+        counts: { processing: 0, completed: 1, released: 0, resumable: 0, archived: 0, history: 1 },
         expiredNotSwept: 0,
         oldestLiveFirstSeenAt: (await store.get(scope, key))!.createdAt.toISOString(),
         oldestArchivedFirstSeenAt: history.firstSeenAt.toISOString(),
       });
       expect(refunds).toMatchObject({
-        counts: { processing: 1, completed: 0, released: 0, archived: 0, history: 0 },
+        counts: { processing: 0, completed: 0, released: 0, resumable: 1, archived: 0, history: 0 },
         oldestArchivedFirstSeenAt: null,
       });
       expect(sweep).toMatchObject({
         retentionMs: 1,
         leaseMs: 30_000,
-        counts: { processing: 0, completed: 0, released: 0, archived: 5, history: 0 },
+        counts: { processing: 0, completed: 0, released: 0, resumable: 0, archived: 5, history: 0 },
         oldestLiveFirstSeenAt: null,
       });
 
       const lines = text.stdout.split('\n');
       expect(lines[0]).toMatch(/^idem records in .+ \(database clock \d{4}-\d\d-\d\dT[\d:.]+Z\)$/);
       expect(lines[1]).toMatch(
-        /^scope +retention +lease +processing +completed +released +archived +history +expired, not swept +oldest live +oldest archived$/,
+        /^scope +retention +lease +processing +completed +released +resumable +archived +history +expired, not swept +oldest live +oldest archived$/,
       );
       expect(lines[2]).toMatch(
         new RegExp(
-          `^${scope.replace('|', '\\|')} +1h +30s +0 +1 +0 +0 +1 +0 +\\S+Z +${history.firstSeenAt.toISOString()}$`,
+          `^${scope.replace('|', '\\|')} +1h +30s +0 +1 +0 +0 +0 +1 +0 +\\S+Z +${history.firstSeenAt.toISOString()}$`,
         ),
       );
-      expect(lines[4]).toMatch(/^sweep\|acct_1 +1ms +30s +0 +0 +0 +5 +0 +0 +— +\S+Z$/);
+      expect(lines[4]).toMatch(/^sweep\|acct_1 +1ms +30s +0 +0 +0 +0 +5 +0 +0 +— +\S+Z$/);
       expect(text.stdout).toContain('how far back `idem explain` reaches (A1)');
     },
   );

@@ -35,6 +35,9 @@ const live = ({ scope, key, token }: ClaimRequest): LiveRead => ({
     outcomeKind: null,
     outcomeStatus: null,
     body: null,
+    onFailure: 'replay',
+    attempts: 1,
+    steps: '[]',
   } satisfies LiveRow,
   now,
 });

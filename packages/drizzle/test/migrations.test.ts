@@ -27,11 +27,10 @@ describe('embedded migrations', () => {
     const added = (['sqlite', 'postgres', 'mysql'] as const).flatMap((dialect) =>
       migrationsFor(dialect).flatMap((migration) => migration.sql.map(addedColumn).filter(Boolean)),
     );
+    const columns = (...names: string[]) =>
+      ['idem_key_history', 'idem_keys'].flatMap((table) => names.map((column) => ({ table, column })));
     expect(added).toEqual(
-      Array.from({ length: 3 }, () => [
-        { table: 'idem_key_history', column: 'waits' },
-        { table: 'idem_keys', column: 'waits' },
-      ]).flat(),
+      Array.from({ length: 3 }, () => [...columns('waits'), ...columns('on_failure', 'attempts', 'steps')]).flat(),
     );
     expect(addedColumn('CREATE TABLE IF NOT EXISTS `idem_keys` (`waits` int)')).toBeUndefined();
   });

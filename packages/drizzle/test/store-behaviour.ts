@@ -13,6 +13,7 @@ import type { ClaimRequest, ClaimResult } from '@idem/core/store';
 import { fileURLToPath } from 'node:url';
 import { createDrizzleStore, migrate, sweepAll, type DrizzleDatabase, type DrizzleStore } from '../src/index.ts';
 import { migrationsFor } from '../src/migration-files.ts';
+import { stepsBehaviour } from './steps-behaviour.ts';
 
 export interface StoreHarness {
   dialect: 'sqlite' | 'postgres' | 'mysql';
@@ -51,6 +52,7 @@ const EVERY_CALL: Record<string, (store: DrizzleStore) => Promise<unknown>> = {
       return { commit: false, value: 1 };
     }),
   complete: (store) => store.complete({ ...unused, outcome }),
+  saveStep: (store) => store.saveStep({ ...unused, name: 'step', result: '1' }),
   release: (store) => store.release(unused),
   renew: (store) => store.renew({ ...unused, leaseMs: 1 }),
   countWait: (store) => store.countWait({ scope: unused.scope, key: unused.key, generation: 1 }),
@@ -130,6 +132,8 @@ export function describeStoreBehaviour(name: string, open: () => Promise<StoreHa
     afterAll(async () => {
       await harness?.close();
     });
+
+    stepsBehaviour(() => ({ harness, store }));
 
     it('detects its dialect and driver from the drizzle instance', () => {
       expect(store.dialect).toBe(harness.dialect);

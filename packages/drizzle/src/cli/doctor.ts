@@ -4,7 +4,7 @@
  */
 import { formatDuration } from '@idem/core';
 import { iso, NONE, plural, renderTable } from './format.js';
-import { claimsPastLease, expiredBacklog, hasExpiryIndex, migrationsBehind, type Stats } from './health.js';
+import { claimsPastLease, expiredBacklog, hasExpiryIndex, migrationsBehind, STATES, type Stats } from './health.js';
 import type { PublishedPolicy } from './policy.js';
 import { databaseNow } from './queries.js';
 import type { OpenedDatabase } from '../connect.js';
@@ -21,20 +21,14 @@ export function renderStats(description: string, now: Date, s: Stats): string {
     ...countsNote(s.counts),
     renderTable(
       ['state', 'records'],
-      (['processing', 'completed', 'released', 'archived'] as const).map((state) => [state, String(s.states[state])]),
+      STATES.map((state) => [state, String(s.states[state])]),
     ),
     '',
     s.operations.length === 0
       ? 'no records'
       : renderTable(
-          ['operation', 'processing', 'completed', 'released', 'archived'],
-          s.operations.map((o) => [
-            o.operation,
-            String(o.processing),
-            String(o.completed),
-            String(o.released),
-            String(o.archived),
-          ]),
+          ['operation', ...STATES],
+          s.operations.map((o) => [o.operation, ...STATES.map((state) => String(o[state]))]),
         ),
     '',
     `oldest processing claim: ${

@@ -12,12 +12,44 @@ export interface KeyTimelines {
   scopes: Array<{ scope: string; generations: TimelineEntry[] }>;
 }
 
-const HEADERS = ['generation', 'first seen', 'completed', 'status', 'expired', 'archived', 'reused', 'waits'] as const;
+const HEADERS = [
+  'generation',
+  'first seen',
+  'completed',
+  'status',
+  'expired',
+  'archived',
+  'reused',
+  'waits',
+  'on failure',
+  'attempts',
+  'steps',
+] as const;
 
-/** The outcome status and kind (`200 success`, `500 error`), or the state when none was stored. */
+/**
+ * The outcome status and kind (`200 success`, `500 error`), `, resumable` when the failure is kept
+ * for a retry to resume (E8), or the state when none was stored.
+ */
 function statusCell(entry: TimelineEntry): string {
-  if (entry.status !== null) return `${entry.status} ${entry.outcomeKind ?? ''}`.trimEnd();
+  if (entry.status !== null)
+    return `${`${entry.status} ${entry.outcomeKind ?? ''}`.trimEnd()}${entry.state === 'resumable' ? ', resumable' : ''}`;
   return `none (${entry.state})`;
+}
+
+/** E8: the generation's mode as the policy page words it. */
+function onFailureCell(entry: TimelineEntry): string {
+  return entry.onFailure === 'resume' ? 'resume (v2)' : 'replay (v1)';
+}
+
+/** The most step names a table cell lists before it counts the rest. */
+const STEPS_SHOWN = 4;
+
+/** E8: the names of the recovery points, in completion order (their results are never printed, K5). */
+function stepsCell(entry: TimelineEntry): string {
+  if (entry.steps.length === 0) return NONE;
+  const shown = entry.steps.slice(0, STEPS_SHOWN).join(', ');
+  const more = entry.steps.length - STEPS_SHOWN;
+  return more > 0 ? `${shown} +${more} more` : shown;
 }
 
 /** The retention end and whether it has passed, by the database's clock. */
@@ -40,11 +72,18 @@ export function renderTimelineTable(generations: readonly TimelineEntry[], now: 
       iso(entry.archivedAt),
       iso(entry.reusedAt),
       String(entry.waits),
+      onFailureCell(entry),
+      String(entry.attempts),
+      stepsCell(entry),
     ]),
   );
 }
 
 function outcomeClause(entry: TimelineEntry): string {
+  if (entry.state === 'resumable') {
+    const kind = entry.outcomeKind === 'error' ? ' (an error)' : '';
+    return `failed with ${entry.status}${kind} and is resumable: a retry with the same key and payload runs it again, skipping its completed steps (E8)`;
+  }
   if (entry.status !== null) {
     const kind = entry.outcomeKind === 'error' ? ' (an error)' : '';
     return `completed with ${entry.status}${kind} at ${iso(entry.completedAt)}`;
@@ -54,12 +93,16 @@ function outcomeClause(entry: TimelineEntry): string {
   return 'stored no outcome';
 }
 
+/** Whether a generation's story says more than its table row: it ran more than once, or it is resumable (E8). */
+const eventful = (entry: TimelineEntry) => entry.attempts > 1 || entry.state === 'resumable';
+
 /**
- * A paragraph telling the generations' story: what each one did, when its retention ended,
- * and when the key came back and ran again (R2). Empty for fewer than two generations.
+ * A paragraph telling the generations' story: what each one did, how many times it ran and its
+ * recovery points (E8), when its retention ended, and when the key came back and ran again (R2).
+ * Empty for a single generation that ran once and is not resumable.
  */
 export function explainTimeline(generations: readonly TimelineEntry[], now: Date): string {
-  if (generations.length < 2) return '';
+  if (generations.length < 2 && !generations.some(eventful)) return '';
   const sentences = generations.map((entry, index) => {
     const next = generations[index + 1];
     const clauses = [
@@ -68,6 +111,18 @@ export function explainTimeline(generations: readonly TimelineEntry[], now: Date
     if (entry.takeovers > 0)
       clauses.push(
         `its claim was taken over ${entry.takeovers === 1 ? 'once' : `${entry.takeovers} times`} after a lease lapsed (E6)`,
+      );
+    if (entry.attempts > 1) {
+      const resumes = entry.attempts - 1 - entry.takeovers;
+      const why = [
+        ...(entry.takeovers > 0 ? [plural(entry.takeovers, 'takeover')] : []),
+        ...(resumes > 0 ? [plural(resumes, 'resumed retry', 'resumed retries')] : []),
+      ];
+      clauses.push(`its handler started ${entry.attempts} times (${why.join(' and ')})`);
+    }
+    if (entry.steps.length > 0)
+      clauses.push(
+        `it completed ${plural(entry.steps.length, 'step')}, in this order: ${entry.steps.join(', ')} (E8: a step that completed is not run again by a later attempt)`,
       );
     if (entry.waits > 0)
       clauses.push(

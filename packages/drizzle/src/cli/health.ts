@@ -16,6 +16,8 @@ export interface StateCounts {
   processing: number;
   completed: number;
   released: number;
+  /** E8: failures kept for a retry to resume. */
+  resumable: number;
   archived: number;
 }
 
@@ -94,6 +96,7 @@ export function statsQueries(opened: OpenedDatabase, names: TableNames) {
         ${count(sql`${keys.state} = 'processing'`)} AS processing,
         ${count(sql`${keys.state} = 'completed'`)} AS completed,
         ${count(sql`${keys.state} = 'released'`)} AS released,
+        ${count(sql`${keys.state} = 'resumable'`)} AS resumable,
         ${count(sql`${keys.state} = 'archived'`)} AS archived
       FROM ${keys} GROUP BY 1 ORDER BY 1`,
     oldestProcessing: sql`SELECT ${keys.scope} AS scope, ${ms(keys.createdAt)} AS first_seen, ${ms(keys.leaseUntil)} AS lease_until,
@@ -109,8 +112,8 @@ export function statsQueries(opened: OpenedDatabase, names: TableNames) {
 }
 
 const n = (value: unknown) => Number(value ?? 0);
-const STATES = ['processing', 'completed', 'released', 'archived'] as const;
-const noCounts = (): StateCounts => ({ processing: 0, completed: 0, released: 0, archived: 0 });
+export const STATES = ['processing', 'completed', 'released', 'resumable', 'archived'] as const;
+const noCounts = (): StateCounts => ({ processing: 0, completed: 0, released: 0, resumable: 0, archived: 0 });
 
 /** The name of the statistics object migration 0002 creates on PostgreSQL 14+, for `keys`. */
 export const operationStatisticsName = (keys: string) => `${keys}_operation_state`;
@@ -137,6 +140,7 @@ async function exactCounts(opened: OpenedDatabase, names: TableNames) {
     processing: n(row.processing),
     completed: n(row.completed),
     released: n(row.released),
+    resumable: n(row.resumable),
     archived: n(row.archived),
   }));
   const states = noCounts();

@@ -20,6 +20,7 @@ export function renderDatabasePolicy(description: string, now: Date, scopes: rea
       'processing',
       'completed',
       'released',
+      'resumable',
       'archived',
       'history',
       'expired, not swept',
@@ -33,6 +34,7 @@ export function renderDatabasePolicy(description: string, now: Date, scopes: rea
       String(s.processing),
       String(s.completed),
       String(s.released),
+      String(s.resumable),
       String(s.archived),
       String(s.history),
       String(s.expiredNotSwept),
@@ -45,7 +47,7 @@ export function renderDatabasePolicy(description: string, now: Date, scopes: rea
     table,
     '',
     "retention, lease: those of the scope's newest record (lease: newest never taken over); the app's configuration sets them for new records.",
-    'archived: swept in place (R3); history: earlier generations of reused keys (R2); expired, not swept: past retention, waiting for `idem sweep`.',
+    'resumable: failures kept for a retry with the same key to resume (E8, onFailure: resume); archived: swept in place (R3); history: earlier generations of reused keys (R2); expired, not swept: past retention, waiting for `idem sweep`.',
     'oldest live: first sight of the oldest record not archived; oldest archived: of the oldest archived generation kept, i.e. how far back `idem explain` reaches (A1).',
   ].join('\n');
 }
@@ -66,6 +68,7 @@ export function databasePolicyJson(description: string, now: Date, scopes: reado
           processing: s.processing,
           completed: s.completed,
           released: s.released,
+          resumable: s.resumable,
           archived: s.archived,
           history: s.history,
         },

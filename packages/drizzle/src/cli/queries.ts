@@ -105,6 +105,8 @@ export interface ScopeFigures {
   processing: number;
   completed: number;
   released: number;
+  /** E8: failures kept for a retry to resume. */
+  resumable: number;
   archived: number;
   /** Earlier generations of reused keys, kept in the history table (R2). */
   history: number;
@@ -129,6 +131,7 @@ export async function scopeFigures(opened: OpenedDatabase, names: TableNames): P
           ${count(sql`${keys.state} = 'processing'`)} AS processing,
           ${count(sql`${keys.state} = 'completed'`)} AS completed,
           ${count(sql`${keys.state} = 'released'`)} AS released,
+          ${count(sql`${keys.state} = 'resumable'`)} AS resumable,
           ${count(sql`${keys.state} = 'archived'`)} AS archived,
           ${count(sql`${keys.state} <> 'archived' AND ${expiredAt(clock, keys)}`)} AS expired,
           min(CASE WHEN ${keys.state} <> 'archived' THEN ${ms(keys.createdAt)} END) AS oldest_live,
@@ -165,6 +168,7 @@ export async function scopeFigures(opened: OpenedDatabase, names: TableNames): P
         processing: 0,
         completed: 0,
         released: 0,
+        resumable: 0,
         archived: 0,
         history: 0,
         expiredNotSwept: 0,
@@ -181,6 +185,7 @@ export async function scopeFigures(opened: OpenedDatabase, names: TableNames): P
     entry.processing = Number(row.processing ?? 0);
     entry.completed = Number(row.completed ?? 0);
     entry.released = Number(row.released ?? 0);
+    entry.resumable = Number(row.resumable ?? 0);
     entry.archived = Number(row.archived ?? 0);
     entry.expiredNotSwept = Number(row.expired ?? 0);
     entry.oldestLive = toDate(row.oldest_live);

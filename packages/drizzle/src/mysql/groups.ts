@@ -11,13 +11,21 @@ import type { AnyMysqlDatabase } from '../dialect.js';
 import { answerCompletions, liveByKey, ownerKeyOf, planClaims } from '../group-commit.js';
 import { openTransaction, type TransactionOf } from '../owned-transaction.js';
 import type { LiveRead } from '../record-rows.js';
-import { boundTuples, claimValues, completion, freshClaim, ownedClaim, ownedClaims } from '../row-writes.js';
+import {
+  boundTuples,
+  claimValues,
+  completedState,
+  completion,
+  freshClaim,
+  ownedClaim,
+  ownedClaims,
+} from '../row-writes.js';
 import type { Completion, FirstStep, StoreStatements } from '../store-statements.js';
 import { affectedRows, byBytes, fits, primaryKeyIn, retryingDeadlocks } from './rows.js';
 import type { MysqlTables } from './schema.js';
 
 /**
- * The most requests one group statement takes: a claim binds 8 values per row, a completion 6,
+ * The most requests one group statement takes: a claim binds 9 values per row, a completion 7,
  * far below the 65,535 placeholders of MySQL's protocol. The batcher's groups are smaller
  * (`group-commit.ts`); a longer one is refused before anything is written, and the batcher then
  * sends its requests one at a time.
@@ -114,15 +122,20 @@ export function mysqlGroups(
         ];
         if (once.length === 0) return owned;
         const source = sql.join(
-          once.map(({ scope, key, token, outcome }, i) =>
+          once.map(({ scope, key, token, outcome, resumable }, i) =>
             i === 0
-              ? sql`SELECT ${scope} AS ${sql.identifier('scope')}, ${key} AS ${sql.identifier('key')}, ${token} AS ${sql.identifier('token')}, ${outcome.kind} AS ${sql.identifier('kind')}, ${outcome.status} AS ${sql.identifier('status')}, ${outcome.body} AS ${sql.identifier('body')}`
-              : sql`SELECT ${scope}, ${key}, ${token}, ${outcome.kind}, ${outcome.status}, ${outcome.body}`,
+              ? sql`SELECT ${scope} AS ${sql.identifier('scope')}, ${key} AS ${sql.identifier('key')}, ${token} AS ${sql.identifier('token')}, ${outcome.kind} AS ${sql.identifier('kind')}, ${outcome.status} AS ${sql.identifier('status')}, ${outcome.body} AS ${sql.identifier('body')}, ${completedState({ resumable })} AS ${sql.identifier('state')}`
+              : sql`SELECT ${scope}, ${key}, ${token}, ${outcome.kind}, ${outcome.status}, ${outcome.body}, ${completedState({ resumable })}`,
           ),
           sql` UNION ALL `,
         );
         const v = (name: string) => sql`${sql.identifier('v')}.${sql.identifier(name)}`;
-        const assignments = completion(clock, keys, { kind: v('kind'), status: v('status'), body: v('body') });
+        const assignments = completion(clock, keys, {
+          kind: v('kind'),
+          status: v('status'),
+          body: v('body'),
+          state: v('state'),
+        });
         const columns = getTableColumns(keys);
         const set = sql.join(
           Object.entries(assignments).map(

@@ -8,10 +8,12 @@
  * byte-identical. MySQL has no partial index: the expiry and archive indexes lead with `state`.
  * The committed migrations in `migrations/mysql` create the default-named tables below.
  */
+import { sql } from 'drizzle-orm';
 import { customType, datetime, index, int, mysqlTable, primaryKey, varbinary, varchar } from 'drizzle-orm/mysql-core';
 import { resolveTableNames, type TableOptions } from '../table-names.js';
 
-export const RECORD_STATES = ['processing', 'completed', 'released', 'archived'] as const;
+export const RECORD_STATES = ['processing', 'completed', 'released', 'archived', 'resumable'] as const;
+const ON_FAILURE = ['replay', 'resume'] as const;
 const OUTCOME_KINDS = ['success', 'error'] as const;
 
 /** The longest values the `varbinary` columns hold, in UTF-8 bytes. */
@@ -55,6 +57,12 @@ export function defineMysqlTables(options: TableOptions = {}) {
       // that added it put it: a table drizzle-kit creates from this schema and a migrated one then
       // have the same column order (PostgreSQL's first step reads `RETURNING` beside `SELECT *`).
       waits: int('waits').notNull().default(0),
+      // E8: the generation's mode, its executions and its recovery points (a JSON array of
+      // { name, result }, utf8mb4 text like the body; a text column's default is an expression,
+      // MySQL 8.0.13+), appended after `waits` by the migration that added them.
+      onFailure: varchar('on_failure', { length: 16, enum: ON_FAILURE }).notNull().default('replay'),
+      attempts: int('attempts').notNull().default(1),
+      steps: utf8LongText('steps').notNull().default(sql`('[]')`),
     },
     (table) => [
       primaryKey({ columns: [table.scope, table.key] }),
@@ -85,6 +93,12 @@ export function defineMysqlTables(options: TableOptions = {}) {
       body: utf8LongText('body'),
       reusedAt: instant('reused_at').notNull(),
       waits: int('waits').notNull().default(0),
+      // E8: the generation's mode, its executions and its recovery points (a JSON array of
+      // { name, result }, utf8mb4 text like the body; a text column's default is an expression,
+      // MySQL 8.0.13+), appended after `waits` by the migration that added them.
+      onFailure: varchar('on_failure', { length: 16, enum: ON_FAILURE }).notNull().default('replay'),
+      attempts: int('attempts').notNull().default(1),
+      steps: utf8LongText('steps').notNull().default(sql`('[]')`),
     },
     (table) => [
       primaryKey({ columns: [table.scope, table.key, table.generation] }),

@@ -14,13 +14,14 @@
  */
 import { createHash } from 'node:crypto';
 import type { ClaimOwner, ClaimRequest, StoreTransaction } from '@idem/core/store';
-import { and, eq, getTableColumns, getTableName, inArray, sql } from 'drizzle-orm';
-import { savepointOn, transactionEndingAs } from '../atomic-transaction.js';
+import { and, eq, getTableColumns, getTableName, inArray, sql, type SQL } from 'drizzle-orm';
+import { savepointsOn, transactionEndingAs } from '../atomic-transaction.js';
 import { mysqlClock as clock } from '../database-clock.js';
 import type { AnyMysqlDatabase } from '../dialect.js';
 import { openTransaction, type TransactionOf } from '../owned-transaction.js';
 import { toRecord, type LiveRow } from '../record-rows.js';
 import { renewByLease, renewedLease } from '../renewals.js';
+import { mysqlStepNames, saveStepByCompareAndSet } from '../steps.js';
 import { sameGeneration, waitsAdded } from '../wait-counts.js';
 import * as writes from '../row-writes.js';
 import type { StoreStatements } from '../store-statements.js';
@@ -50,6 +51,7 @@ export function mysqlSweepCandidates(db: AnyMysqlDatabase, { keys }: MysqlTables
 
 export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): StoreStatements {
   const { keys, history } = tables;
+  const stepNames = mysqlStepNames(keys.steps);
   const archivedBefore = (archivedAt: typeof keys.archivedAt | typeof history.archivedAt) =>
     sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
 
@@ -84,9 +86,26 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
 
   const takeOverStale = db
     .update(keys)
-    .set(writes.takeover(clock, b, keys.takeovers))
+    .set(writes.takeover(clock, b, keys))
     .where(writes.stillStale(clock, keys, b))
     .prepare();
+
+  const resumeResumable = db
+    .update(keys)
+    .set(writes.resumption(clock, b, keys))
+    .where(writes.stillResumable(clock, keys, b))
+    .prepare();
+
+  // E8: a step is a compare-and-set on the owner's steps (`steps.ts`), prepared or on a transaction.
+  const readStepsOn = (on: AnyMysqlDatabase, b: writes.OwnerBindings) =>
+    on.select({ steps: keys.steps }).from(keys).where(writes.ownedClaim(keys, b));
+  const writeStepsOn = (on: AnyMysqlDatabase, b: writes.OwnerBindings, from: SQL, to: SQL) =>
+    on
+      .update(keys)
+      .set({ steps: to })
+      .where(and(writes.ownedClaim(keys, b), sql`${keys.steps} = ${from}`));
+  const readSteps = readStepsOn(db, b).prepare();
+  const writeSteps = writeStepsOn(db, b, sql`${param('from')}`, sql`${param('to')}`).prepare();
 
   const complete = completeUpdate(db, b).prepare();
 
@@ -185,10 +204,22 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
         const [row] = await tx.select().from(keys).where(owned).for('update');
         return row ? toRecord(row) : null;
       },
-      async complete({ outcome, ...owner }) {
-        return affectedRows(await completeUpdate(tx, writes.ownerValues(owner), writes.outcomeValues(outcome))) === 1;
+      async complete({ outcome, resumable, ...owner }) {
+        return (
+          affectedRows(
+            await completeUpdate(tx, writes.ownerValues(owner), writes.outcomeValues(outcome, resumable)),
+          ) === 1
+        );
       },
-      savepoint: savepointOn(tx),
+      saveStep: ({ name, result, ...owner }) =>
+        saveStepByCompareAndSet(
+          { scope: owner.scope, key: owner.key, token: owner.token },
+          { name, result },
+          async (o) => (await readStepsOn(tx, writes.ownerValues(o)))[0]?.steps,
+          async (o, from, to) =>
+            affectedRows(await writeStepsOn(tx, writes.ownerValues(o), sql`${from}`, sql`${to}`)) === 1,
+        ),
+      ...savepointsOn(tx),
     };
     const releaseLock = async () => {
       if (lock === undefined) return;
@@ -237,6 +268,19 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
         return undefined;
       return readBack(request);
     },
+    async resumeResumable(request, resumableToken) {
+      assertFits(request);
+      if (affectedRows(await resumeResumable.execute(writes.claimParameters(request, resumableToken))) !== 1)
+        return undefined;
+      return readBack(request);
+    },
+    saveStep: ({ name, result, ...owner }) =>
+      saveStepByCompareAndSet(
+        { scope: owner.scope, key: owner.key, token: owner.token },
+        { name, result },
+        async (o) => (await readSteps.execute(o))[0]?.steps,
+        async (o, from, to) => affectedRows(await writeSteps.execute({ ...o, from, to })) === 1,
+      ),
     async reuseExpired(request, seen) {
       assertFits(request);
       const v = writes.claimValues(request, seen.token);
@@ -247,7 +291,7 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
         const copied = affectedRows(
           await tx.insert(history).select(
             tx
-              .select(writes.historyCopy(getTableColumns(keys), clock))
+              .select(writes.historyCopy(getTableColumns(keys), clock, stepNames))
               .from(keys)
               .where(writes.thisKey(keys, v)),
           ),
@@ -269,8 +313,11 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
         return { record, archived };
       });
     },
-    async complete({ scope, key, token, outcome }) {
-      return affectedRows(await complete.execute({ scope, key, token, ...writes.outcomeParameters(outcome) })) === 1;
+    async complete({ scope, key, token, outcome, resumable }) {
+      return (
+        affectedRows(await complete.execute({ scope, key, token, ...writes.outcomeParameters(outcome, resumable) })) ===
+        1
+      );
     },
     async release({ scope, key, token }) {
       return affectedRows(await release.execute({ scope, key, token })) === 1;
@@ -312,7 +359,7 @@ export function mysqlStatements(db: AnyMysqlDatabase, tables: MysqlTables): Stor
       return affectedRows(
         await db
           .update(keys)
-          .set(writes.archiving(clock))
+          .set(writes.archiving(clock, stepNames))
           .where(
             and(
               primaryKeyIn(

@@ -22,14 +22,14 @@
  * arrival orders could each wait for the other's uncommitted row, a deadlock PostgreSQL breaks only
  * after `deadlock_timeout` by failing one of them.
  */
-import type { ClaimOwner, ClaimRequest, StoredOutcome } from '@idem/core/store';
+import type { ClaimRequest } from '@idem/core/store';
 import { getTableColumns, sql, type Column, type SQL } from 'drizzle-orm';
 import { postgresClock, postgresStatementClock } from '../database-clock.js';
 import type { AnyPgDatabase } from '../dialect.js';
 import type { PgTables } from './schema.js';
 import { columnsReadFrom, type LiveRow } from '../record-rows.js';
-import { completion, freshClaim, ownedClaim } from '../row-writes.js';
-import type { FirstStep, StoreStatements } from '../store-statements.js';
+import { completedState, completion, freshClaim, onFailureOf, ownedClaim } from '../row-writes.js';
+import type { Completion, FirstStep, StoreStatements } from '../store-statements.js';
 import { pgExecutedRows } from './rows.js';
 
 export function pgGroupStatements(
@@ -57,6 +57,7 @@ export function pgGroupStatements(
       leaseMs: v('lease_ms'),
       retentionMs: v('retention_ms'),
       previousToken: sql`''`,
+      onFailure: v('on_failure'),
     }),
   };
   const insertValues = list(entries.map(([field]) => inserted[field]));
@@ -67,14 +68,14 @@ export function pgGroupStatements(
   function claimQuery(requests: ClaimRequest[]) {
     const rows = requests.map(
       (r, i) =>
-        sql`(${i}::integer, ${r.scope}::text, ${r.key}::text, ${r.fingerprint}::text, ${r.token}::text, ${r.leaseMs}::double precision, ${r.retentionMs}::double precision)`,
+        sql`(${i}::integer, ${r.scope}::text, ${r.key}::text, ${r.fingerprint}::text, ${r.token}::text, ${r.leaseMs}::double precision, ${r.retentionMs}::double precision, ${onFailureOf(r)}::text)`,
     );
     const requested = requests.map((r, i) => sql`(${i}::integer, ${r.scope}::text, ${r.key}::text, ${r.token}::text)`);
     const claimed = db.$with('idem_claimed').as(
       db
         .insert(keys)
         .select(
-          sql`SELECT ${insertValues} FROM (VALUES ${list(rows)}) AS idem_v (i, scope, key, fingerprint, token, lease_ms, retention_ms) ORDER BY idem_v.scope, idem_v.key`,
+          sql`SELECT ${insertValues} FROM (VALUES ${list(rows)}) AS idem_v (i, scope, key, fingerprint, token, lease_ms, retention_ms, on_failure) ORDER BY idem_v.scope, idem_v.key`,
         )
         .onConflictDoNothing({ target: [keys.scope, keys.key] })
         .returning(),
@@ -99,18 +100,23 @@ export function pgGroupStatements(
       );
   }
 
-  function completeStatement(args: Array<ClaimOwner & { outcome: StoredOutcome }>): SQL {
+  function completeStatement(args: Completion[]): SQL {
     const rows = args.map(
       (a, i) =>
-        sql`(${i}::integer, ${a.scope}::text, ${a.key}::text, ${a.token}::text, ${a.outcome.kind}::text, ${a.outcome.status}::integer, ${a.outcome.body}::text)`,
+        sql`(${i}::integer, ${a.scope}::text, ${a.key}::text, ${a.token}::text, ${a.outcome.kind}::text, ${a.outcome.status}::integer, ${a.outcome.body}::text, ${completedState(a)}::text)`,
     );
-    const set = completion(postgresStatementClock, keys, { kind: v('kind'), status: v('status'), body: v('body') });
+    const set = completion(postgresStatementClock, keys, {
+      kind: v('kind'),
+      status: v('status'),
+      body: v('body'),
+      state: v('state'),
+    });
     const assignments = list(
       Object.entries(set).map(([field, value]) => sql`${id(columns[field as keyof LiveRow].name)} = ${value}`),
     );
     const owned = ownedClaim(keys, { scope: v('scope'), key: v('key'), token: v('token') });
     return sql`UPDATE ${keys} SET ${assignments}
-FROM (VALUES ${list(rows)}) AS idem_v (i, scope, key, token, kind, status, body)
+FROM (VALUES ${list(rows)}) AS idem_v (i, scope, key, token, kind, status, body, state)
 WHERE ${owned}
 RETURNING idem_v.i AS idem_i`;
   }

@@ -9,7 +9,8 @@ import { sql } from 'drizzle-orm';
 import { index, integer, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
 import { resolveTableNames, type TableOptions } from '../table-names.js';
 
-const RECORD_STATES = ['processing', 'completed', 'released', 'archived'] as const;
+const RECORD_STATES = ['processing', 'completed', 'released', 'archived', 'resumable'] as const;
+const ON_FAILURE = ['replay', 'resume'] as const;
 const OUTCOME_KINDS = ['success', 'error'] as const;
 
 const instant = (name: string) => timestamp(name, { withTimezone: true, precision: 3, mode: 'date' });
@@ -50,6 +51,11 @@ export function definePgTables(options: TableOptions = {}) {
       // that added it put it: a table drizzle-kit creates from this schema and a migrated one then
       // have the same column order (PostgreSQL's first step reads `RETURNING` beside `SELECT *`).
       waits: integer('waits').notNull().default(0),
+      // E8: the generation's mode, its executions and its recovery points (a JSON array of
+      // { name, result }, as text like the body), appended after `waits` by the migration that added them.
+      onFailure: text('on_failure', { enum: ON_FAILURE }).notNull().default('replay'),
+      attempts: integer('attempts').notNull().default(1),
+      steps: text('steps').notNull().default('[]'),
     },
     (table) => [
       primaryKey({ columns: [table.scope, table.key] }),
@@ -83,6 +89,11 @@ export function definePgTables(options: TableOptions = {}) {
       body: text('body'),
       reusedAt: instant('reused_at').notNull(),
       waits: integer('waits').notNull().default(0),
+      // E8: the generation's mode, its executions and its recovery points (a JSON array of
+      // { name, result }, as text like the body), appended after `waits` by the migration that added them.
+      onFailure: text('on_failure', { enum: ON_FAILURE }).notNull().default('replay'),
+      attempts: integer('attempts').notNull().default(1),
+      steps: text('steps').notNull().default('[]'),
     },
     (table) => [
       primaryKey({ columns: [table.scope, table.key, table.generation] }),

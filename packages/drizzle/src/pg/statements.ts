@@ -8,13 +8,14 @@
  */
 import type { ClaimRequest, StoreTransaction } from '@idem/core/store';
 import { and, eq, getTableColumns, getTableName, sql, type Placeholder, type SQL } from 'drizzle-orm';
-import { savepointOn, transactionEndingAs } from '../atomic-transaction.js';
+import { savepointsOn, transactionEndingAs } from '../atomic-transaction.js';
 import { postgresClock as clock, postgresStatementClock } from '../database-clock.js';
 import type { AnyPgDatabase } from '../dialect.js';
 import { openTransaction, type TransactionOf } from '../owned-transaction.js';
 import { pgGroupStatements } from './groups.js';
 import type { PgTables } from './schema.js';
 import { renewByLease, renewedLease } from '../renewals.js';
+import { pgStepNames, saveStepByCompareAndSet } from '../steps.js';
 import { sameGeneration, waitsAdded } from '../wait-counts.js';
 import { columnsReadFrom, toRecord } from '../record-rows.js';
 import * as writes from '../row-writes.js';
@@ -42,6 +43,7 @@ export function pgSweepCandidates(db: AnyPgDatabase, { keys }: PgTables, limit: 
 
 export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatements {
   const { keys, history } = tables;
+  const stepNames = pgStepNames(keys.steps);
   // A statement name stands for one text on each connection: the table names keep two stores apart.
   const name = (statement: string) => `idem:${statement}:${getTableName(keys)}:${getTableName(history)}`;
   const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) =>
@@ -93,10 +95,29 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
 
   const takeOverStale = db
     .update(keys)
-    .set(writes.takeover(clock, b, keys.takeovers))
+    .set(writes.takeover(clock, b, keys))
     .where(writes.stillStale(clock, keys, b))
     .returning()
-    .prepare(name('writes.takeover'));
+    .prepare(name('takeover'));
+
+  const resumeResumable = db
+    .update(keys)
+    .set(writes.resumption(clock, b, keys))
+    .where(writes.stillResumable(clock, keys, b))
+    .returning()
+    .prepare(name('resume'));
+
+  // E8: a step is a compare-and-set on the owner's steps (`steps.ts`), prepared or on a transaction.
+  const readStepsOn = (on: AnyPgDatabase, b: writes.OwnerBindings) =>
+    on.select({ steps: keys.steps }).from(keys).where(writes.ownedClaim(keys, b));
+  const writeStepsOn = (on: AnyPgDatabase, b: writes.OwnerBindings, from: SQL, to: SQL) =>
+    on
+      .update(keys)
+      .set({ steps: to })
+      .where(and(writes.ownedClaim(keys, b), sql`${keys.steps} = ${from}`))
+      .returning({ token: keys.token });
+  const readSteps = readStepsOn(db, b).prepare(name('read_steps'));
+  const writeSteps = writeStepsOn(db, b, sql`${param('from')}`, sql`${param('to')}`).prepare(name('write_steps'));
 
   const complete = completeUpdate(db, b, writes.outcomePlaceholders).prepare(name('complete'));
 
@@ -132,7 +153,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
 
   const sweep = db
     .update(keys)
-    .set(writes.archiving(clock))
+    .set(writes.archiving(clock, stepNames))
     .where(sql`(${keys.scope}, ${keys.key}) IN ${pgSweepCandidates(db, tables, param('limit'))}`)
     .returning({ token: keys.token })
     .prepare(name('sweep'));
@@ -216,10 +237,19 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
       const [row] = await tx.select().from(keys).where(owned).for('update');
       return row ? toRecord(row) : null;
     },
-    async complete({ outcome, ...owner }) {
-      return (await completeUpdate(tx, writes.ownerValues(owner), writes.outcomeValues(outcome))).length === 1;
+    async complete({ outcome, resumable, ...owner }) {
+      return (
+        (await completeUpdate(tx, writes.ownerValues(owner), writes.outcomeValues(outcome, resumable))).length === 1
+      );
     },
-    savepoint: savepointOn(tx),
+    saveStep: ({ name, result, ...owner }) =>
+      saveStepByCompareAndSet(
+        { scope: owner.scope, key: owner.key, token: owner.token },
+        { name, result },
+        async (o) => (await readStepsOn(tx, writes.ownerValues(o)))[0]?.steps,
+        async (o, from, to) => (await writeStepsOn(tx, writes.ownerValues(o), sql`${from}`, sql`${to}`)).length === 1,
+      ),
+    ...savepointsOn(tx),
   });
 
   return {
@@ -253,6 +283,17 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
       const [row] = await takeOverStale.execute(writes.claimParameters(request, staleToken));
       return row;
     },
+    async resumeResumable(request, resumableToken) {
+      const [row] = await resumeResumable.execute(writes.claimParameters(request, resumableToken));
+      return row;
+    },
+    saveStep: ({ name, result, ...owner }) =>
+      saveStepByCompareAndSet(
+        { scope: owner.scope, key: owner.key, token: owner.token },
+        { name, result },
+        async (o) => (await readSteps.execute(o))[0]?.steps,
+        async (o, from, to) => (await writeSteps.execute({ ...o, from, to })).length === 1,
+      ),
     async reuseExpired(request, seen) {
       const v = writes.claimValues(request, seen.token);
       return openTransaction(db, async (tx) => {
@@ -263,7 +304,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
           .insert(history)
           .select(
             tx
-              .select(writes.historyCopy(getTableColumns(keys), clock))
+              .select(writes.historyCopy(getTableColumns(keys), clock, stepNames))
               .from(keys)
               .where(writes.thisKey(keys, v)),
           )
@@ -277,8 +318,10 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
         return { record, archived };
       });
     },
-    async complete({ scope, key, token, outcome }) {
-      return (await complete.execute({ scope, key, token, ...writes.outcomeParameters(outcome) })).length === 1;
+    async complete({ scope, key, token, outcome, resumable }) {
+      return (
+        (await complete.execute({ scope, key, token, ...writes.outcomeParameters(outcome, resumable) })).length === 1
+      );
     },
     async release({ scope, key, token }) {
       return (await release.execute({ scope, key, token })).length === 1;

@@ -16,6 +16,7 @@ import {
   claimParameters,
   claimPlaceholders as b,
   claimValues,
+  completedState,
   completion,
   freshClaim,
   outcomeParameters,
@@ -28,7 +29,7 @@ import { liveReadOf as liveRead, liveSelectionOf } from './rows.js';
 import type { SqliteTables } from './schema.js';
 
 /**
- * The most requests one group statement takes. A claim binds 6 values per row, a completion 6:
+ * The most requests one group statement takes. A claim binds 7 values per row, a completion 7:
  * far below the 32,766 bound parameters of the SQLite builds better-sqlite3 and libsql bundle.
  * The batcher's groups are smaller (`group-commit.ts`); a longer one is refused before anything
  * is written, and the batcher then sends its requests one at a time.
@@ -118,8 +119,8 @@ function synchronousGroups(on: SyncSQLiteDatabase, { tables, busyRetryMs }: Sqli
       assertGroupFits(completions.length);
       return immediately(() =>
         completions.map(
-          ({ scope, key, token, outcome }) =>
-            completeOn.all({ scope, key, token, ...outcomeParameters(outcome) }).length === 1,
+          ({ scope, key, token, outcome, resumable }) =>
+            completeOn.all({ scope, key, token, ...outcomeParameters(outcome, resumable) }).length === 1,
         ),
       );
     },
@@ -166,17 +167,18 @@ function asynchronousGroups(db: AsyncSQLiteDatabase, { tables, read, write }: Sq
     async completeMany(completions: Completion[]): Promise<boolean[]> {
       assertGroupFits(completions.length);
       const v = (column: number) => sql.raw(`"v"."column${column}"`);
-      const rows = completions.map(({ scope, key, token, outcome }) => [
+      const rows = completions.map(({ scope, key, token, outcome, resumable }) => [
         scope,
         key,
         token,
         outcome.kind,
         outcome.status,
         outcome.body,
+        completedState({ resumable }),
       ]);
       const update = db
         .update(keys)
-        .set(completion(clock, keys, { kind: v(4), status: v(5), body: v(6) }))
+        .set(completion(clock, keys, { kind: v(4), status: v(5), body: v(6), state: v(7) }))
         .from(sql`${valuesOf(rows)} AS "v"`)
         .where(ownedClaim(keys, { scope: v(1), key: v(2), token: v(3) }))
         .returning({ scope: keys.scope, key: keys.key, token: keys.token });

@@ -7,7 +7,8 @@ import { sql } from 'drizzle-orm';
 import { index, integer, primaryKey, sqliteTable, text } from 'drizzle-orm/sqlite-core';
 import { resolveTableNames, type TableOptions } from '../table-names.js';
 
-const RECORD_STATES = ['processing', 'completed', 'released', 'archived'] as const;
+const RECORD_STATES = ['processing', 'completed', 'released', 'archived', 'resumable'] as const;
+const ON_FAILURE = ['replay', 'resume'] as const;
 const OUTCOME_KINDS = ['success', 'error'] as const;
 
 /**
@@ -46,6 +47,11 @@ export function defineSqliteTables(options: TableOptions = {}) {
       // that added it put it: a table drizzle-kit creates from this schema and a migrated one then
       // have the same column order (PostgreSQL's first step reads `RETURNING` beside `SELECT *`).
       waits: integer('waits').notNull().default(0),
+      // E8: the generation's mode, its executions and its recovery points (a JSON array of
+      // { name, result }), appended after `waits` by the migration that added them.
+      onFailure: text('on_failure', { enum: ON_FAILURE }).notNull().default('replay'),
+      attempts: integer('attempts').notNull().default(1),
+      steps: text('steps').notNull().default('[]'),
     },
     (table) => [
       primaryKey({ columns: [table.scope, table.key] }),
@@ -79,6 +85,11 @@ export function defineSqliteTables(options: TableOptions = {}) {
       body: text('body'),
       reusedAt: integer('reused_at', { mode: 'timestamp_ms' }).notNull(),
       waits: integer('waits').notNull().default(0),
+      // E8: the generation's mode, its executions and its recovery points (a JSON array of
+      // { name, result }), appended after `waits` by the migration that added them.
+      onFailure: text('on_failure', { enum: ON_FAILURE }).notNull().default('replay'),
+      attempts: integer('attempts').notNull().default(1),
+      steps: text('steps').notNull().default('[]'),
     },
     (table) => [
       primaryKey({ columns: [table.scope, table.key, table.generation] }),

@@ -12,7 +12,7 @@
  */
 import type { ClaimRequest, StoreTransaction } from '@idem/core/store';
 import { and, getTableColumns, sql, type Placeholder, type SQL } from 'drizzle-orm';
-import { savepointOn, transactionEndingAs } from '../atomic-transaction.js';
+import { savepointsOn, transactionEndingAs } from '../atomic-transaction.js';
 import { sqliteClock as clock } from '../database-clock.js';
 import type {
   AnySQLiteDatabase,
@@ -25,6 +25,7 @@ import { toRecord, type LiveRow } from '../record-rows.js';
 import * as writes from '../row-writes.js';
 import { openTransaction, type TransactionOf } from '../owned-transaction.js';
 import { renewByLease, renewedLease } from '../renewals.js';
+import { saveStepByCompareAndSet, sqliteStepNames } from '../steps.js';
 import { sameGeneration, waitsAdded } from '../wait-counts.js';
 import type { StoreStatements } from '../store-statements.js';
 import { isSqliteBusy, whileBusy } from './busy.js';
@@ -71,6 +72,7 @@ function writeQueue() {
 export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, busyRetryMs: number): StoreStatements {
   const db: AnySQLiteDatabase = sqlite.db;
   const { keys, history } = tables;
+  const stepNames = sqliteStepNames(keys.steps);
   const archivedBefore = (archivedAt: SQL | typeof keys.archivedAt) =>
     sql`${archivedAt} < ${clock.before(sql`${param('olderThanMs')}`)}`;
 
@@ -101,7 +103,7 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
       .insert(history)
       .select(
         on
-          .select(writes.historyCopy(getTableColumns(keys), clock))
+          .select(writes.historyCopy(getTableColumns(keys), clock, stepNames))
           .from(keys)
           .where(writes.stillExpired(clock, keys, b, generation))
           .getSQL(),
@@ -128,10 +130,29 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
 
   const takeOverStale = db
     .update(keys)
-    .set(writes.takeover(clock, b, keys.takeovers))
+    .set(writes.takeover(clock, b, keys))
     .where(writes.stillStale(clock, keys, b))
     .returning()
     .prepare();
+
+  const resumeResumable = db
+    .update(keys)
+    .set(writes.resumption(clock, b, keys))
+    .where(writes.stillResumable(clock, keys, b))
+    .returning()
+    .prepare();
+
+  // E8: a step is a compare-and-set on the owner's steps (`steps.ts`), on `db` or a transaction.
+  const readStepsOn = (on: AnySQLiteDatabase) =>
+    on.select({ steps: keys.steps }).from(keys).where(writes.ownedClaim(keys, b));
+  const writeStepsOn = (on: AnySQLiteDatabase) =>
+    on
+      .update(keys)
+      .set({ steps: sql`${param('to')}` })
+      .where(and(writes.ownedClaim(keys, b), sql`${keys.steps} = ${param('from')}`))
+      .returning({ token: keys.token });
+  const readSteps = readStepsOn(db).prepare();
+  const writeSteps = writeStepsOn(db).prepare();
 
   const complete = completeOn(db).prepare();
 
@@ -162,7 +183,7 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
 
   const sweep = db
     .update(keys)
-    .set(writes.archiving(clock))
+    .set(writes.archiving(clock, stepNames))
     .where(sql`(${keys.scope}, ${keys.key}) IN ${sqliteSweepCandidates(db, tables, param('limit'))}`)
     .returning({ token: keys.token })
     .prepare();
@@ -235,16 +256,28 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
         .all({ ...owner });
       return row ? toRecord(row) : null;
     },
-    async complete({ scope, key, token, outcome }) {
+    async complete({ scope, key, token, outcome, resumable }) {
       return (
         (
           await completeOn(tx)
             .prepare()
-            .all({ scope, key, token, ...writes.outcomeParameters(outcome) })
+            .all({ scope, key, token, ...writes.outcomeParameters(outcome, resumable) })
         ).length === 1
       );
     },
-    savepoint: savepointOn(tx),
+    saveStep: ({ name, result, ...owner }) =>
+      saveStepByCompareAndSet(
+        { scope: owner.scope, key: owner.key, token: owner.token },
+        { name, result },
+        async (o) => (await readStepsOn(tx).prepare().all(o))[0]?.steps,
+        async (o, from, to) =>
+          (
+            await writeStepsOn(tx)
+              .prepare()
+              .all({ ...o, from, to })
+          ).length === 1,
+      ),
+    ...savepointsOn(tx),
   });
 
   /**
@@ -286,12 +319,24 @@ export function sqliteStatements(sqlite: SqliteDatabase, tables: SqliteTables, b
       write(async () => (await reclaimReleased.all(writes.claimParameters(request, releasedToken)))[0]),
     takeOverStale: (request, staleToken) =>
       write(async () => (await takeOverStale.all(writes.claimParameters(request, staleToken)))[0]),
+    resumeResumable: (request, resumableToken) =>
+      write(async () => (await resumeResumable.all(writes.claimParameters(request, resumableToken)))[0]),
+    saveStep: ({ name, result, ...owner }) =>
+      saveStepByCompareAndSet(
+        { scope: owner.scope, key: owner.key, token: owner.token },
+        { name, result },
+        async (o) => (await read(() => readSteps.all(o)))[0]?.steps,
+        async (o, from, to) => write(async () => (await writeSteps.all({ ...o, from, to })).length === 1),
+      ),
     async reuseExpired(request, seen) {
       const { archived, record } = await write(() => reuseExpired(request, seen));
       return archived && record ? { archived, record } : undefined;
     },
-    complete: ({ scope, key, token, outcome }) =>
-      write(async () => (await complete.all({ scope, key, token, ...writes.outcomeParameters(outcome) })).length === 1),
+    complete: ({ scope, key, token, outcome, resumable }) =>
+      write(
+        async () =>
+          (await complete.all({ scope, key, token, ...writes.outcomeParameters(outcome, resumable) })).length === 1,
+      ),
     release: ({ scope, key, token }) => write(async () => (await release.all({ scope, key, token })).length === 1),
     renew: ({ scope, key, token, leaseMs }) =>
       write(async () => (await renew.all({ scope, key, token, leaseMs })).length === 1),
