@@ -287,11 +287,11 @@ export interface IdempotencyStore<TTx = unknown> extends Partial<AtomicMode<TTx>
    *    `expired`; `'reject'`: `existing` with `expired: true`;
    * 3. `released` → take it over as new (new token, fingerprint, timestamps, `onFailure`,
    *    `attempts` 1, `steps` []): `claimed`;
+   * 3b. (E8) `resumable`, and fingerprints match (equal, or either is null) → new token, lease
+   *    from now, state `processing`, `attempts + 1`, outcome null, steps, waits and `onFailure`
+   *    kept, same generation: `claimed` with `resumed`; a mismatch answers `existing` (422);
    * 4. `processing`, `leaseUntil <= now`, and fingerprints match (equal, or either is null)
    *    → new token and lease, `takeovers + 1`, `attempts + 1` (steps kept): `claimed` with `takeover`;
-   * 3b. (E8, after rule 3, before rule 4) `resumable`, and fingerprints match (equal, or either is
-   *    null) → new token, lease from now, state `processing`, `attempts + 1`, outcome null, steps
-   *    and waits kept, same generation: `claimed` with `resumed`; a mismatch answers `existing`;
    * 5. otherwise → `existing` (the engine decides: replay, 409 or 422);
    * 6. asked before rules 2–5: a `processing` record that holds `request.token` is the request's
    *    own claim (a token is unique to one request: its first answer was lost, e.g. a group

@@ -26,6 +26,7 @@ import fc from 'fast-check';
 import { expect } from 'vitest';
 import { finalFailure } from '../../src/adapter.ts';
 import { createEngine } from '../../src/engine.ts';
+import { FingerprintMismatchError } from '../../src/errors.ts';
 import type { IdempotencyRecord, IdempotencyStore, OnFailure } from '../../src/store.ts';
 
 export interface StepsModelTarget {
@@ -56,6 +57,8 @@ export interface StepsScenario {
   steps: number;
   /** The fault of the handler's n-th execution (none past its end, or where undefined). */
   plan: Array<Fault | undefined>;
+  /** Before which attempts (after the first) a request with the key and another payload comes: 422, nothing changes. */
+  strangers: number[];
 }
 
 const fault: fc.Arbitrary<Fault> = fc.record({
@@ -68,6 +71,7 @@ export const stepsScenario: fc.Arbitrary<StepsScenario> = fc.record({
   onFailure: fc.constantFrom<OnFailure>('replay', 'resume'),
   steps: fc.integer({ min: 1, max: 5 }),
   plan: fc.array(fc.option(fault, { nil: undefined }), { maxLength: 6 }),
+  strangers: fc.uniqueArray(fc.integer({ min: 1, max: 8 }), { maxLength: 3 }),
 });
 
 /** A provider that deduplicates by idempotency key: one effect per key, the first answer repeated. */
@@ -103,13 +107,11 @@ function processStore(store: IdempotencyStore): { store: IdempotencyStore; kill:
 const transient = () => Object.assign(new Error('provider timeout'), { status: 503 });
 
 /** What the model expects an attempt to answer. */
-type Expected =
-  | { answer: 'replay'; ok: boolean; status: number; value?: string[] }
-  | { answer: 'run' };
+type Expected = { answer: 'replay'; ok: boolean; status: number; value?: string[] } | { answer: 'run' };
 
 /** Runs one scenario against the store, asserting the oracle at every attempt. */
 export async function checkStepsScenario(target: StepsModelTarget, scenario: StepsScenario): Promise<void> {
-  const { onFailure, steps, plan } = scenario;
+  const { onFailure, steps, plan, strangers } = scenario;
   const scope = `steps-model/${crypto.randomUUID()}`;
   const key = crypto.randomUUID();
   const ledger = new Ledger();
@@ -125,6 +127,20 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
   let frozen: IdempotencyRecord | null = null;
 
   for (let attempt = 0; attempt < plan.length + 3; attempt++) {
+    if (strangers.includes(attempt)) {
+      // F3/E8: the key with another payload, whatever state it is in: 422, the record unchanged.
+      const before = await shared.get(scope, key);
+      const stranger = createEngine({ store: shared, lease: target.leaseMs, onFailure });
+      let ran = false;
+      await expect(
+        stranger.execute({ scope, key, fingerprint: 'another payload' }, () => {
+          ran = true;
+          return [];
+        }),
+      ).rejects.toBeInstanceOf(FingerprintMismatchError);
+      expect(ran).toBe(false);
+      expect(await shared.get(scope, key)).toEqual(before);
+    }
     const process = processStore(shared);
     const engine = createEngine({ store: process.store, lease: target.leaseMs, onFailure });
     let crashed!: () => void;
