@@ -81,6 +81,13 @@ function createPayments(store: IdempotencyStore) {
         bump(charges, `fraud ${idempotencyClaim(ctx)!.key}`);
         throw finalFailure(new Error('flagged as fraud: never retry'));
       }),
+    outage: t.procedure
+      .input(payment)
+      .use(resume)
+      .mutation(({ ctx }): never => {
+        bump(charges, `outage ${idempotencyClaim(ctx)!.key}`);
+        throw finalFailure(new TRPCError({ code: 'SERVICE_UNAVAILABLE', message: 'closed for good' }));
+      }),
   });
   const count = (map: Map<string, number>) => [...map.values()].reduce((sum, n) => sum + n, 0);
   return {
@@ -176,6 +183,7 @@ describe.each(storeTargets)('@idem/trpc with onFailure: resume (E8) on $name', (
   it.each([
     ['decline', 'a 4xx TRPCError', 412, 'PRECONDITION_FAILED', 'card declined'],
     ['fraud', 'an error thrown as finalFailure(error)', 500, 'INTERNAL_SERVER_ERROR', 'flagged as fraud: never retry'],
+    ['outage', 'a 5xx TRPCError thrown as finalFailure(error)', 503, 'SERVICE_UNAVAILABLE', 'closed for good'],
   ])(
     'E8/E4: under resume, %s (%s) is final: stored, replayed, never marked resumable',
     async (path, _what, status, code, message) => {
