@@ -4,11 +4,14 @@
  * used to answer a bare 503 `idempotency_store_unavailable` while the server logged nothing. Now
  * the first request logs one `[idem]` line naming the tables the store looked for, the 503's
  * detail names them too, and nothing runs; better-sqlite3, which prepares its statements when the
- * store is created, refuses at start-up with the same error.
+ * store is created, refuses at start-up with the same error. Tables of a previous release that
+ * lack a later migration's columns (E8's on_failure, attempts, steps) are refused the same way,
+ * naming the missing columns and the migration that adds them.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { StoreConfigurationError } from '@idem/core';
-import { createDrizzleStore } from '@idem/drizzle';
+import { sql } from 'drizzle-orm';
+import { createDrizzleStore, migrate } from '@idem/drizzle';
 import { idempotent } from '@idem/fetch';
 import { withoutParameters } from '../../packages/drizzle/src/query-errors.ts';
 import { DRIVERS, type DriverTarget } from '../../packages/drizzle/test/drivers.ts';
@@ -23,7 +26,7 @@ afterEach(() => {
 });
 
 /** Two keyed requests through a Fetch route over `store`; what they answer, what ran, what was logged. */
-async function twoRequests(db: DriverTarget['db']) {
+async function twoRequests(db: DriverTarget['db'], tables: { prefix?: string } = TABLES) {
   const logged = vi.spyOn(console, 'error').mockImplementation(() => {});
   let ran = 0;
   const route = idempotent(
@@ -31,7 +34,7 @@ async function twoRequests(db: DriverTarget['db']) {
       ran += 1;
       return Response.json({ ok: true }, { status: 201 });
     },
-    { store: createDrizzleStore(db, { tables: TABLES }), principal: () => 'someone' },
+    { store: createDrizzleStore(db, { tables }), principal: () => 'someone' },
   );
   const answers = [];
   for (const key of ['"k-1"', '"k-2"']) {
@@ -47,18 +50,25 @@ async function twoRequests(db: DriverTarget['db']) {
   return { answers, ran, lines: logged.mock.calls.map((call) => call.map(String).join(' ')) };
 }
 
-function expectLoudRefusal({ answers, ran, lines }: Awaited<ReturnType<typeof twoRequests>>) {
+function expectLoudRefusal({ answers, ran, lines }: Awaited<ReturnType<typeof twoRequests>>, names = NAMES) {
   expect(ran).toBe(0);
   for (const { status, body } of answers) {
     expect(status).toBe(503);
     expect(body.code).toBe('idempotency_store_unavailable');
-    for (const name of NAMES) expect(body.detail).toContain(name);
+    for (const name of names) expect(body.detail).toContain(name);
   }
   // One line for the misconfiguration, not one per request.
   expect(lines).toHaveLength(1);
   expect(lines[0]).toMatch(/^\[idem\] /);
-  for (const name of NAMES) expect(lines[0]).toContain(name);
+  for (const name of names) expect(lines[0]).toContain(name);
 }
+
+/** The tables as the previous release left them: migrated, then E8's columns (on_failure, attempts, steps) dropped. */
+async function withoutE8Columns(exec: (statement: string) => Promise<unknown>) {
+  for (const table of ['idem_keys', 'idem_key_history'])
+    for (const column of E8_COLUMNS) await exec(`ALTER TABLE ${table} DROP COLUMN ${column}`);
+}
+const E8_COLUMNS = ['on_failure', 'attempts', 'steps'];
 
 describe('E5: a store whose tables do not exist says so, naming them', () => {
   for (const spec of DRIVERS) {
@@ -90,6 +100,36 @@ describe('E5: a store whose tables do not exist says so, naming them', () => {
       await target.close();
     }
   });
+
+  for (const spec of DRIVERS.filter((each) => each.name !== 'better-sqlite3')) {
+    it.runIf(spec.runs)(
+      `E8 upgrade, ${spec.name}: tables of the previous release (no on_failure, attempts, steps) answer 503 naming the missing columns, logged once`,
+      async () => {
+        const target = await spec.open();
+        try {
+          await migrate(target.db);
+          await withoutE8Columns((statement) => target.exec(statement));
+          expectLoudRefusal(await twoRequests(target.db, {}), ['idem_keys', ...E8_COLUMNS, 'idem migrate']);
+        } finally {
+          await target.close();
+        }
+      },
+    );
+  }
+
+  it.runIf(mysqlRuns)(
+    'E8 upgrade, mysql2: tables of the previous release answer 503 naming the missing columns, logged once',
+    async () => {
+      const target = await openMysqlTarget();
+      try {
+        await migrate(target.db);
+        await withoutE8Columns((statement) => target.db.execute(sql.raw(statement)));
+        expectLoudRefusal(await twoRequests(target.db, {}), ['idem_keys', ...E8_COLUMNS, 'idem migrate']);
+      } finally {
+        await target.close();
+      }
+    },
+  );
 
   it('a store that is merely down still answers the plain 503, and logs nothing of its own', async () => {
     const logged = vi.spyOn(console, 'error').mockImplementation(() => {});

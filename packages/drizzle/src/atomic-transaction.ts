@@ -92,7 +92,8 @@ function currentOf<TTx extends object>(current: () => TTx): TTx {
     get(_, property) {
       const target = current();
       const value: unknown = Reflect.get(target, property, target);
-      return typeof value === 'function' ? value.bind(target) : value;
+      // Methods run on the current transaction; the class itself is handed out as it is.
+      return typeof value === 'function' && property !== 'constructor' ? value.bind(target) : value;
     },
     set: (_, property, value) => Reflect.set(current(), property, value),
     has: (_, property) => Reflect.has(current(), property),

@@ -123,9 +123,11 @@ function missingStoreColumn(error: unknown, tables: TableNames, dialect: Dialect
   const ours = (table: string) => table === tables.keys || table === tables.history;
   if (missing.table !== undefined) return ours(missing.table) ? { column: missing.column, ...added } : undefined;
   for (let current = error, depth = 0; current instanceof Error && depth < 4; depth += 1) {
-    const query = (current as { query?: unknown }).query;
-    if (typeof query === 'string' && [tables.keys, tables.history].some((table) => query.includes(table)))
-      return { column: missing.column, ...added };
+    // drizzle's query error (0.44+) carries the statement as `query`; mysql2's own error as `sql`.
+    const { query, sql: statement } = current as { query?: unknown; sql?: unknown };
+    for (const text of [query, statement])
+      if (typeof text === 'string' && [tables.keys, tables.history].some((table) => text.includes(table)))
+        return { column: missing.column, ...added };
     current = current.cause;
   }
   return undefined;

@@ -258,7 +258,6 @@ export function stillReleased(clock: DatabaseClock, columns: GuardedColumns, b: 
   );
 }
 
-/** Rule 4 (`takeover`), as a compare-and-set: still the `processing` claim of `previousToken`, its lease passed, not expired. */
 /** E8, the resume rule, as a compare-and-set: still the `resumable` record of `previousToken`, not expired. */
 export function stillResumable(clock: DatabaseClock, columns: GuardedColumns, b: ClaimBindings) {
   return and(
@@ -269,6 +268,7 @@ export function stillResumable(clock: DatabaseClock, columns: GuardedColumns, b:
   );
 }
 
+/** Rule 4 (`takeover`), as a compare-and-set: still the `processing` claim of `previousToken`, its lease passed, not expired. */
 export function stillStale(clock: DatabaseClock, columns: GuardedColumns, b: ClaimBindings) {
   return and(
     thisKey(columns, b),

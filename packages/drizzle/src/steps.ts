@@ -45,8 +45,12 @@ export function stepsText(steps: readonly StoredStep[]): string {
   return JSON.stringify(steps.map(({ name, result }) => ({ name, result })));
 }
 
-/** How many times `saveStep` reads again after its compare-and-set lost to the same owner's other step. */
-const MAX_STEP_ROUNDS = 16;
+/**
+ * How many times `saveStep` reads again after its compare-and-set lost to the same owner's other
+ * steps. Each lost round means another step was written (the loop is lock-free), so n steps run
+ * together settle within n rounds.
+ */
+const MAX_STEP_ROUNDS = 100;
 
 /**
  * `saveStep` over a dialect's two statements: `read` answers the owner's steps column (undefined

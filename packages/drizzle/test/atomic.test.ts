@@ -206,6 +206,11 @@ describe.each([
     await engineOn().executeAtomic(req, (claim) => ((seen = { tx: claim.tx, claim }), pay(claim)));
     expect(seen?.tx).toBeDefined();
     expect(seen?.claim.tx).toBe(seen?.tx);
+    // The transaction of the current savepoint, as drizzle's own class (E8: a recovery point moves it on).
+    const drizzleClass = Object.getPrototypeOf(seen?.tx).constructor;
+    expect(seen?.tx).toBeInstanceOf(drizzleClass);
+    expect((seen?.tx as object).constructor).toBe(drizzleClass);
+    expect(drizzleClass.name).toMatch(/Transaction$/);
     expect(seen?.claim).toMatchObject({ scope: req.scope, key: req.key, generation: 1 });
     expect(seen?.claim.deriveKey('channel')).toMatch(/^"idem-[\w-]{32}"$/);
   });

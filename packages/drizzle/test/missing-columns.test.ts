@@ -158,6 +158,16 @@ describe('E5/E8: tables of the previous release (no on_failure, attempts, steps)
         }),
         'postgres',
       ],
+      // mysql2's own error (drizzle-orm before 0.44 does not wrap it) names the statement as `sql`.
+      [
+        Object.assign(
+          driverError("Unknown column 'steps' in 'field list'", { code: 'ER_BAD_FIELD_ERROR', errno: 1054 }),
+          {
+            sql: 'update `idem_keys` set `steps` = ? where …',
+          },
+        ),
+        'mysql',
+      ],
     ];
     for (const [error, dialect] of ours) expectNamesTheColumns(withoutParameters(error, tables, dialect));
   });

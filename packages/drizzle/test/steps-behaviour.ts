@@ -74,6 +74,22 @@ export function stepsBehaviour(context: () => { harness: StoreHarness; store: Dr
     }
   });
 
+  it('E8: rule 3 (a released claim taken over as new) writes the new request mode, attempts 1 and no steps', async () => {
+    const { store } = context();
+    const first = request({ onFailure: 'resume' });
+    claimed(await store.claim(first));
+    await store.saveStep({ scope, key: first.key, token: first.token, name: 'reserve', result: '1' });
+    expect(await store.release({ scope, key: first.key, token: first.token })).toBe(true);
+    const again = claimed(await store.claim(request({ key: first.key })));
+    expect(again.record).toMatchObject({
+      generation: 1,
+      state: 'processing',
+      onFailure: 'replay',
+      attempts: 1,
+      steps: [],
+    });
+  });
+
   it('E8: saveStep appends in completion order, replaces a name in place, and is fenced on (token, processing)', async () => {
     const { store } = context();
     const r = request({ onFailure: 'resume' });

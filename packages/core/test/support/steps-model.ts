@@ -27,6 +27,7 @@ import { expect } from 'vitest';
 import { finalFailure } from '../../src/adapter.ts';
 import { createEngine } from '../../src/engine.ts';
 import { FingerprintMismatchError } from '../../src/errors.ts';
+import type { ClaimContext } from '../../src/claim.ts';
 import type { IdempotencyRecord, IdempotencyStore, OnFailure } from '../../src/store.ts';
 
 export interface StepsModelTarget {
@@ -43,6 +44,13 @@ export interface StepsModelTarget {
   numRuns?: number;
   /** A fixed seed, to replay a failure. */
   seed?: number;
+  /**
+   * Atomic mode, for a store that has it: each step also writes an application row through
+   * `claim.tx`, and the oracle counts the rows that committed (a crash rolls its transaction
+   * back: a step that completed in it runs again, under the same step key). The same shape as the
+   * conformance suite's `atomic` option.
+   */
+  atomic?: { write(tx: unknown, id: string): Promise<void>; committed(id: string): Promise<boolean> };
 }
 
 type FaultKind = 'fail' | 'final' | 'finalMarked' | 'crash';
@@ -90,18 +98,33 @@ class Ledger {
   }
 }
 
-/** A process of the application: its own engine over the shared store, until it dies. */
+/**
+ * A process of the application: its own engine over the shared store, until it dies. Dead, its
+ * store calls never settle, and its open transaction (atomic mode) ends as a lost connection
+ * ends it: rolled back.
+ */
 function processStore(store: IdempotencyStore): { store: IdempotencyStore; kill: () => void } {
   let dead = false;
   const never = new Promise<never>(() => {});
+  let die!: (reason: Error) => void;
+  const died = new Promise<never>((_, reject) => (die = reject));
+  died.catch(() => {});
   const proxy = new Proxy(store, {
     get(target, property) {
       const value = Reflect.get(target, property, target) as unknown;
       if (typeof value !== 'function') return value;
-      return (...args: unknown[]) => (dead ? never : (value as (...a: unknown[]) => unknown).apply(target, args));
+      const method = value as (...a: unknown[]) => unknown;
+      if (property === 'transaction')
+        return (work: (t: unknown) => Promise<unknown>) =>
+          dead ? never : method.call(target, (t: unknown) => Promise.race([work(t), died]));
+      return (...args: unknown[]) => (dead ? never : method.apply(target, args));
     },
   });
-  return { store: proxy, kill: () => void (dead = true) };
+  const kill = () => {
+    dead = true;
+    die(new Error('[steps model] the process died: its connection is gone'));
+  };
+  return { store: proxy, kill };
 }
 
 const transient = () => Object.assign(new Error('provider timeout'), { status: 503 });
@@ -119,6 +142,8 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
   // Per step: how many times its run was called, how many returned (completed), its keys.
   const runs = Array.from({ length: steps }, () => 0);
   const completions = Array.from({ length: steps }, () => 0);
+  // Atomic mode: the application row each completed run of a step wrote (committed or not).
+  const rows = Array.from({ length: steps }, () => [] as string[]);
   const stepKeys = Array.from({ length: steps }, () => new Set<string>());
   let executions = 0;
   let lastAttempt = 0;
@@ -127,9 +152,10 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
   let frozen: IdempotencyRecord | null = null;
 
   for (let attempt = 0; attempt < plan.length + 3; attempt++) {
-    if (strangers.includes(attempt)) {
-      // F3/E8: the key with another payload, whatever state it is in: 422, the record unchanged.
-      const before = await shared.get(scope, key);
+    // F3/E8: the key with another payload, whatever state it is in: 422, the record unchanged.
+    // (Not while it has no record: in atomic mode a crash of its first execution left none.)
+    const before = strangers.includes(attempt) ? await shared.get(scope, key) : null;
+    if (before) {
       const stranger = createEngine({ store: shared, lease: target.leaseMs, onFailure });
       let ran = false;
       await expect(
@@ -162,7 +188,8 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
       }
     };
     const expected: Expected = stored ? { answer: 'replay', ...stored } : { answer: 'run' };
-    const execution = engine.execute({ scope, key, fingerprint: 'fp' }, async (claim) => {
+    const handler = async (claim: ClaimContext): Promise<string[]> => {
+      const index = executions;
       thisFault = plan[executions++];
       lastAttempt = claim.attempt;
       const values: string[] = [];
@@ -172,6 +199,11 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
           runs[i]!++;
           stepKeys[i]!.add(stepKey);
           const answer = ledger.call(stepKey, i);
+          if (target.atomic) {
+            const row = `${key}-s${i}-e${index}`;
+            await target.atomic.write(claim.tx, row);
+            rows[i]!.push(row);
+          }
           await act('inside', i);
           completions[i]!++;
           return answer;
@@ -180,7 +212,11 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
         await act('after', i);
       }
       return values;
-    });
+    };
+    const request = { scope, key, fingerprint: 'fp' };
+    const execution = target.atomic
+      ? engine.executeAtomic<string[]>(request, handler)
+      : engine.execute<string[]>(request, handler);
     const result = await Promise.race([execution, crash]);
     const ran = executions;
 
@@ -226,6 +262,11 @@ export async function checkStepsScenario(target: StepsModelTarget, scenario: Ste
   expect(record?.state).toBe('completed');
   expect(record?.attempts).toBe(lastAttempt);
   for (let i = 0; i < steps; i++) {
+    // Atomic mode: a run whose transaction rolled back (a crash) did not complete; its row is not there.
+    if (target.atomic) {
+      const committed = await Promise.all(rows[i]!.map((row) => target.atomic!.committed(row)));
+      completions[i] = committed.filter(Boolean).length;
+    }
     // At most one completed run of each step per generation, all under one derived key.
     expect(completions[i], `step s${i} ran to completion at most once`).toBeLessThanOrEqual(1);
     expect(stepKeys[i]!.size).toBeLessThanOrEqual(1);
