@@ -90,7 +90,7 @@ function createPayments(store: IdempotencyStore = new MemoryStore()) {
     required: false,
     policy: { 'Mutation.pay': resume, 'Mutation.decline': resume, 'Mutation.fraud': resume, 'Mutation.outage': resume },
   });
-  const yoga = createYoga({ schema, logging: false, plugins: [plugin] });
+  const yoga = createYoga({ schema, logging: false, batching: true, plugins: [plugin] });
   const policy = () =>
     createPolicyDocument({
       documentationUrl: '/idempotency',
@@ -251,6 +251,22 @@ describe.each(storeTargets)('@idem/envelop with onFailure: resume (E8), GraphQL 
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       expect(replay.body.errors).toEqual(first.body.errors);
       expect(payments.counts.chargeAttempts - attempts).toBe(2);
+    });
+
+    it('E8: in a Yoga batch each operation carries its own extensions.idempotency.resumable, and no header speaks for the batch', async () => {
+      const operation = (key: string) => ({
+        query: 'mutation($key: String) { pay(amount: 41, idempotencyKey: $key) { attempt } }',
+        variables: { key },
+      });
+      const batch = [operation(randomUUID()), operation(randomUUID())];
+      const first = await post(batch);
+      expect(first.headers.get('idempotent-resumable')).toBeNull();
+      expect(first.body.map((result: { extensions?: unknown }) => result.extensions)).toEqual([
+        { idempotency: { replayed: false, resumable: true, resumableFields: ['pay'] } },
+        { idempotency: { replayed: false, resumable: true, resumableFields: ['pay'] } },
+      ]);
+      const retry = await post(batch);
+      expect(retry.body).toEqual([{ data: { pay: { attempt: 2 } } }, { data: { pay: { attempt: 2 } } }]);
     });
 
     it('R4: describeEndpoints publishes onFailure per mutation, and resume keeps keys 30 days by default', () => {
