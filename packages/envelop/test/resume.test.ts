@@ -13,7 +13,13 @@ import { createSchema, createYoga } from 'graphql-yoga';
 import { GraphQLError } from 'graphql';
 import { ApolloClient, ApolloLink, HttpLink, InMemoryCache, gql } from '@apollo/client';
 import { Client, fetchExchange } from '@urql/core';
-import { createPolicyDocument, MemoryStore, sharedPrincipal, type IdempotencyStore } from '@idem/core';
+import {
+  createPolicyDocument,
+  MemoryStore,
+  sharedPrincipal,
+  type IdempotencyEvent,
+  type IdempotencyStore,
+} from '@idem/core';
 import { finalFailure, idempotencyClaim, useYogaIdempotency } from '@idem/envelop';
 import { createIdempotentFetch, type RetryNotice } from '@idem/envelop/client';
 import { idempotencyLink } from '@idem/envelop/apollo';
@@ -76,13 +82,15 @@ function createPayments(store: IdempotencyStore = new MemoryStore()) {
     },
   });
   const resume = { onFailure: 'resume' as const };
+  const completed: Array<Extract<IdempotencyEvent, { type: 'completed' }>> = [];
   const plugin = useYogaIdempotency({
     store,
+    onEvent: (event) => void (event.type === 'completed' && completed.push(event)),
     principal: sharedPrincipal,
     required: false,
     policy: { 'Mutation.pay': resume, 'Mutation.decline': resume, 'Mutation.fraud': resume, 'Mutation.outage': resume },
   });
-  const yoga = createYoga({ schema, logging: false, plugins: [plugin] });
+  const yoga = createYoga({ schema, logging: false, batching: true, plugins: [plugin] });
   const policy = () =>
     createPolicyDocument({
       documentationUrl: '/idempotency',
@@ -93,7 +101,7 @@ function createPayments(store: IdempotencyStore = new MemoryStore()) {
       res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(policy()));
     else void yoga(req, res);
   });
-  return { server, yoga, plugin, counts };
+  return { server, yoga, plugin, counts, completed };
 }
 
 const PAY = 'mutation Pay($amount: Int!) { pay(amount: $amount) { id reservation amount attempt } }';
@@ -143,6 +151,7 @@ describe.each(storeTargets)('@idem/envelop with onFailure: resume (E8), GraphQL 
       const first = await post(pay(14), headers);
       expect(first.headers.get('idempotent-resumable')).toBe('true');
       expect(first.headers.get('idempotent-replayed')).toBeNull();
+      expect(payments.completed.at(-1)).toMatchObject({ status: 500, outcomeKind: 'error', resumable: true });
       expect(first.body.data).toEqual({ pay: null });
       expect(first.body.extensions).toEqual({ idempotency: { replayed: false, resumable: true } });
 
@@ -188,6 +197,8 @@ describe.each(storeTargets)('@idem/envelop with onFailure: resume (E8), GraphQL 
         expect(replay.headers.get('idempotent-replayed')).toBe('true');
         expect(replay.body.errors).toEqual(first.body.errors);
         expect(payments.counts[count] - before).toBe(1);
+        // Stored as under 'replay': the result, 200, carrying its errors.
+        expect(payments.completed.at(-1)).toMatchObject({ status: 200, outcomeKind: 'success', withErrors: true });
       },
     );
 
@@ -240,6 +251,22 @@ describe.each(storeTargets)('@idem/envelop with onFailure: resume (E8), GraphQL 
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       expect(replay.body.errors).toEqual(first.body.errors);
       expect(payments.counts.chargeAttempts - attempts).toBe(2);
+    });
+
+    it('E8: in a Yoga batch each operation carries its own extensions.idempotency.resumable, and no header speaks for the batch', async () => {
+      const operation = (key: string) => ({
+        query: 'mutation($key: String) { pay(amount: 41, idempotencyKey: $key) { attempt } }',
+        variables: { key },
+      });
+      const batch = [operation(randomUUID()), operation(randomUUID())];
+      const first = await post(batch);
+      expect(first.headers.get('idempotent-resumable')).toBeNull();
+      expect(first.body.map((result: { extensions?: unknown }) => result.extensions)).toEqual([
+        { idempotency: { replayed: false, resumable: true, resumableFields: ['pay'] } },
+        { idempotency: { replayed: false, resumable: true, resumableFields: ['pay'] } },
+      ]);
+      const retry = await post(batch);
+      expect(retry.body).toEqual([{ data: { pay: { attempt: 2 } } }, { data: { pay: { attempt: 2 } } }]);
     });
 
     it('R4: describeEndpoints publishes onFailure per mutation, and resume keeps keys 30 days by default', () => {

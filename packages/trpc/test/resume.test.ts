@@ -5,9 +5,10 @@
  * are counted per key.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { initTRPC, TRPCError } from '@trpc/server';
+import { initTRPC, TRPCError, type AnyTRPCRouter } from '@trpc/server';
+import { createTRPCClient, httpLink } from '@trpc/client';
 import { z } from 'zod';
-import { createPolicyDocument, type IdempotencyStore } from '@idem/core';
+import { createPolicyDocument, MemoryStore, type IdempotencyStore } from '@idem/core';
 import {
   finalFailure,
   idempotency,
@@ -17,6 +18,7 @@ import {
 } from '../src/index.ts';
 import { clientFor, mutate, newKey, startStandalone, type RunningServer } from './http.ts';
 import { storeTargets } from './stores.ts';
+import { idempotencyHeaders, idempotencyLink, type RetryNotice } from '../src/link.ts';
 
 interface Context extends IdempotencyContext {
   user: string;
@@ -80,6 +82,13 @@ function createPayments(store: IdempotencyStore) {
       .mutation(({ ctx }): never => {
         bump(charges, `fraud ${idempotencyClaim(ctx)!.key}`);
         throw finalFailure(new Error('flagged as fraud: never retry'));
+      }),
+    outage: t.procedure
+      .input(payment)
+      .use(resume)
+      .mutation(({ ctx }): never => {
+        bump(charges, `outage ${idempotencyClaim(ctx)!.key}`);
+        throw finalFailure(new TRPCError({ code: 'SERVICE_UNAVAILABLE', message: 'closed for good' }));
       }),
   });
   const count = (map: Map<string, number>) => [...map.values()].reduce((sum, n) => sum + n, 0);
@@ -176,6 +185,7 @@ describe.each(storeTargets)('@idem/trpc with onFailure: resume (E8) on $name', (
   it.each([
     ['decline', 'a 4xx TRPCError', 412, 'PRECONDITION_FAILED', 'card declined'],
     ['fraud', 'an error thrown as finalFailure(error)', 500, 'INTERNAL_SERVER_ERROR', 'flagged as fraud: never retry'],
+    ['outage', 'a 5xx TRPCError thrown as finalFailure(error)', 503, 'SERVICE_UNAVAILABLE', 'closed for good'],
   ])(
     'E8/E4: under resume, %s (%s) is final: stored, replayed, never marked resumable',
     async (path, _what, status, code, message) => {
@@ -248,5 +258,56 @@ describe.each(storeTargets)('@idem/trpc with onFailure: resume (E8) on $name', (
     expect(error?.data).toMatchObject({ idempotentResumable: true });
     expect(lastHeaders().get('idempotent-resumable')).toBe('true');
     await expect(trpc.pay.mutate({ amount: 14 })).resolves.toMatchObject({ amount: 14, attempt: 2 });
+  });
+});
+
+describe('idempotencyLink against a server without idempotencyErrorFormatter (E8)', () => {
+  let server: RunningServer;
+  let runs = 0;
+  beforeAll(async () => {
+    // tRPC's default error shape: no data.idempotentResumable, so the link has only the header.
+    const t = initTRPC.context<Context>().create({ isDev: false });
+    const resume = idempotency({
+      store: new MemoryStore(),
+      principal: (ctx: Context) => ctx.user,
+      onFailure: 'resume',
+    });
+    const router = t.router({
+      pay: t.procedure
+        .input(z.object({ amount: z.number() }))
+        .use(resume)
+        .mutation(({ input }) => {
+          runs += 1;
+          if (runs === 1) throw new Error('provider timeout');
+          return { amount: input.amount, runs };
+        }),
+    });
+    server = await startStandalone(router);
+  });
+  afterAll(() => server?.close());
+
+  it('E8: a lone call marked only by Idempotent-Resumable is retried with the same key and completes', async () => {
+    const keys: Array<string | null> = [];
+    const notices: RetryNotice[] = [];
+    const trpc = createTRPCClient<AnyTRPCRouter>({
+      links: [
+        idempotencyLink({ retention: '30d', initialDelayMs: 1, onRetry: (notice) => notices.push(notice) }),
+        httpLink({
+          url: server.url,
+          headers: ({ op }) => idempotencyHeaders(op),
+          fetch: async (input, init) => {
+            keys.push(new Headers(init?.headers).get('idempotency-key'));
+            return fetch(input, init);
+          },
+        }),
+      ],
+    });
+    const answer = await (trpc as unknown as { pay: { mutate(input: unknown): Promise<unknown> } }).pay.mutate({
+      amount: 5,
+    });
+    expect(answer).toEqual({ amount: 5, runs: 2 });
+    expect(notices.map((notice) => notice.reason)).toEqual(['resumable']);
+    expect(keys).toHaveLength(2);
+    expect(keys[1]).toBe(keys[0]);
   });
 });

@@ -12,15 +12,17 @@ import { graphqlErrorCodec, toStoredResult, unexpectedCause, type StoredExecutio
 const ROLLED_BACK = 'IdempotencyRolledBackExecution';
 
 /**
- * The codec of one unit. In atomic mode, and under `onFailure: 'resume'` (`failed`), a result in
- * which a root field failed (see {@link rootFieldFailed}) is encoded as an `'error'`, so that the
- * engine rolls the unit's writes back (atomic) and sees the failure (E8: resumable unless final);
- * it is stored whole under the status and code of its first error and replayed as the same result.
+ * The codec of one unit. A result in which a root field failed (see {@link rootFieldFailed}) is
+ * encoded as an `'error'` in atomic mode, so that the engine rolls the unit's writes back, and
+ * under `onFailure: 'resume'` unless it is final (`finalFailure`, see {@link isFinalResult}), so
+ * that the engine leaves it resumable (E8); it is stored whole under the status and code of its
+ * first error and replayed as the same result. A final one under `'resume'` is stored as under
+ * `'replay'`.
  */
 export function resultCodec(
   serializer: OutcomeSerializer,
   source: Source | undefined,
-  failed: boolean,
+  { atomic, resume }: { atomic: boolean; resume: boolean },
 ): OutcomeCodec<ExecutionResult, StoredExecutionResult> {
   const errors = graphqlErrorCodec(source);
   const base = outcomeCodec<ExecutionResult, StoredExecutionResult>({
@@ -33,7 +35,8 @@ export function resultCodec(
   return {
     ...base,
     encode(outcome) {
-      if (!failed || !outcome.ok || !rootFieldFailed(outcome.value)) return base.encode(outcome);
+      const asFailure = outcome.ok && (atomic || (resume && !isFinalFailure(outcome.value)));
+      if (!asFailure || !rootFieldFailed(outcome.value)) return base.encode(outcome);
       const result = outcome.value;
       const first = result.errors?.[0] ?? new GraphQLError('[idem] a root field failed');
       const description = { ...errors.describe(first), name: ROLLED_BACK, data: toStoredResult(result) };

@@ -113,7 +113,7 @@ export async function runUnit(
       '[idem] useIdempotency: this mutation has no context object to carry its claim to the resolvers; nothing was executed.',
     );
   const source = args.document.loc?.source;
-  const codec = resultCodec(serializer, source, atomic || resume);
+  const codec = resultCodec(serializer, source, { atomic, resume });
   const outcome = await kit.execute({ ...request, codec }, async (claim) => {
     const unit: RunningUnit = { claim, parts: parts > 1, started: false };
     runningUnits.set(context, unit);
