@@ -61,6 +61,11 @@ interface Transport {
   /** The payment's id in a successful answer, else undefined. */
   paid(reply: Reply): string | undefined;
   successStatus: number;
+  /**
+   * The HTTP status of amount 13's failure: a GraphQL error without `extensions.http` is in a 200
+   * result, and being thrown on purpose it is final under `'resume'` too (the hosts' rule).
+   */
+  channelFailureStatus: number;
   /** The failure as the client reads it (a GraphQL replay also says so in `extensions`). */
   failure(reply: Reply): unknown;
   /** How this transport marks a resumable failure besides the header (design: tRPC error data, GraphQL extensions). */
@@ -73,6 +78,7 @@ const graphqlTransport = (name: string, path: string): Transport => ({
     post(url, path, { query: PAY_MUTATION, variables: { input: payment } }, { 'idempotency-key': key }),
   paid: (reply) => (reply.body?.errors ? undefined : reply.body?.data?.createPayment?.id),
   successStatus: 200,
+  channelFailureStatus: 200,
   failure: (reply) => reply.body?.errors,
   markedResumable: (reply) => reply.body?.extensions?.idempotency?.resumable === true,
 });
@@ -83,6 +89,7 @@ const transports: Transport[] = [
     pay: (url, key, payment) => post(url, '/trpc/payments.create', payment, { 'idempotency-key': key }),
     paid: (reply) => reply.body?.result?.data?.id,
     successStatus: 200,
+    channelFailureStatus: 500,
     failure: (reply) => reply.body?.error,
     markedResumable: (reply) => reply.body?.error?.data?.idempotentResumable === true,
   },
@@ -104,6 +111,7 @@ const transports: Transport[] = [
       ),
     paid: (reply) => (reply.body?.errors ? undefined : reply.body?.data?.createPayment?.id),
     successStatus: 200,
+    channelFailureStatus: 200,
     failure: (reply) => reply.body?.errors,
     markedResumable: (reply) => reply.body?.extensions?.idempotency?.resumable === true,
   },
@@ -112,6 +120,7 @@ const transports: Transport[] = [
     pay: (url, key, payment) => post(url, '/v1/payments', payment, { 'idempotency-key': key }),
     paid: (reply) => (reply.status === 201 ? reply.body?.id : undefined),
     successStatus: 201,
+    channelFailureStatus: 500,
     failure: (reply) => reply.text,
     // The handler's own response: the header is the mark.
     markedResumable: (reply) => reply.headers.get('idempotent-resumable') === 'true',
@@ -340,6 +349,26 @@ describe.each(databases)('replay or resume (IDEM_SEMANTICS) on $name', ({ postgr
       expect(replayed(back)).toBe('true');
       expect(transport.paid(back)).toBe(id);
       expect(await counts(v2b.url, key)).toEqual({ reservations: 1, charges: 1, timeouts: 1 });
+    });
+
+    it('E8 (v2): amount 13 charges then fails; on tRPC and REST the 500 is resumable and the retry, running the charge step again under the same downstream key, gets the charge made; on GraphQL the PAYMENT_CHANNEL_FAILED error the resolver throws is final (replayed); one charge either way', async () => {
+      const key = newKey();
+      const payment = { amount: 13, currency: 'EUR' };
+      const first = await transport.pay(v2.url, key, payment);
+      expect(first.status, first.text).toBe(transport.channelFailureStatus);
+      const graphql = transport.channelFailureStatus === 200;
+      expect(resumable(first)).toBe(graphql ? null : 'true');
+      expect(transport.markedResumable(first)).toBe(!graphql);
+      expect(await counts(v2.url, key)).toEqual({ reservations: 1, charges: 1, timeouts: 0 });
+      const retry = await transport.pay(v2.url, key, payment);
+      if (graphql) {
+        expect(replayed(retry)).toBe('true');
+        expect(transport.failure(retry)).toEqual(transport.failure(first));
+      } else {
+        expect(retry.status, retry.text).toBe(transport.successStatus);
+        expect(transport.paid(retry)).toMatch(/^pay_/);
+      }
+      expect(await counts(v2.url, key)).toEqual({ reservations: 1, charges: 1, timeouts: 0 });
     });
 
     it('E8/E4 (v2): a final failure — amount 15 declined, 402 — is not resumable: stored and replayed', async () => {
