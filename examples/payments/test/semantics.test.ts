@@ -397,6 +397,22 @@ describe.each(databases)('replay or resume (IDEM_SEMANTICS) on $name', ({ postgr
       expect(await counts(v2.url, key)).toEqual({ reservations: 1, charges: 1, timeouts: 1 });
     });
 
+    // tRPC only: a GraphQL PAYMENT_CHANNEL_FAILED is final, and the REST route answers its 500 as a
+    // Response (a value), whose transaction commits with it.
+    it.skipIf(!postgres || transport.name !== 'tRPC')(
+      "E8/E2 (v2, atomic mode): amount 13's charge is rolled back with its failure each time: every retry is resumable again, and nothing is charged",
+      async () => {
+        const example = atomicV2!;
+        const key = newKey();
+        for (let attempt = 1; attempt <= 2; attempt++) {
+          const answer = await transport.pay(example.url, key, { amount: 13, currency: 'EUR' });
+          expect(answer.status, answer.text).toBe(500);
+          expect(resumable(answer)).toBe('true');
+        }
+        expect(await counts(example.url, key)).toEqual({ reservations: 1, charges: 0, timeouts: 0 });
+      },
+    );
+
     it.skipIf(!postgres)(
       'E8/E2 (v2, atomic mode): the reservation commits at its recovery point with the resumable failure; the retry charges once in the same transaction as its outcome',
       async () => {
