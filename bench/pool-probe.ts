@@ -28,10 +28,15 @@ interface Samples {
   rows: number[];
 }
 
-/** What a statement is, from its name (the store's prepared statements) or its text (the grouped forms). */
-function kindOf(config: unknown): { kind: string; rowsPer?: number } {
+/**
+ * What a statement is, from its name (the store's prepared statements) or its text (the grouped
+ * forms of builds before their statements were prepared), and how to count a group's rows from
+ * its values: bound values per row (`VALUES` lists), or `arrays` (one array parameter per column).
+ */
+function kindOf(config: unknown): { kind: string; rowsPer?: number | 'arrays' } {
   const text = typeof config === 'string' ? config : ((config as { text?: string }).text ?? '');
   const name = typeof config === 'object' && config ? (config as { name?: string }).name : undefined;
+  if (name?.endsWith('_many', name.indexOf(':', 5))) return { kind: name.split(':')[1] ?? name, rowsPer: 'arrays' };
   if (name?.startsWith('idem:')) return { kind: name.split(':')[1] ?? name };
   if (text.includes('idem_claimed')) return { kind: 'claim group', rowsPer: 11 };
   if (text.includes('idem_v') && text.startsWith('UPDATE')) return { kind: 'complete group', rowsPer: 7 };
@@ -74,7 +79,9 @@ export class PoolProbe {
       return query(config, values).finally(() => {
         samples.waits.push(inHand - sent);
         samples.runs.push(performance.now() - inHand);
-        if (rowsPer && values) samples.rows.push(values.length / rowsPer);
+        const first = (values ?? (config as { values?: unknown[] }).values)?.[0];
+        if (rowsPer === 'arrays' && Array.isArray(first)) samples.rows.push(first.length);
+        else if (typeof rowsPer === 'number' && values) samples.rows.push(values.length / rowsPer);
       });
     };
   }

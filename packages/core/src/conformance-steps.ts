@@ -63,16 +63,34 @@ export function describeStepsConformance({ store, scope, request, storePassed, s
       expect((await store().get(scope, req.key))?.steps).toEqual([]);
     });
 
-    it('E8: complete with resumable leaves the record resumable: outcome kept, completedAt null, retention from now; it is not replayable', async () => {
+    it('E8/R1: complete with resumable leaves the record resumable: outcome kept, completedAt null, expiresAt as the claim set it (the window counts from the first sight); it is not replayable', async () => {
       const req = request({ onFailure: 'resume', retentionMs: 3_600_000 });
-      claimed(await store().claim(req));
+      const { record: claim } = claimed(await store().claim(req));
       await store().saveStep({ ...owner(req), name: 'reserve', result: '"h_1"' });
+      await new Promise((resolve) => setTimeout(resolve, 20));
       expect(await store().complete({ ...owner(req), outcome: failure, resumable: true })).toBe(true);
       const record = await store().get(scope, req.key);
       expect(record).toMatchObject({ state: 'resumable', outcome: failure, completedAt: null, attempts: 1 });
-      expect(record!.expiresAt.getTime() - record!.createdAt.getTime()).toBeGreaterThanOrEqual(3_600_000);
+      expect(record!.expiresAt.getTime()).toBe(claim.expiresAt.getTime());
       // Fenced like a completion: the token no longer owns a processing claim.
       expect(await store().complete({ ...owner(req), outcome: success('1') })).toBe(false);
+    });
+
+    it('E8/R1: a generation resumed twice is kept for exactly its retention from the completion that ends it, not longer', async () => {
+      const retentionMs = 3_600_000;
+      let req = request({ onFailure: 'resume', retentionMs });
+      claimed(await store().claim(req));
+      for (let attempt = 2; attempt <= 3; attempt++) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        await store().complete({ ...owner(req), outcome: failure, resumable: true });
+        req = request({ key: req.key, onFailure: 'resume', retentionMs });
+        expect(claimed(await store().claim(req)).resumed?.attempt).toBe(attempt);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(await store().complete({ ...owner(req), outcome: success('"done"') })).toBe(true);
+      const done = await store().get(scope, req.key);
+      expect(done).toMatchObject({ state: 'completed', attempts: 3 });
+      expect(Math.abs(done!.expiresAt.getTime() - done!.completedAt!.getTime() - retentionMs)).toBeLessThanOrEqual(1);
     });
 
     it('E8: the resume rule: a resumable record with a matching fingerprint is claimed again (same generation, attempts + 1, steps and waits kept, outcome null)', async () => {

@@ -88,8 +88,11 @@ export class MemoryStore implements IdempotencyStore {
     const now = this.#now();
     record.state = resumable ? 'resumable' : 'completed';
     record.outcome = { ...outcome };
-    // E8: a resumable failure is not a completion: its retention still counts, from now.
-    if (!resumable) record.completedAt = new Date(now);
+    // E8: a resumable failure is not a completion: the window it may be resumed in counts from
+    // the first sight (`expiresAt` as the claim set it), so that the completion that ends it
+    // still finds the retention as `expiresAt − createdAt` however many attempts came before.
+    if (resumable) return true;
+    record.completedAt = new Date(now);
     // R1: retention counts from completion; the claim carried it as expiresAt − createdAt.
     record.expiresAt = new Date(now + (record.expiresAt.getTime() - record.createdAt.getTime()));
     return true;

@@ -195,7 +195,9 @@ export type CompleteArgs = ClaimOwner & {
   outcome: StoredOutcome;
   /**
    * E8: the record becomes `resumable` instead of `completed`: the outcome is kept (not replayed),
-   * `completedAt` stays null and `expiresAt = now + (expiresAt − createdAt)`.
+   * `completedAt` stays null and `expiresAt` is left as it is: the window a resumable failure may
+   * be resumed in counts from the first sight, so that the completion ending it still finds the
+   * retention as `expiresAt − createdAt`, however many attempts came before.
    */
   resumable?: boolean;
 };
@@ -310,7 +312,7 @@ export interface IdempotencyStore<TTx = unknown> extends Partial<AtomicMode<TTx>
    * and `expiresAt = now + (expiresAt − createdAt)`: retention counts from completion (R1).
    * Returns false when it does not own it (fenced out by a takeover, E6): the record is left untouched.
    * With `resumable: true` (E8) the record becomes `resumable` instead: the outcome is stored (not
-   * replayed), `completedAt` stays null, and `expiresAt` moves the same way.
+   * replayed), `completedAt` stays null, and `expiresAt` is left as it is (see {@link CompleteArgs}).
    */
   complete(args: CompleteArgs): Promise<boolean>;
 

@@ -164,7 +164,9 @@ export function outcomeValues(outcome: StoredOutcome, resumable?: boolean): Outc
  * `complete`'s assignments. R1: retention counts from completion, so `expires_at` moves to now
  * plus the retention the claim was given (`expires_at − created_at`, a number of milliseconds on
  * SQLite, an interval on PostgreSQL, microseconds on MySQL). The state is the binding's:
- * `completed`, or `resumable` (E8), which keeps `completed_at` null.
+ * `completed`, or `resumable` (E8), which keeps `completed_at` null and `expires_at` as it is: the
+ * window a resumable failure may be resumed in counts from the first sight, and the completion
+ * that ends it still finds the retention as `expires_at − created_at`.
  */
 export function completion(
   clock: DatabaseClock,
@@ -174,7 +176,7 @@ export function completion(
   return {
     state: outcome.state,
     completedAt: sql`CASE WHEN ${outcome.state} = 'resumable' THEN NULL ELSE ${clock.now} END`,
-    expiresAt: clock.afterSpan(columns.createdAt, columns.expiresAt),
+    expiresAt: sql`CASE WHEN ${outcome.state} = 'resumable' THEN ${columns.expiresAt} ELSE ${clock.afterSpan(columns.createdAt, columns.expiresAt)} END`,
     outcomeKind: outcome.kind,
     outcomeStatus: outcome.status,
     body: outcome.body,

@@ -253,7 +253,7 @@ export function pgStatements(db: AnyPgDatabase, tables: PgTables): StoreStatemen
   });
 
   return {
-    ...pgGroupStatements(db, tables),
+    ...pgGroupStatements(db, tables, name),
     transaction: (work) =>
       transactionEndingAs(
         (body: (tx: AnyPgTransaction) => Promise<void>) => openTransaction(db, body),
