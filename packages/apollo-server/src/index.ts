@@ -14,6 +14,7 @@ import {
   type GraphQLFormattedError,
   type GraphQLSchema,
 } from 'graphql';
+import { IDEMPOTENT_RESUMABLE_HEADER } from '@idem/core/adapter';
 import {
   IDEMPOTENT_REPLAYED_HEADER,
   type ClaimContext,
@@ -23,6 +24,7 @@ import {
 import {
   createGraphQLIdempotency,
   isReplayedResult,
+  isResumableResult,
   type ExecuteFn,
   type IdempotencyOptions,
 } from '@idem/envelop/graphql-core';
@@ -38,6 +40,8 @@ export {
   type IdempotencyErrorExtensions,
   type IdempotencyGraphQLErrorCode,
 } from '@idem/envelop/graphql-core';
+// E8: a failure a handler declares final under `onFailure: 'resume'` (stored and replayed, never resumed).
+export { finalFailure } from '@idem/core/adapter';
 // What Apollo Server users need from the core without a second import (the list is core's, written once).
 export * from '@idem/core/essentials';
 
@@ -88,7 +92,8 @@ interface HttpRequest {
  * - `idempotencyKey` argument or `@idempotent(key:)` → each root field is its own record;
  * - a refusal answers with its status through Apollo's `response.http` (409 + `Retry-After`,
  *   422, 400, 503) and `extensions.code` / `extensions.idempotency` (the problem, `type` link);
- *   a replay answers `Idempotent-Replayed: true`;
+ *   a replay answers `Idempotent-Replayed: true`; under `onFailure: 'resume'` (E8), a failure that
+ *   left its key resumable answers `Idempotent-Resumable: true` (and `extensions.idempotency.resumable`);
  * - with `allowBatchedHttpRequests`, an `Idempotency-Key` header on a batch is refused with 400
  *   `IDEMPOTENCY_KEY_AMBIGUOUS` (one header key identifies one operation).
  *
@@ -161,7 +166,8 @@ export function useApolloIdempotency<TContext extends BaseContext = BaseContext,
 /**
  * An execution result as Apollo Server answers one: errors formatted as Apollo formats them
  * (`extensions.code` defaults to `INTERNAL_SERVER_ERROR`), their `extensions.http` turned into
- * the response's status and headers, and `Idempotent-Replayed: true` on a replay (E2).
+ * the response's status and headers, `Idempotent-Replayed: true` on a replay (E2), and
+ * `Idempotent-Resumable: true` on a failure that left its key resumable (E8).
  */
 function toResponse(
   result: ExecutionResult,
@@ -186,6 +192,7 @@ function toResponse(
   // As Apollo's `status400ForVariableCoercionErrors`: a request it executed nothing of is a 400.
   if (httpStatus === undefined && errors?.length && result.data === undefined) httpStatus = 400;
   if (isReplayedResult(result)) headers.set(IDEMPOTENT_REPLAYED_HEADER.toLowerCase(), 'true');
+  else if (isResumableResult(result)) headers.set(IDEMPOTENT_RESUMABLE_HEADER.toLowerCase(), 'true');
   return {
     http: { status: httpStatus, headers },
     body: {

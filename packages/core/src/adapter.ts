@@ -26,6 +26,7 @@ import {
 } from './engine.js';
 import { AmbiguousKeyError, MissingKeyError, type IdempotencyError, type ProblemDetails } from './errors.js';
 import { computeFingerprint, type FingerprintOption } from './fingerprint.js';
+import { describeEndpoint, type EndpointPolicyDescription } from './policy.js';
 import { DEFAULT_KEY_FIELD, parseIdempotencyKey, readArgumentKey, type KeyOptions } from './key.js';
 
 /**
@@ -128,6 +129,16 @@ export interface AdapterKit<TContext, TTx = unknown> {
   ): Promise<ExecuteResult<TLive, TStored, TAnswer>>;
   /** X1: the problem body of a refusal, its type resolved against the URL of the request it answers. */
   problem(error: IdempotencyError, requestUrl: string | undefined): ProblemDetails;
+  /**
+   * R4: `operation` as the published policy lists it (`createPolicyDocument`): its transport and
+   * key sources, whether it requires a key (K2), and the engine's retention, lease, wait, reuse
+   * rule and `onFailure` (E8); `stored` and `fingerprint` in the transport's default words.
+   */
+  describe(
+    transport: EndpointPolicyDescription['transport'],
+    operation: string,
+    keySources: string[],
+  ): EndpointPolicyDescription;
 }
 
 /**
@@ -207,6 +218,20 @@ export function createAdapterKit<TContext, TTx>(
     execute: (request, handler) => (atomic ? engine.executeAtomic(request, handler) : engine.execute(request, handler)),
     problem: (error, requestUrl) =>
       error.toProblem(resolveDocumentationUrl(engine.policy.documentationUrl, requestUrl)),
+    describe(transport, operation, keySources) {
+      const { retentionMs, leaseMs, waitMs, expiredReuse, onFailure } = engine.policy;
+      return describeEndpoint({
+        transport,
+        operation,
+        keySources,
+        required: isRequired(operation),
+        retentionMs,
+        leaseMs,
+        waitMs,
+        expiredReuse,
+        onFailure,
+      });
+    },
   };
 }
 
@@ -227,6 +252,7 @@ export function attachClaim(context: object, claim: ClaimContext<unknown> | unde
 export { claimForPart, IDEMPOTENCY_CLAIM, type ClaimCarrier } from './claim.js';
 export { DEFAULT_KEY_FIELD, IDEMPOTENT_RESUMABLE_HEADER, type KeyOptions } from './key.js';
 export { finalFailure, isFinalFailure } from './final-failure.js';
+export { retentionMsOf } from './failure-mode.js';
 export { StepResultTooLargeError, MAX_STEP_NAME_LENGTH } from './steps.js';
 export {
   defaultErrorCodec,

@@ -28,9 +28,12 @@ export type { Duration } from './duration.js';
  * Why an attempt may be repeated with the same key:
  * - `'network'`: no answer from the server (connection refused or reset, response lost): the outcome is unknown;
  * - `'in_progress'`: 409, the server is still processing the first request with this key (E3);
- * - `'unavailable'`: 503, the server could not reach its idempotency store and ran nothing (E5).
+ * - `'unavailable'`: 503, the server could not reach its idempotency store and ran nothing (E5);
+ * - `'resumable'`: the endpoint resumes failures (`onFailure: 'resume'`, E8) and this one left the
+ *   key resumable (`Idempotent-Resumable: true`): a retry with the same key completes the work,
+ *   skipping the steps already done. A failure without that mark is final and never retried.
  */
-export type RetryReason = 'network' | 'in_progress' | 'unavailable';
+export type RetryReason = 'network' | 'in_progress' | 'unavailable' | 'resumable';
 
 /**
  * What one attempt reports: its value, or a failure that may be retried with the same key.

@@ -1,12 +1,12 @@
 /**
  * CORS for idempotent endpoints: a browser on another origin must be allowed to send
- * `Idempotency-Key` (a preflighted header) and can read `Idempotent-Replayed` and `Retry-After`
- * only when the server exposes them. {@link idempotencyCors} builds one configuration that GraphQL
+ * `Idempotency-Key` (a preflighted header) and can read `Idempotent-Replayed`, `Idempotent-Resumable`
+ * and `Retry-After` only when the server exposes them. {@link idempotencyCors} builds one configuration that GraphQL
  * Yoga's `cors` option and the `cors` package (tRPC's standalone and Express adapters) both take
  * as it is; {@link idempotencyCorsHeaders} answers a Fetch API request with it (the
  * tRPC fetch adapter: Next.js route handlers, Workers, Deno, Bun), which has no CORS of its own.
  */
-import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './key.js';
+import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER, IDEMPOTENT_RESUMABLE_HEADER } from './key.js';
 
 /** Request headers a browser must be allowed to send: the key, and what a JSON call with credentials sends beside it. */
 export const IDEMPOTENCY_CORS_ALLOWED_HEADERS: readonly string[] = [
@@ -15,8 +15,15 @@ export const IDEMPOTENCY_CORS_ALLOWED_HEADERS: readonly string[] = [
   'Authorization',
 ];
 
-/** Response headers a browser script can read only when they are exposed: a replay (E2), and the wait on 409/503 (E3, E5). */
-export const IDEMPOTENCY_CORS_EXPOSED_HEADERS: readonly string[] = [IDEMPOTENT_REPLAYED_HEADER, 'Retry-After'];
+/**
+ * Response headers a browser script can read only when they are exposed: a replay (E2), a failure
+ * that left its key resumable (E8), and the wait on 409/503 (E3, E5).
+ */
+export const IDEMPOTENCY_CORS_EXPOSED_HEADERS: readonly string[] = [
+  IDEMPOTENT_REPLAYED_HEADER,
+  IDEMPOTENT_RESUMABLE_HEADER,
+  'Retry-After',
+];
 
 /** Options of {@link idempotencyCors}. */
 export interface IdempotencyCorsOptions {
@@ -91,7 +98,7 @@ export interface IdempotencyCorsConfiguration {
 
 /**
  * The CORS configuration of an idempotent API: `Idempotency-Key`, `Content-Type` and
- * `Authorization` allowed in preflight, `Idempotent-Replayed` and `Retry-After` exposed, plus
+ * `Authorization` allowed in preflight, `Idempotent-Replayed`, `Idempotent-Resumable` and `Retry-After` exposed, plus
  * your own. Pass it to GraphQL Yoga (`createYoga({ cors: idempotencyCors({ origin }) })`), to
  * the `cors` package (`createHTTPServer({ middleware: cors(idempotencyCors({ origin })) })`), or
  * to {@link idempotencyCorsHeaders} in a Fetch API handler. An origin that is not allowed gets no

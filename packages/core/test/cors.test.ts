@@ -18,7 +18,7 @@ const preflight = (origin: string) =>
 const post = (origin: string) => new Request('http://api.test/trpc/pay', { method: 'POST', headers: { origin } });
 
 describe('idempotencyCors', () => {
-  it('allows Idempotency-Key, Content-Type and Authorization and exposes Idempotent-Replayed and Retry-After, plus your own', () => {
+  it('allows Idempotency-Key, Content-Type and Authorization and exposes Idempotent-Replayed, Idempotent-Resumable (E8) and Retry-After, plus your own', () => {
     expect({
       ...idempotencyCors({
         origin: 'https://shop.example.com',
@@ -29,7 +29,7 @@ describe('idempotencyCors', () => {
       origin: ['https://shop.example.com'],
       methods: ['GET', 'POST'],
       allowedHeaders: ['Idempotency-Key', 'Content-Type', 'Authorization', 'trpc-accept'],
-      exposedHeaders: ['Idempotent-Replayed', 'Retry-After', 'x-request-id'],
+      exposedHeaders: ['Idempotent-Replayed', 'Idempotent-Resumable', 'Retry-After', 'x-request-id'],
       credentials: false,
       maxAge: 600,
     });
@@ -67,7 +67,7 @@ describe('idempotencyCorsHeaders', () => {
   it('exposes the headers on the actual response', () => {
     expect(idempotencyCorsHeaders(post('https://shop.example.com'), cors)).toMatchObject({
       'Access-Control-Allow-Origin': 'https://shop.example.com',
-      'Access-Control-Expose-Headers': 'Idempotent-Replayed, Retry-After',
+      'Access-Control-Expose-Headers': 'Idempotent-Replayed, Idempotent-Resumable, Retry-After',
     });
   });
 
@@ -79,7 +79,7 @@ describe('idempotencyCorsHeaders', () => {
   it("answers any origin with '*' and no Vary", () => {
     expect(idempotencyCorsHeaders(post('https://anyone.example'), idempotencyCors({ origin: '*' }))).toEqual({
       'Access-Control-Allow-Origin': '*',
-      'Access-Control-Expose-Headers': 'Idempotent-Replayed, Retry-After',
+      'Access-Control-Expose-Headers': 'Idempotent-Replayed, Idempotent-Resumable, Retry-After',
     });
   });
 });

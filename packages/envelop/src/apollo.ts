@@ -33,7 +33,7 @@ import {
   statusOperationOf,
   type GraphQLReconcileOptions,
 } from './client-reconcile.js';
-import { answerError, classifyAnswer, errorCode } from './client-sender.js';
+import { answerError, classifyAnswer, errorCode, isResumableAnswer } from './client-sender.js';
 
 export {
   RetentionWindowExceededError,
@@ -100,9 +100,11 @@ type Event = { kind: 'next'; result: Result } | { kind: 'error'; error: unknown 
  * - each mutation operation gets a key (a UUID v4, the context's `idempotencyKey`, or an
  *   `Idempotency-Key` in the context's `headers`), kept in its context — so `RetryLink`, which
  *   retries the same operation, sends the same key — and sent as the `Idempotency-Key` header;
- * - network failures, 409 (still processing, E3) and 503 (store unavailable, E5) are retried with
- *   that key and jittered exponential back-off, waiting at least the server's `Retry-After`;
- * - every other answer (400, 422, a replay, a 500 included) is passed on as it is;
+ * - network failures, 409 (still processing, E3), 503 (store unavailable, E5) and failures the
+ *   server left resumable (E8: `onFailure: 'resume'`, `extensions.idempotency.resumable` or
+ *   `Idempotent-Resumable: true`) are retried with that key and jittered exponential back-off,
+ *   waiting at least the server's `Retry-After`;
+ * - every other answer (400, 422, a replay, an unmarked 500 included) is passed on as it is;
  * - no attempt starts within the safety margin of the retention of `Mutation.<field>` (from
  *   `retention` or the published policy at `policyUrl`), counted from the key's first attempt,
  *   also when `RetryLink` calls the link again: the operation fails with a
@@ -287,8 +289,15 @@ function readKey(value: unknown, where: string): string | undefined {
  * `Retry-After` come from the response it keeps in the context.
  */
 function classifyResult(result: Result, response: unknown, now: () => number): AttemptResult<undefined> | undefined {
-  const extensions = (result as { extensions?: { idempotency?: { replayed?: unknown } } }).extensions;
+  const extensions = (result as { extensions?: { idempotency?: { replayed?: unknown; resumable?: unknown } } })
+    .extensions;
   if (extensions?.idempotency?.replayed === true) return undefined;
+  // E8: a failure the server left resumable (`extensions.idempotency.resumable`, `Idempotent-Resumable`).
+  if (extensions?.idempotency?.resumable === true || (isResponse(response) && isResumableAnswer(response.headers)))
+    return {
+      retry: { reason: 'resumable' },
+      error: answerError(isResponse(response) ? response.status : 500, 'resumable'),
+    };
   const first = (
     result as { errors?: ReadonlyArray<{ extensions?: { code?: unknown; idempotency?: { retryAfter?: unknown } } }> }
   ).errors?.[0];

@@ -10,6 +10,7 @@ import {
   formatIdempotencyKey,
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
+  IDEMPOTENT_RESUMABLE_HEADER,
   newIdempotencyKey,
   parseIdempotencyKey,
   parseRetryAfter,
@@ -184,9 +185,11 @@ const RETRYABLE_CODES: Record<string, RetryReason> = {
 };
 
 /**
- * Whether an answer of the server may be repeated with the same key: 409 and 503, unless they
- * are a replay (a stored outcome, E2) or carry another `extensions.code` than idem's
- * in-progress / store-unavailable codes. Shared by the `fetch` and the Apollo link.
+ * Whether an answer of the server may be repeated with the same key: a failure marked
+ * `Idempotent-Resumable: true` (E8: the mutation resumes its failures, and a retry completes the
+ * work), and 409 and 503, unless they are a replay (a stored outcome, E2) or carry another
+ * `extensions.code` than idem's in-progress / store-unavailable codes. Shared by the `fetch` and
+ * the Apollo link.
  */
 export function classifyAnswer(
   status: number,
@@ -194,7 +197,9 @@ export function classifyAnswer(
   code: string | undefined,
   now: () => number,
 ): { reason: RetryReason; retryAfterMs?: number } | undefined {
-  if ((status !== 409 && status !== 503) || headers.get(IDEMPOTENT_REPLAYED_HEADER) === 'true') return undefined;
+  if (headers.get(IDEMPOTENT_REPLAYED_HEADER) === 'true') return undefined;
+  if (isResumableAnswer(headers)) return { reason: 'resumable' };
+  if (status !== 409 && status !== 503) return undefined;
   const reason = code === undefined ? (status === 409 ? 'in_progress' : 'unavailable') : RETRYABLE_CODES[code];
   if (!reason) return undefined;
   const retryAfterMs = parseRetryAfter(headers.get('retry-after'), now);
@@ -206,9 +211,14 @@ export function answerError(status: number, code: string | undefined): Error {
   return Object.assign(new Error(`[idem] the server answered ${status}${code ? ` ${code}` : ''}`), { status });
 }
 
+/** E8: whether the server marked its answer as a failure that left the key resumable. */
+export function isResumableAnswer(headers: { get(name: string): string | null }): boolean {
+  return headers.get(IDEMPOTENT_RESUMABLE_HEADER) === 'true';
+}
+
 async function classifyResponse(response: Response, now: () => number): Promise<AttemptResult<Response>> {
   if (
-    (response.status !== 409 && response.status !== 503) ||
+    (response.status !== 409 && response.status !== 503 && !isResumableAnswer(response.headers)) ||
     response.headers.get(IDEMPOTENT_REPLAYED_HEADER) === 'true'
   )
     return { done: response };

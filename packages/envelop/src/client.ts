@@ -37,9 +37,10 @@ export {
  * mutation operation it:
  *
  * - adds an `Idempotency-Key` header (a UUID v4 as an sf-string), or keeps the caller's;
- * - retries network failures, 409 (`IDEMPOTENCY_REQUEST_IN_PROGRESS`, E3) and 503
- *   (`IDEMPOTENCY_STORE_UNAVAILABLE`, E5) with the same key, waiting at least `Retry-After`;
- * - returns every other response as it is (400, 422, a replay, 500 included);
+ * - retries network failures, 409 (`IDEMPOTENCY_REQUEST_IN_PROGRESS`, E3), 503
+ *   (`IDEMPOTENCY_STORE_UNAVAILABLE`, E5) and failures marked `Idempotent-Resumable: true` (E8: the
+ *   mutation resumes its failures) with the same key, waiting at least `Retry-After`;
+ * - returns every other response as it is (400, 422, a replay, an unmarked 500 included);
  * - starts no retry within the safety margin of the retention of `Mutation.<field>` (from
  *   `retention` or the published policy): it rejects with a `RetentionWindowExceededError`,
  *   telling the caller to reconcile instead;

@@ -27,5 +27,7 @@ export {
 } from './key-status.js';
 export type { IdempotencyErrorExtensions, IdempotencyGraphQLErrorCode } from './graphql-core/error-mapping.js';
 export type { StoredExecutionResult, StoredGraphQLError } from './graphql-core/stored-result.js';
+// E8: a failure a handler declares final under `onFailure: 'resume'` (stored and replayed, never resumed).
+export { finalFailure } from '@idem/core/adapter';
 // What GraphQL users need from the core without a second import (the list is core's, written once).
 export * from '@idem/core/essentials';

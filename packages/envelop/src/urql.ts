@@ -68,8 +68,8 @@ type KeyedContext = Operation['context'] & { [KEYED]?: OperationKey };
  *   `fetchOptions`, or a new UUID v4), kept in its context — `retryExchange` re-sends the same
  *   operation, so its retries carry the same key — and sent as the `Idempotency-Key` header;
  * - sends it through the operation's `fetch` (the client's), retrying network failures, 409
- *   (E3) and 503 (E5) with that key, waiting at least `Retry-After`; every other answer (400,
- *   422, a replay, a 500 included) is the result;
+ *   (E3), 503 (E5) and failures marked `Idempotent-Resumable: true` (E8) with that key, waiting at
+ *   least `Retry-After`; every other answer (400, 422, a replay, an unmarked 500 included) is the result;
  * - starts no attempt within the safety margin of the retention of `Mutation.<field>`, counted
  *   from the key's first attempt, also when `retryExchange` re-sends it: the result's
  *   `error.networkError` is a `RetentionWindowExceededError`, telling the caller to reconcile.

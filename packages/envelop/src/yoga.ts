@@ -2,10 +2,11 @@ import { getOperationAST, parse, type ExecutionResult } from 'graphql';
 import type { useCSRFPrevention } from '@graphql-yoga/plugin-csrf-prevention';
 import { isAsyncIterable } from '@envelop/core';
 import type { IdempotencyOptions } from './graphql-core/options.js';
-import { isReplayedResult } from './graphql-core/index.js';
+import { isReplayedResult, isResumableResult } from './graphql-core/index.js';
 import { createIdempotencyPlugin, type IdempotencyPlugin } from './plugin.js';
 import { requestOf } from './graphql-core/request-headers.js';
 import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from '@idem/core';
+import { IDEMPOTENT_RESUMABLE_HEADER } from '@idem/core/adapter';
 
 /**
  * Headers that prove a preflight, for Yoga's `useCSRFPrevention({ requestHeaders })`:
@@ -59,8 +60,9 @@ export interface YogaIdempotencyHooks {
 
 /**
  * {@link useIdempotency} for GraphQL Yoga: the Envelop plugin, plus
- * - the `Idempotent-Replayed: true` response header on a replayed response (E2), set through
- *   `extensions.http.headers`, which Yoga turns into headers and leaves out of the body;
+ * - the `Idempotent-Replayed: true` response header on a replayed response (E2), and
+ *   `Idempotent-Resumable: true` on a failure that left its key resumable (E8, `onFailure: 'resume'`),
+ *   set through `extensions.http.headers`, which Yoga turns into headers and leaves out of the body;
  * - the batching rule (`batching: true`): an `Idempotency-Key` header on a batch holding more
  *   than one mutation operation identifies none of them, so each of them is refused with 400
  *   `IDEMPOTENCY_KEY_AMBIGUOUS` and none executes; argument and directive keys work as usual;
@@ -131,9 +133,12 @@ export function useYogaIdempotency<TContext extends Record<string, any> = Record
     },
     onResultProcess({ result, setResult }) {
       // A batch answers with one status and one header set for all its operations: only the
-      // body's `extensions.idempotency` can tell which of them were replayed.
-      if (Array.isArray(result) || isAsyncIterable(result) || !isReplayedResult(result)) return;
-      setResult(withResponseHeader(result as ExecutionResult, IDEMPOTENT_REPLAYED_HEADER, 'true'));
+      // body's `extensions.idempotency` can tell which of them were replayed or are resumable.
+      if (Array.isArray(result) || isAsyncIterable(result)) return;
+      if (isReplayedResult(result))
+        setResult(withResponseHeader(result as ExecutionResult, IDEMPOTENT_REPLAYED_HEADER, 'true'));
+      else if (isResumableResult(result))
+        setResult(withResponseHeader(result as ExecutionResult, IDEMPOTENT_RESUMABLE_HEADER, 'true'));
     },
   };
 }

@@ -156,3 +156,81 @@ describe('@idem/envelop atomic mode on SQLite', () => {
     }
   });
 });
+
+describe('@idem/envelop atomic mode with onFailure: resume (E8) through Yoga over HTTP on PostgreSQL', () => {
+  let target: PostgresTarget;
+  let server: Server;
+  let post: ReturnType<typeof graphqlClient>;
+  const runs = { reserve: 0, charge: 0 };
+  const payments = () => countPgPayments(target.db);
+
+  beforeAll(async () => {
+    target = await openPostgresTarget({ schemaPrefix: 'idem_envelop_atomic_resume' });
+    await migrate(target.db);
+    await target.db.execute(sql.raw(CREATE_PAYMENTS));
+    const schema = createSchema({
+      typeDefs: /* GraphQL */ `
+        type Query { ok: Boolean }
+        type Payment { id: ID! attempt: Int! }
+        type Mutation { pay(id: ID!): Payment }
+      `,
+      resolvers: {
+        Mutation: {
+          pay: async (_: unknown, { id }: { id: string }, context: object) => {
+            const claim = idempotencyClaim(context)!;
+            await claim.step('reserve', async () => {
+              runs.reserve++;
+              await payOnPostgres(claim.tx, `${id}-reserved`);
+            });
+            await claim.step('charge', async () => {
+              runs.charge++;
+              await payOnPostgres(claim.tx, `${id}-charged`);
+              if (runs.charge === 1) throw new Error('provider timeout');
+            });
+            return { id, attempt: claim.attempt };
+          },
+        },
+      },
+    });
+    const yoga = createYoga({
+      schema,
+      logging: false,
+      plugins: [
+        useYogaIdempotency({
+          store: createDrizzleStore(target.db),
+          principal: () => 'alice',
+          atomic: true,
+          onFailure: 'resume',
+        }),
+      ],
+    });
+    server = createServer((request, response) => void yoga(request, response));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    post = graphqlClient(fetch, `http://127.0.0.1:${(server.address() as AddressInfo).port}/graphql`);
+  });
+  afterAll(async () => {
+    server?.closeAllConnections();
+    await new Promise((resolve) => server?.close(resolve));
+    await target?.close();
+  });
+
+  it('E8: a failure after a step keeps the step’s write (its recovery point) and rolls back the rest; the retry skips the step and completes; a later retry replays', async () => {
+    const headers = { 'idempotency-key': randomUUID() };
+    const query = { query: 'mutation { pay(id: "p1") { id attempt } }' };
+
+    const first = await post(query, headers);
+    expect(first.headers.get('idempotent-resumable')).toBe('true');
+    expect(first.body.data).toEqual({ pay: null });
+    expect(await payments()).toBe(1); // the reservation, committed with its step; the failed charge rolled back
+
+    const retry = await post(query, headers);
+    expect(retry.body).toEqual({ data: { pay: { id: 'p1', attempt: 2 } } });
+    expect(await payments()).toBe(2);
+
+    const again = await post(query, headers);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.body.data).toEqual(retry.body.data);
+    expect(runs).toEqual({ reserve: 1, charge: 2 });
+    expect(await payments()).toBe(2);
+  });
+});

@@ -1,5 +1,11 @@
 import { attachClaim } from '@idem/core/adapter';
-import { idempotencyClaim, type ClaimCarrier, type ClaimContext, type IdempotencyEngine } from '@idem/core';
+import {
+  idempotencyClaim,
+  type ClaimCarrier,
+  type ClaimContext,
+  type EndpointPolicyDescription,
+  type IdempotencyEngine,
+} from '@idem/core';
 import type { HttpIdempotencyOptions } from './options.js';
 import { createHttpPipeline } from './pipeline.js';
 import { readRequestBody } from './request-body.js';
@@ -21,6 +27,12 @@ export interface IdempotentHandler<TRequest extends Request, TArgs extends unkno
   (request: TRequest, ...args: TArgs): Promise<Response>;
   claim(request: Request): ClaimContext<TTx> | undefined;
   readonly engine: IdempotencyEngine<TTx>;
+  /**
+   * R4: the route as the published policy lists it — its key sources, `required`, retention,
+   * lease, wait, reuse rule and `onFailure` — under `operation`, the method and path it answers
+   * (`'POST /v1/payments'`): `createPolicyDocument({ documentationUrl, endpoints: [POST.describeEndpoint('POST /v1/payments')] })`.
+   */
+  describeEndpoint(operation: string): EndpointPolicyDescription;
 }
 
 /**
@@ -50,6 +62,13 @@ export const requestOperation = (request: Request): string =>
  * downstream key, `.tx` in atomic mode. A handler that throws has the error stored (E4) and
  * rethrown, now and on every replay, for the host to answer; `notStarted(response)` answers a
  * refusal made before the work started without storing it.
+ *
+ * With `onFailure: 'resume'` (E8, Stripe v2), a 5xx response is not replayed: it is answered with
+ * `Idempotent-Resumable: true`, and a retry with the same key and request runs the handler again,
+ * `claim.step(name, run)` skipping the steps it completed; its answer is then stored and replayed.
+ * A 4xx, or a response returned as `finalFailure(response)`, is stored and replayed. A handler that
+ * throws leaves the key resumable too, but its host answers the error, without the mark: return a
+ * 5xx response where clients should know that a retry completes the work.
  */
 export function idempotent<TRequest extends Request, TArgs extends unknown[], TTx = unknown>(
   handler: (request: TRequest, ...args: TArgs) => Response | Promise<Response>,
@@ -67,5 +86,5 @@ export function idempotent<TRequest extends Request, TArgs extends unknown[], TT
       },
     });
   const claim = (request: Request) => idempotencyClaim(request) as ClaimContext<TTx> | undefined;
-  return Object.assign(wrapped, { claim, engine: pipeline.engine });
+  return Object.assign(wrapped, { claim, engine: pipeline.engine, describeEndpoint: pipeline.describeEndpoint });
 }

@@ -4,7 +4,12 @@
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
 import { attachClaim } from '@idem/core/adapter';
-import { idempotencyClaim, type ClaimContext, type IdempotencyEngine } from '@idem/core';
+import {
+  idempotencyClaim,
+  type ClaimContext,
+  type EndpointPolicyDescription,
+  type IdempotencyEngine,
+} from '@idem/core';
 import type { HttpIdempotencyOptions } from './options.js';
 import { createHttpPipeline } from './pipeline.js';
 import { readAtMost, checkContentLength, RequestBodyTooLargeError } from './request-body.js';
@@ -21,6 +26,12 @@ export type HonoIdempotencyOptions<E extends Env = Env, TTx = unknown> = HttpIde
 export type HonoIdempotencyMiddleware<E extends Env = Env, TTx = unknown> = MiddlewareHandler<E> & {
   claim(c: Context<E>): ClaimContext<TTx> | undefined;
   readonly engine: IdempotencyEngine<TTx>;
+  /**
+   * R4: a route it is put on as the published policy lists it — key sources, `required`,
+   * retention, lease, wait, reuse rule and `onFailure` — under `operation`, the method and route
+   * template (`'POST /orders/:id'`).
+   */
+  describeEndpoint(operation: string): EndpointPolicyDescription;
 };
 
 /**
@@ -45,6 +56,11 @@ export const honoOperation = (c: Context): string => {
  * ```ts
  * app.post('/orders', idempotency({ store, principal: (c) => c.get('userId') }), async (c) => c.json(order, 201));
  * ```
+ *
+ * With `onFailure: 'resume'` (E8, Stripe v2), a 5xx response (a handler's, or what `app.onError`
+ * made of a thrown error) is answered with `Idempotent-Resumable: true` and not replayed: a retry
+ * with the same key and request completes the work, `idempotencyClaim(c).step(name, run)` skipping
+ * the steps done; a 4xx, or `finalFailure(response)`, is stored and replayed.
  *
  * Put validators (`validator`, `zValidator`) and authentication before it: what they refuse is
  * never stored. The handler finds its claim on the context: `idempotencyClaim(c)?.deriveKey('psp')`.
@@ -73,7 +89,7 @@ export function idempotency<E extends Env = Env, TTx = unknown>(
     c.res = response;
   };
   const claim = (c: Context<E>) => idempotencyClaim(c) as ClaimContext<TTx> | undefined;
-  return Object.assign(middleware, { claim, engine: pipeline.engine });
+  return Object.assign(middleware, { claim, engine: pipeline.engine, describeEndpoint: pipeline.describeEndpoint });
 }
 
 /**

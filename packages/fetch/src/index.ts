@@ -9,5 +9,7 @@ export { notStarted } from './pipeline.js';
 export { keyStatusRoute, type KeyStatusRouteOptions } from './key-status-route.js';
 export type { HttpIdempotencyOptions, RequestFingerprintInput } from './options.js';
 export { DEFAULT_REPLAY_HEADERS } from './stored-response.js';
+// E8: a failure a handler declares final under `onFailure: 'resume'` (stored and replayed, never resumed).
+export { finalFailure } from '@idem/core/adapter';
 // What route handlers need from the core without a second import (the list is core's, written once).
 export * from '@idem/core/essentials';

@@ -3,7 +3,7 @@ import type { AdapterOptions } from '@idem/core/adapter';
 /**
  * The options of `idempotent()` and of the Hono middleware: the options every idem adapter takes
  * (`@idem/core/adapter`'s `AdapterOptions`: `store`, `principal`, `required`, `key`, `fingerprint`,
- * `atomic` and the engine's `retention`, `lease`, `expiredReuse`, `onEvent`, `documentationUrl`,
+ * `atomic` and the engine's `retention`, `lease`, `expiredReuse`, `onFailure`, `onEvent`, `documentationUrl`,
  * `conflictRetryAfter`, `unavailableRetryAfter`, `maxStoredBytes`), and the HTTP ones below.
  *
  * In HTTP words: an operation is a route, `POST /v1/payments` (what `required` lists and the

@@ -7,10 +7,17 @@ import {
   IDEMPOTENCY_KEY_HEADER,
   isIdempotencyError,
   type ClaimContext,
+  type EndpointPolicyDescription,
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
-import { createAdapterKit, notStartedAnswer } from '@idem/core/adapter';
+import {
+  createAdapterKit,
+  finalFailure,
+  IDEMPOTENT_RESUMABLE_HEADER,
+  isFinalFailure,
+  notStartedAnswer,
+} from '@idem/core/adapter';
 import type { HttpIdempotencyOptions } from './options.js';
 import {
   fingerprintInput,
@@ -45,6 +52,8 @@ export interface Exchange<TContext> {
 export interface HttpPipeline<TContext, TTx> {
   readonly engine: IdempotencyEngine<TTx>;
   handle(exchange: Exchange<TContext>): Promise<Response>;
+  /** R4: the route `operation` (`POST /v1/payments`) as the published policy lists it. */
+  describeEndpoint(operation: string): EndpointPolicyDescription;
 }
 
 /** Responses a handler returned through {@link notStarted}. */
@@ -124,12 +133,16 @@ export function createHttpPipeline<TContext, TTx>(
       const response = await run(claim);
       // E4: answered before the work started: the claim is released, nothing stored.
       if (notStartedResponses.has(response)) return notStartedAnswer(response);
-      return captureResponse(response, stored, maxStoredBytes);
+      const captured = await captureResponse(response, stored, maxStoredBytes);
+      // E8: `finalFailure(response)` marks the handler's response; the engine sees what was captured of it.
+      return isFinalFailure(response) ? finalFailure(captured) : captured;
     });
     if ('notStarted' in result) return { kind: 'response', response: result.answer };
     // The handler threw (now, or when the stored outcome was made): the host answers it, as it would without idem.
     if (!result.ok) return { kind: 'thrown', error: result.error };
-    return { kind: 'response', response: result.replayed ? result.value : result.value.live };
+    if (result.replayed) return { kind: 'response', response: result.value };
+    const { live } = result.value;
+    return { kind: 'response', response: result.resumable ? markedResumable(live) : live };
   }
 
   /** X1: the refusal as problem+json, its type resolved against the request's URL, `Retry-After` on 409 and 503. */
@@ -137,7 +150,23 @@ export function createHttpPipeline<TContext, TTx>(
     return problemResponse(kit.problem(error, request.url), error.headers());
   }
 
-  return { engine: kit.engine, handle };
+  const keySources = [
+    ...(kit.key.header ? ['Idempotency-Key header'] : []),
+    ...(keyField === false ? [] : [`JSON body field ${keyField}`]),
+  ];
+  const describeEndpoint = (op: string) => kit.describe('http', op, keySources);
+  return { engine: kit.engine, handle, describeEndpoint };
+}
+
+/**
+ * E8: the handler's own response, marked `Idempotent-Resumable: true`: its failure left the key
+ * resumable, and a retry with the same key and request completes the work. A copy, because the
+ * headers of a response the handler got from `fetch` cannot be changed.
+ */
+function markedResumable(response: Response): Response {
+  const headers = new Headers(response.headers);
+  headers.set(IDEMPOTENT_RESUMABLE_HEADER, 'true');
+  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
 }
 
 function keyedMethods(methods: readonly string[], adapter: string): ReadonlySet<string> {

@@ -24,7 +24,7 @@ export const DEFAULT_REPLAY_HEADERS = [
 
 /**
  * Never stored, whatever `replayHeaders` says: another client's session (`Set-Cookie`), what the
- * host computes for each response (`Content-Length`, the replay marker) and hop-by-hop headers
+ * host computes for each response (`Content-Length`, the replay and resume markers) and hop-by-hop headers
  * (RFC 9110 §7.6.1), which belong to one connection.
  */
 const NEVER_STORED = new Set([
@@ -32,6 +32,7 @@ const NEVER_STORED = new Set([
   'set-cookie2',
   'content-length',
   'idempotent-replayed',
+  'idempotent-resumable',
   'connection',
   'keep-alive',
   'proxy-authenticate',
@@ -73,7 +74,7 @@ export function replayHeaderSet(extra: readonly string[], adapter: string): Read
     const name = raw.trim().toLowerCase();
     if (NEVER_STORED.has(name))
       throw new TypeError(
-        `[idem] ${adapter}: \`replayHeaders\` cannot include "${raw}": Set-Cookie, Content-Length, Idempotent-Replayed and hop-by-hop headers are never stored, so a replay never hands one client's session or connection to another`,
+        `[idem] ${adapter}: \`replayHeaders\` cannot include "${raw}": Set-Cookie, Content-Length, Idempotent-Replayed, Idempotent-Resumable and hop-by-hop headers are never stored, so a replay never hands one client's session or connection to another`,
       );
     names.add(name);
   }

@@ -34,6 +34,25 @@ export function markReplayedError(error: unknown): unknown {
   return error;
 }
 
+/** Live failures the middleware left resumable (E8), for {@link idempotencyErrorFormatter}. */
+const resumableErrors = new WeakSet<object>();
+
+/** Marks `error` as a live failure left resumable (E8); returns it. */
+export function markResumableError(error: unknown): unknown {
+  if (error !== null && typeof error === 'object') resumableErrors.add(error);
+  return error;
+}
+
+/**
+ * Whether a tRPC error is a live failure of a procedure with `onFailure: 'resume'` that left its
+ * key resumable (E8): a retry with the same key and input runs it again, skipping its completed
+ * steps. `idempotencyErrorFormatter` puts it in `error.data.idempotentResumable`, per call (a lone
+ * call also has the `Idempotent-Resumable: true` header).
+ */
+export function isResumableError(error: unknown): boolean {
+  return error !== null && typeof error === 'object' && resumableErrors.has(error);
+}
+
 /**
  * Whether a tRPC error is a stored outcome the middleware replayed (E2) in a batch of several
  * calls, where `Idempotent-Replayed` covers the whole response and cannot tell the calls apart,
@@ -64,17 +83,20 @@ export function idempotencyErrorData(error: unknown): IdempotencyErrorData | und
 
 /**
  * The shape {@link idempotencyErrorFormatter} returns: tRPC's, with `data.idempotency` on
- * idempotency errors and `data.idempotentReplayed: true` on replayed stored errors.
+ * idempotency errors, `data.idempotentReplayed: true` on replayed stored errors and
+ * `data.idempotentResumable: true` on live failures left resumable (E8).
  */
 export type IdempotencyErrorShape<TShape extends TRPCErrorShape = TRPCDefaultErrorShape> = TShape & {
-  data: TShape['data'] & { idempotency?: IdempotencyErrorData; idempotentReplayed?: true };
+  data: TShape['data'] & { idempotency?: IdempotencyErrorData; idempotentReplayed?: true; idempotentResumable?: true };
 };
 
 /**
  * X2: an `errorFormatter` that adds `data.idempotency = { code, type, title, detail, status, retryAfter? }`
  * to idempotency errors, `data.idempotentReplayed: true` to stored errors the middleware replayed
- * in a batch of several calls or in a stream (E2: the per-call counterpart of `Idempotent-Replayed`), and leaves
- * every other error's shape as it is.
+ * in a batch of several calls or in a stream (E2: the per-call counterpart of `Idempotent-Replayed`),
+ * `data.idempotentResumable: true` to live failures of a procedure with `onFailure: 'resume'` that
+ * left the key resumable (E8: the per-call counterpart of `Idempotent-Resumable`; retry with the
+ * same key), and leaves every other error's shape as it is.
  *
  * ```ts
  * const t = initTRPC.context<Context>().create({ errorFormatter: idempotencyErrorFormatter });
@@ -89,5 +111,6 @@ export const idempotencyErrorFormatter = <TShape extends TRPCErrorShape>({
 }): IdempotencyErrorShape<TShape> => {
   const idempotency = idempotencyErrorData(error);
   if (idempotency !== undefined) return { ...shape, data: { ...shape.data, idempotency } };
+  if (isResumableError(error)) return { ...shape, data: { ...shape.data, idempotentResumable: true as const } };
   return isReplayedError(error) ? { ...shape, data: { ...shape.data, idempotentReplayed: true as const } } : shape;
 };

@@ -15,8 +15,11 @@ export {
   idempotencyErrorFormatter,
   idempotencyErrorData,
   isReplayedError,
+  isResumableError,
   type IdempotencyErrorData,
   type IdempotencyErrorShape,
 } from './error-mapping.js';
+// E8: a failure a handler declares final under `onFailure: 'resume'` (stored and replayed, never resumed).
+export { finalFailure } from '@idem/core/adapter';
 // What tRPC users need from the core without a second import (the list is core's, written once).
 export * from '@idem/core/essentials';

@@ -15,6 +15,7 @@ import {
   formatIdempotencyKey,
   IDEMPOTENCY_KEY_HEADER,
   IDEMPOTENT_REPLAYED_HEADER,
+  IDEMPOTENT_RESUMABLE_HEADER,
   newIdempotencyKey,
   parseRetryAfter,
   retryWithinRetention,
@@ -103,9 +104,11 @@ export function idempotencyHeaders(op: { context: Record<string, unknown> }): Re
  * - each call gets a key (a UUID v4, or the caller's `context.idempotencyKey`), kept across its
  *   retries and across a retry layer above the link: tRPC's `retryLink` sending the operation
  *   again, or the caller sending the same mutation again after it was left unresolved;
- * - network failures, 409 (still processing, E3) and 503 (store unavailable, E5) are retried with
- *   jittered exponential back-off, waiting at least the server's `Retry-After`;
- * - every other error (400, 422, a replayed stored outcome, 500 included) is passed on as it is;
+ * - network failures, 409 (still processing, E3), 503 (store unavailable, E5) and failures the
+ *   server marked resumable (E8: a procedure with `onFailure: 'resume'`, `data.idempotentResumable`
+ *   or `Idempotent-Resumable: true`) are retried with the same key and jittered exponential
+ *   back-off, waiting at least the server's `Retry-After`;
+ * - every other error (400, 422, a replayed stored outcome, an unmarked 500 included) is passed on as it is;
  * - no retry starts within the safety margin of the endpoint's retention (from `retention` or the
  *   published policy at `policyUrl`): the call fails with a `RetentionWindowExceededError`
  *   (`error.cause` of the `TRPCClientError`), telling the caller to reconcile instead — with
@@ -357,6 +360,7 @@ interface ClientErrorLike {
     code?: string;
     idempotency?: { code?: IdempotencyErrorCode; retryAfter?: number };
     idempotentReplayed?: boolean;
+    idempotentResumable?: boolean;
   } | null;
   meta?: { response?: { headers?: { get(name: string): string | null } } };
 }
@@ -366,6 +370,8 @@ interface ClientErrorLike {
  * - no tRPC error body (fetch failed, the response was lost or was not tRPC's): `'network'`;
  * - a replay (`Idempotent-Replayed: true`, or in a batch `data.idempotentReplayed`): never, it is
  *   the stored outcome (E2, E4);
+ * - a failure left resumable (`data.idempotentResumable`, or a lone call's `Idempotent-Resumable:
+ *   true`): `'resumable'`, the same key completes the work (E8);
  * - `data.idempotency.code` (from `idempotencyErrorFormatter`): only `idempotency_request_in_progress`
  *   and `idempotency_store_unavailable`; without it, HTTP 409 / `CONFLICT` and 503 / `SERVICE_UNAVAILABLE`;
  * - anything else (400, 422, 500, …): never.
@@ -378,6 +384,8 @@ function classifyTRPCError(
   const { shape, data, meta } = error as Error & ClientErrorLike;
   const headers = meta?.response?.headers;
   if (headers?.get(IDEMPOTENT_REPLAYED_HEADER) === 'true' || data?.idempotentReplayed === true) return undefined;
+  if (data?.idempotentResumable === true || headers?.get(IDEMPOTENT_RESUMABLE_HEADER) === 'true')
+    return { reason: 'resumable' };
   if (!shape && !data) return { reason: 'network' };
 
   const problem = data?.idempotency;

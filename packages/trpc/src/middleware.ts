@@ -4,12 +4,16 @@ import {
   IDEMPOTENT_REPLAYED_HEADER,
   isIdempotencyError,
   type ClaimCarrier,
+  type EndpointPolicyDescription,
   type IdempotencyEngine,
   type IdempotencyError,
 } from '@idem/core';
 import {
   claimFields,
   createAdapterKit,
+  finalFailure,
+  IDEMPOTENT_RESUMABLE_HEADER,
+  isFinalFailure,
   notStartedAnswer,
   saidNotStarted,
   serializerCodec,
@@ -17,7 +21,7 @@ import {
 } from '@idem/core/adapter';
 import { getTransport, type IdempotencyTransport } from './context.js';
 import { trpcErrorCodec } from './error-codec.js';
-import { markReplayedError, toTRPCError } from './error-mapping.js';
+import { markReplayedError, markResumableError, toTRPCError } from './error-mapping.js';
 import { replayedResult, type MiddlewareResult } from './middleware-result.js';
 import type { IdempotencyOptions } from './options.js';
 
@@ -35,6 +39,12 @@ type MiddlewareOptions<TContext> = Omit<
 export interface IdempotencyMiddleware<TContext, TTx = unknown> {
   (opts: MiddlewareOptions<TContext>): Promise<MiddlewareResult<ClaimCarrier<TTx>>>;
   readonly engine: IdempotencyEngine<TTx>;
+  /**
+   * R4: the procedure at `path` (`payments.create`) as the published policy lists it, with this
+   * middleware's key sources, `required`, retention, lease, wait, reuse rule and `onFailure`:
+   * `createPolicyDocument({ documentationUrl, endpoints: [idempotent.describeEndpoint('payments.create')] })`.
+   */
+  describeEndpoint(path: string): EndpointPolicyDescription;
 }
 
 /**
@@ -55,6 +65,12 @@ export interface IdempotencyMiddleware<TContext, TTx = unknown> {
  * With `atomic: true` (a store with atomic mode: `AtomicMode` in `@idem/core/store`), the resolver
  * runs inside the store's transaction and writes through `idempotencyClaim(ctx).tx`, committed
  * together with the claim and the stored outcome.
+ *
+ * With `onFailure: 'resume'` (E8, Stripe v2), a failure after the resolver started (a thrown
+ * error, a 5xx code) is not replayed: the call's error carries `data.idempotentResumable: true`
+ * (and a lone call's response `Idempotent-Resumable: true`), and a retry with the same key and
+ * input runs the resolver again, `idempotencyClaim(ctx).step(name, run)` skipping the steps it
+ * already completed. A 4xx code, or an error thrown as `finalFailure(error)`, is stored and replayed.
  */
 export function idempotency<TContext extends object = object, TTx = unknown>(
   options: IdempotencyOptions<TContext, TTx>,
@@ -83,10 +99,14 @@ export function idempotency<TContext extends object = object, TTx = unknown>(
         // E4: the resolver said `notStarted(ctx, …)`: its result is answered as it is, nothing stored.
         if (saidNotStarted(claim)) return notStartedAnswer(call);
         if (call.ok) return call.data;
-        throw call.error;
+        // E8: tRPC wraps a plain error in a TRPCError (its `cause`): a `finalFailure(…)` mark on either is the call's.
+        throw isFinalFailure(call.error) || isFinalFailure(call.error.cause) ? finalFailure(call.error) : call.error;
       });
       if ('notStarted' in result) return result.answer;
-      if (!result.replayed && executed) return executed;
+      if (!result.replayed && executed) {
+        if (result.resumable && !executed.ok) markResumableCall(transport, executed.error);
+        return executed;
+      }
       const wholeResponse = markReplayedCall(transport);
       if (result.ok) return replayedResult(result.value);
       throw wholeResponse ? result.error : markReplayedError(result.error);
@@ -96,7 +116,12 @@ export function idempotency<TContext extends object = object, TTx = unknown>(
       throw toTRPCError(error, kit.problem(error, transport?.requestUrl?.()));
     }
   };
-  return Object.assign(middleware, { engine: kit.engine });
+  const keySources = [
+    ...(kit.key.header ? ['Idempotency-Key header'] : []),
+    ...(keyField === false ? [] : [`input field ${keyField}`]),
+  ];
+  const describeEndpoint = (path: string) => kit.describe('trpc', path, keySources);
+  return Object.assign(middleware, { engine: kit.engine, describeEndpoint });
 }
 
 /** K1, K4: the call's key, from the header (one per request) and the input field. */
@@ -155,6 +180,18 @@ function markReplayedCall(transport: IdempotencyTransport | undefined): boolean 
  */
 function isStreamed(transport: IdempotencyTransport): boolean {
   return transport.info?.accept === 'application/jsonl';
+}
+
+/**
+ * E8: a live failure that left its key resumable is marked per call in
+ * `error.data.idempotentResumable` (see `idempotencyErrorFormatter`), and, for a lone call whose
+ * headers have not left yet, with `Idempotent-Resumable: true` on the response: in a batch the
+ * header would speak for every call of it.
+ */
+function markResumableCall(transport: IdempotencyTransport | undefined, error: unknown): void {
+  markResumableError(error);
+  if (transport && countMutationCalls(transport) <= 1 && !isStreamed(transport))
+    transport.setResponseHeader(IDEMPOTENT_RESUMABLE_HEADER, 'true');
 }
 
 /** E3/E5: `Retry-After` on 409 and 503. In a batch, the longest wait wins. */

@@ -54,9 +54,15 @@ async function libsqlPayments(): Promise<PaymentsDatabase> {
 }
 
 function createAtomicApp({ store, pay }: PaymentsDatabase) {
-  const calls = { pay: 0, declinedPay: 0 };
+  const calls = { pay: 0, declinedPay: 0, reserve: 0, charge: 0 };
   const t = initTRPC.context<AppContext>().create({ errorFormatter: idempotencyErrorFormatter, isDev: false });
   const atomic = idempotency({ store, principal: (ctx: AppContext) => ctx.user, atomic: true });
+  const atomicResume = idempotency({
+    store,
+    principal: (ctx: AppContext) => ctx.user,
+    atomic: true,
+    onFailure: 'resume',
+  });
   const payment = z.object({ paymentId: z.string(), amount: z.number().int().positive() });
   const router = t.router({
     pay: t.procedure
@@ -66,6 +72,23 @@ function createAtomicApp({ store, pay }: PaymentsDatabase) {
         calls.pay++;
         await pay(idempotencyClaim(ctx)?.tx, input.paymentId);
         return { paymentId: input.paymentId, amount: input.amount };
+      }),
+    /** E8: two steps writing through the transaction; the first charge fails after its write. */
+    payInSteps: t.procedure
+      .input(payment)
+      .use(atomicResume)
+      .mutation(async ({ ctx, input }) => {
+        const claim = idempotencyClaim(ctx)!;
+        await claim.step('reserve', async () => {
+          calls.reserve++;
+          await pay(claim.tx, `${input.paymentId}-reserved`);
+        });
+        await claim.step('charge', async () => {
+          calls.charge++;
+          await pay(claim.tx, `${input.paymentId}-charged`);
+          if (calls.charge === 1) throw new Error('provider timeout');
+        });
+        return { paymentId: input.paymentId, attempt: claim.attempt };
       }),
     declinedPay: t.procedure
       .input(payment)
@@ -135,6 +158,27 @@ describe.each([
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(app.calls.declinedPay).toBe(1);
     expect(await countPayments()).toBe(before);
+  });
+
+  it('E8: under resume, a failure after a step keeps the step’s write (its recovery point) and rolls back the rest; the retry skips the step and completes once', async () => {
+    const headers = { 'idempotency-key': newKey() };
+    const before = await countPayments();
+    const input = { paymentId: `steps-${newKey()}`, amount: 5 };
+
+    const first = await mutate(server.url, 'payInSteps', input, headers);
+    expect(first.status).toBe(500);
+    expect(first.headers.get('idempotent-resumable')).toBe('true');
+    expect(await countPayments()).toBe(before + 1); // the reservation committed with its step; the charge rolled back
+
+    const retry = await mutate(server.url, 'payInSteps', input, headers);
+    expect(retry.status).toBe(200);
+    expect(retry.body.result.data).toEqual({ paymentId: input.paymentId, attempt: 2 });
+    expect(await countPayments()).toBe(before + 2);
+
+    const again = await mutate(server.url, 'payInSteps', input, headers);
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(app.calls).toMatchObject({ reserve: 1, charge: 2 });
+    expect(await countPayments()).toBe(before + 2);
   });
 
   it('F3: the usual rules hold in atomic mode: another payload with the same key is 422 and runs nothing', async () => {

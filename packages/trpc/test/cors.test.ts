@@ -66,7 +66,9 @@ describe('CORS on the tRPC fetch adapter (idempotencyCorsHeaders)', () => {
     expect([first.status, replay.status]).toEqual([200, 200]);
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.headers.get('access-control-allow-origin')).toBe(SHOP_ORIGIN);
-    expect(replay.headers.get('access-control-expose-headers')).toBe('Idempotent-Replayed, Retry-After');
+    expect(replay.headers.get('access-control-expose-headers')).toBe(
+      'Idempotent-Replayed, Idempotent-Resumable, Retry-After',
+    );
     expect(calls.createByHeader).toBe(1);
   });
 
@@ -153,7 +155,9 @@ describe('CORS on the standalone adapter (createHTTPServer({ middleware: cors(id
     const replay = await send();
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.headers.get('access-control-allow-origin')).toBe(SHOP_ORIGIN);
-    expect(replay.headers.get('access-control-expose-headers')).toBe('Idempotent-Replayed,Retry-After');
+    expect(replay.headers.get('access-control-expose-headers')).toBe(
+      'Idempotent-Replayed,Idempotent-Resumable,Retry-After',
+    );
     expect(calls.createOrder).toBe(1);
   });
 });

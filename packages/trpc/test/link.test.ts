@@ -52,8 +52,13 @@ function createShop({ retention = '24h' }: { retention?: string } = {}) {
     reserveName: 0,
     explode: 0,
     optionalCharge: 0,
+    resumableCharge: 0,
+    resumableByInput: 0,
+    declinedCharge: 0,
     policy: 0,
   };
+  /** E8: how many times in a row `resumableCharge` fails (a provider timeout) before it succeeds. */
+  const failures = { resumableCharge: 1, resumableByInput: 1 };
   let hold = { started: deferred(), gate: deferred() };
   const createContext = (opts: CreateHTTPContextOptions) => ({
     sawKey: opts.req.headers['idempotency-key'] !== undefined,
@@ -66,6 +71,8 @@ function createShop({ retention = '24h' }: { retention?: string } = {}) {
   const idempotent = idempotency(common);
   const byInput = idempotency({ ...common, key: { header: false } });
   const optional = idempotency({ ...common, required: false });
+  const resumable = idempotency({ ...common, onFailure: 'resume' });
+  const resumableByInputKey = idempotency({ ...common, onFailure: 'resume', key: { header: false } });
   const amount = z.object({ amount: z.number().int().positive() });
 
   const router = t.router({
@@ -109,6 +116,29 @@ function createShop({ retention = '24h' }: { retention?: string } = {}) {
       .input(amount)
       .use(optional)
       .mutation(({ input }) => ({ charge: `ch_opt_${++calls.optionalCharge}`, amount: input.amount })),
+    resumableCharge: t.procedure
+      .input(amount)
+      .use(resumable)
+      .mutation(({ input }) => {
+        calls.resumableCharge += 1;
+        if (failures.resumableCharge-- > 0) throw new Error('provider timeout');
+        return { charge: `ch_resumed_${calls.resumableCharge}`, amount: input.amount };
+      }),
+    resumableByInput: t.procedure
+      .input(amount.extend({ idempotencyKey: z.string().optional() }))
+      .use(resumableByInputKey)
+      .mutation(({ input }) => {
+        calls.resumableByInput += 1;
+        if (failures.resumableByInput-- > 0) throw new Error('provider timeout');
+        return { charge: `ch_resumed_input_${calls.resumableByInput}`, amount: input.amount };
+      }),
+    declinedCharge: t.procedure
+      .input(amount)
+      .use(resumable)
+      .mutation((): never => {
+        calls.declinedCharge += 1;
+        throw new TRPCError({ code: 'PRECONDITION_FAILED', message: 'card declined' });
+      }),
     sawKey: t.procedure.query(({ ctx }) => ctx.sawKey),
   });
 
@@ -126,7 +156,14 @@ function createShop({ retention = '24h' }: { retention?: string } = {}) {
   });
   const policy = createPolicyDocument({
     documentationUrl: '/idempotency',
-    endpoints: ['charge', 'slowCharge', 'chargeByInput', 'reserveName', 'explode'].map(describeEndpoint),
+    endpoints: [
+      ...['charge', 'slowCharge', 'chargeByInput', 'reserveName', 'explode'].map(describeEndpoint),
+      ...['resumableCharge', 'resumableByInput', 'declinedCharge'].map((operation) => ({
+        ...describeEndpoint(operation),
+        retentionMs: resumable.engine.policy.retentionMs,
+        onFailure: 'resume' as const,
+      })),
+    ],
   });
 
   const trpc = createHTTPHandler({ router, createContext, basePath: '/trpc/' });
@@ -142,6 +179,7 @@ function createShop({ retention = '24h' }: { retention?: string } = {}) {
     router,
     store,
     calls,
+    failures,
     /** Holds `slowCharge` resolvers until `release()`; `started` resolves when one runs. */
     hold() {
       hold = { started: deferred(), gate: deferred() };
@@ -371,6 +409,68 @@ describe('idempotencyLink over a real tRPC server', () => {
         [409, true],
       ]);
       expect(shop.calls.reserveName).toBe(1);
+    });
+  });
+
+  describe('resumable failures (E8)', () => {
+    it('E8: a failure marked resumable is retried with the same key, and the retry completes the work', async () => {
+      const shop = await start();
+      const notices: RetryNotice[] = [];
+      const { trpc, sent } = clientOf(shop.url, { onRetry: (notice) => notices.push(notice) });
+
+      await expect(trpc.resumableCharge.mutate({ amount: 14 })).resolves.toEqual({
+        charge: 'ch_resumed_2',
+        amount: 14,
+      });
+      expect(notices.map((notice) => notice.reason)).toEqual(['resumable']);
+      expect(sent.map((s) => [s.status, s.replayed])).toEqual([
+        [500, false],
+        [200, false],
+      ]);
+      expect(new Set(sent.map((s) => s.key)).size).toBe(1);
+      expect(shop.calls.resumableCharge).toBe(2);
+    });
+
+    it('E8: a batched call is retried on its own data.idempotentResumable (no header speaks for a batch); the other call is answered once', async () => {
+      const shop = await start();
+      const notices: RetryNotice[] = [];
+      const { trpc, sent } = clientOf(shop.url, {
+        batch: true,
+        key: { header: false },
+        onRetry: (notice) => notices.push(notice),
+      });
+      const [charged, resumed] = await Promise.all([
+        trpc.chargeByInput.mutate({ amount: 1 }),
+        trpc.resumableByInput.mutate({ amount: 2 }),
+      ]);
+      expect(charged).toEqual({ charge: 'ch_input_1', amount: 1 });
+      expect(resumed).toEqual({ charge: 'ch_resumed_input_2', amount: 2 });
+      expect(notices.map((notice) => notice.reason)).toEqual(['resumable']);
+      // The first batch held both calls; the retry only the resumable one, with its key.
+      expect(sent.map((s) => (Array.isArray(s.body) ? s.body.length : Object.keys(s.body).length))).toEqual([2, 1]);
+      expect(sent[1]!.body['0'].idempotencyKey).toBe(sent[0]!.body['1'].idempotencyKey);
+      expect(shop.calls).toMatchObject({ chargeByInput: 1, resumableByInput: 2 });
+    });
+
+    it('E8: gives up after maxAttempts resumable failures with RetriesExhaustedError, every attempt with one key', async () => {
+      const shop = await start();
+      shop.failures.resumableCharge = 5;
+      const { trpc, sent } = clientOf(shop.url, { maxAttempts: 3, initialDelayMs: 1 });
+      const error = await rejection(trpc.resumableCharge.mutate({ amount: 3 }));
+      expect(error.cause).toBeInstanceOf(RetriesExhaustedError);
+      expect(sent.map((s) => s.status)).toEqual([500, 500, 500]);
+      expect(new Set(sent.map((s) => s.key)).size).toBe(1);
+      expect(shop.calls.resumableCharge).toBe(3);
+    });
+
+    it('E8: a final failure of a resume procedure (a 4xx) is not retried, and its replay is the stored outcome', async () => {
+      const shop = await start();
+      const { trpc, sent } = clientOf(shop.url);
+      const error = await rejection(trpc.declinedCharge.mutate({ amount: 1 }));
+      expect(error.message).toBe('card declined');
+      expect(error.data?.idempotentResumable).toBeUndefined();
+      expect(sent).toHaveLength(1);
+      expect(shop.calls.declinedCharge).toBe(1);
     });
   });
 

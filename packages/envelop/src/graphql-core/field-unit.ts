@@ -12,14 +12,20 @@ import type { PlannedUnit, RootField } from './plan.js';
 import type { UnitAnswer } from './unit.js';
 
 /**
- * `extensions.idempotency` of a response that contains replayed outcomes (E2).
- * Operation unit: `{ replayed: true }`. Field unit: `replayedFields` lists the response keys
- * (aliases or field names) whose stored outcome was replayed; `replayed` is true only when every
- * root field was replayed, i.e. nothing executed for this response.
+ * `extensions.idempotency` of a response that contains replayed outcomes (E2) or failures that
+ * left their key resumable (E8).
+ * Operation unit: `{ replayed: true }`, or `{ replayed: false, resumable: true }`. Field unit:
+ * `replayedFields` lists the response keys (aliases or field names) whose stored outcome was
+ * replayed; `replayed` is true only when every root field was replayed, i.e. nothing executed for
+ * this response; `resumableFields` lists those whose failure left their key resumable, and
+ * `resumable` is true when there is one: retry the operation with the same keys to complete it.
  */
 export interface IdempotencyResultExtension {
   replayed: boolean;
   replayedFields?: string[];
+  /** E8: a failure under `onFailure: 'resume'` left the key resumable; the host answers `Idempotent-Resumable: true`. */
+  resumable?: true;
+  resumableFields?: string[];
 }
 
 /**
@@ -35,19 +41,21 @@ export async function runFieldUnit(
   const errors: Array<GraphQLError | { refusal: IdempotencyError; field: RootField }> = [];
   const extensions: Record<string, unknown> = {};
   const replayedFields: string[] = [];
+  const resumableFields: string[] = [];
   let data: Record<string, unknown> | null = {};
   let ran = 0;
   for (const { field, run: unit } of fields) {
     let slice: ExecutionResult;
     try {
-      const { result, replayed, started } = unit
+      const { result, replayed, started, resumable } = unit
         ? await run(unit)
-        : { result: { data: { [field.responseKey]: rootTypeName } }, replayed: false, started: true };
+        : { result: { data: { [field.responseKey]: rootTypeName } }, replayed: false, started: true, resumable: false };
       if (started) {
         slice = result;
         ran++;
       } else slice = { ...result, data: result.data ?? null };
       if (replayed) replayedFields.push(field.responseKey);
+      if (resumable) resumableFields.push(field.responseKey);
     } catch (error) {
       if (!isIdempotencyError(error)) throw error;
       errors.push({ refusal: error, field });
@@ -69,9 +77,11 @@ export async function runFieldUnit(
       entry instanceof GraphQLError ? entry : refusalError(entry.refusal, entry.field, ran === 0),
     );
   result.data = data;
-  if (replayedFields.length > 0) {
+  if (replayedFields.length > 0 || resumableFields.length > 0) {
     const keyed = fields.filter(({ run }) => run).length;
-    const idempotency: IdempotencyResultExtension = { replayed: replayedFields.length === keyed, replayedFields };
+    const idempotency: IdempotencyResultExtension = { replayed: replayedFields.length === keyed };
+    if (replayedFields.length > 0) idempotency.replayedFields = replayedFields;
+    if (resumableFields.length > 0) Object.assign(idempotency, { resumable: true, resumableFields });
     extensions['idempotency'] = idempotency;
   }
   if (Object.keys(extensions).length > 0) result.extensions = extensions;

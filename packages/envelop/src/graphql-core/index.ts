@@ -87,16 +87,24 @@ export interface GraphQLIdempotency<TTx = unknown> {
 
 /** Whether `result` holds a replayed outcome of every unit it ran (E2). */
 export function isReplayedResult(result: unknown): boolean {
-  const extension = (result as ExecutionResult | null)?.extensions?.['idempotency'] as
-    | IdempotencyResultExtension
-    | undefined;
-  return extension?.replayed === true;
+  return idempotencyExtension(result)?.replayed === true;
+}
+
+/** Whether `result` holds a failure that left its key resumable (E8): the host answers `Idempotent-Resumable: true`. */
+export function isResumableResult(result: unknown): boolean {
+  return idempotencyExtension(result)?.resumable === true;
+}
+
+function idempotencyExtension(result: unknown): IdempotencyResultExtension | undefined {
+  return (result as ExecutionResult | null)?.extensions?.['idempotency'] as IdempotencyResultExtension | undefined;
 }
 
 /**
  * The GraphQL core for one host. Refusals are GraphQLErrors with `extensions.code`,
  * `extensions.http` (status, `Retry-After`) and `extensions.idempotency` (the problem); a replay
- * carries `extensions.idempotency.replayed`, which the host turns into `Idempotent-Replayed: true`.
+ * carries `extensions.idempotency.replayed`, which the host turns into `Idempotent-Replayed: true`,
+ * and a failure that left its key resumable (E8) `extensions.idempotency.resumable`, which the
+ * host turns into `Idempotent-Resumable: true`.
  */
 export function createGraphQLIdempotency<TContext extends Record<string, any> = Record<string, any>, TTx = unknown>(
   options: IdempotencyOptions<TContext, TTx>,
@@ -144,8 +152,9 @@ export function createGraphQLIdempotency<TContext extends Record<string, any> = 
       // Authentication failed before anything ran: nothing claimed, nothing stored (E4).
       return { errors: [asGraphQLError(error)] };
     }
-    const run = async ({ field, ...unit }: PlannedUnit) =>
-      runUnit(
+    const run = async ({ field, ...unit }: PlannedUnit) => {
+      const policy = policies.forUnit(unit.coordinates);
+      return runUnit(
         kit,
         atomic,
         field ? { ...args, document: documentForField(args.document, operation, field.nodes) } : args,
@@ -157,17 +166,21 @@ export function createGraphQLIdempotency<TContext extends Record<string, any> = 
           serializer,
           parts: unit.parts,
           ...(field ? { responseKey: field.responseKey } : {}),
-          ...policies.forUnit(unit.coordinates),
+          ...policy,
+          resume: (policy.onFailure ?? kit.engine.policy.onFailure) === 'resume',
         },
       );
+    };
     if (plan.unit === 'field')
       return runFieldUnit(plan.fields, rootType.name, run, (error, field, http) =>
         refusalError(error, context, { nodes: field.nodes, path: [field.responseKey], http }),
       );
     try {
-      const { result, replayed } = await run(plan.run);
-      if (!replayed) return result;
-      const idempotency: IdempotencyResultExtension = { replayed: true };
+      const { result, replayed, resumable } = await run(plan.run);
+      if (!replayed && !resumable) return result;
+      const idempotency: IdempotencyResultExtension = replayed
+        ? { replayed: true }
+        : { replayed: false, resumable: true };
       return { ...result, extensions: { ...result.extensions, idempotency } };
     } catch (error) {
       if (isIdempotencyError(error)) return refuse(error, context, operation);

@@ -40,7 +40,7 @@ export interface GraphQLKeyOptions extends KeyOptions {
 /**
  * Options of {@link useIdempotency} and {@link useYogaIdempotency}: the options every idem adapter
  * takes (`@idem/core/adapter`'s `AdapterOptions`): `store`, `principal`, `required`, `key`,
- * `fingerprint`, `atomic` and the engine's `retention`, `lease`, `expiredReuse`, `serializer`,
+ * `fingerprint`, `atomic` and the engine's `retention`, `lease`, `expiredReuse`, `onFailure`, `serializer`,
  * `onEvent`, `documentationUrl`, `conflictRetryAfter`, `unavailableRetryAfter`, `maxStoredBytes`.
  *
  * Here a header key makes the whole mutation operation one record (the operation unit); a key in
@@ -60,12 +60,19 @@ export interface IdempotencyOptions<TContext = Record<string, any>, TTx = unknow
    */
   getHeaders?: (context: TContext) => RequestHeaders | null | undefined;
   /**
-   * R1, E6, E3w, R2 per mutation, by schema coordinate (like `@envelop/response-cache`'s
-   * `ttlPerSchemaCoordinate`): `{ 'Mutation.refund': { retention: '72h', lease: '2m', wait: '5s', expiredReuse: 'reject' } }`.
+   * R1, E6, E3w, R2, E8 per mutation, by schema coordinate (like `@envelop/response-cache`'s
+   * `ttlPerSchemaCoordinate`): `{ 'Mutation.refund': { retention: '72h', lease: '2m', wait: '5s', expiredReuse: 'reject', onFailure: 'resume' } }`.
    * A field left out, and every field left out of an entry, has the plugin's `retention`,
-   * `lease`, `wait` and `expiredReuse`. A header key over several root fields (one unit) gets the
-   * longest retention and lease of its fields, the shortest wait, and `'reject'` if any of them rejects. Published by
-   * `describeEndpoints()` (R4). Defaults to `{}`.
+   * `lease`, `wait`, `expiredReuse` and `onFailure` (a field with `onFailure: 'resume'` and no
+   * retention anywhere keeps its keys 30 days). A header key over several root fields (one unit)
+   * gets the longest retention and lease of its fields, the shortest wait, `'reject'` if any of
+   * them rejects, and `'resume'` only if all of them resume. Published by `describeEndpoints()`
+   * (R4). Defaults to `{}`.
+   *
+   * Under `onFailure: 'resume'` a unit's failure is resumable when one of its errors is a server
+   * failure — an unexpected error (a plain `Error`, which Yoga and Apollo mask), or a GraphQLError
+   * whose `extensions.http.status` is 500 or more — and none was thrown as `finalFailure(error)`;
+   * a GraphQLError a resolver throws on purpose is the client's answer, stored and replayed.
    */
   policy?: Readonly<Record<string, EndpointPolicy>>;
 }

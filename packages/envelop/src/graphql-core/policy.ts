@@ -1,28 +1,42 @@
-/** Retention, lease, wait and reuse rule per mutation, by schema coordinate (R1, E6, E3w, R2), and as published (R4). */
+/** Retention, lease, wait, reuse rule and failure mode per mutation, by schema coordinate (R1, E6, E3w, R2, E8), and as published (R4). */
 import type { GraphQLSchema } from 'graphql';
 import { toMilliseconds, type EndpointPolicy, type EndpointPolicyDescription } from '@idem/core';
-import type { AdapterKit } from '@idem/core/adapter';
+import { retentionMsOf, type AdapterKit } from '@idem/core/adapter';
+
+type OnFailure = NonNullable<EndpointPolicy['onFailure']>;
 
 interface Resolved {
   retentionMs: number;
   leaseMs: number;
   waitMs: number;
   expiredReuse: 'execute' | 'reject';
+  onFailure: OnFailure;
+}
+
+/** The engine's resolved policy, as `engine.policy` gives it. */
+interface EngineDefaults extends Resolved {
+  /** Whether the engine was given a `retention`; otherwise it depends on `onFailure` (R1, E8). */
+  retentionExplicit: boolean;
 }
 
 /** @throws TypeError `[idem] …` for a coordinate that is not `Type.field`, or a duration that does not parse. */
-export function endpointPolicies(policy: Readonly<Record<string, EndpointPolicy>>, defaults: Resolved) {
+export function endpointPolicies(policy: Readonly<Record<string, EndpointPolicy>>, engine: EngineDefaults) {
+  const { leaseMs, waitMs, expiredReuse, onFailure } = engine;
+  // R1, E8: an entry's own retention, else the engine's if it was given one, else its mode's default (24 hours, or 30 days to resume).
+  const defaults: Resolved = { retentionMs: engine.retentionMs, leaseMs, waitMs, expiredReuse, onFailure };
   const resolved = new Map<string, Resolved>();
   for (const [coordinate, entry] of Object.entries(policy)) {
     if (!/^[_A-Za-z][_0-9A-Za-z]*\.[_A-Za-z][_0-9A-Za-z]*$/.test(coordinate))
       throw new TypeError(
         `[idem] useIdempotency: policy key ${JSON.stringify(coordinate)} is not a schema coordinate such as 'Mutation.refund'`,
       );
+    const mode = entry.onFailure ?? onFailure;
     resolved.set(coordinate, {
-      retentionMs: entry.retention === undefined ? defaults.retentionMs : toMilliseconds(entry.retention),
+      retentionMs: retentionMsOf(entry.retention, engine, mode),
       leaseMs: entry.lease === undefined ? defaults.leaseMs : toMilliseconds(entry.lease),
       waitMs: entry.wait === undefined ? defaults.waitMs : entry.wait === 0 ? 0 : toMilliseconds(entry.wait),
       expiredReuse: entry.expiredReuse ?? defaults.expiredReuse,
+      onFailure: mode,
     });
   }
   const of = (coordinate: string) => resolved.get(coordinate) ?? defaults;
@@ -31,7 +45,8 @@ export function endpointPolicies(policy: Readonly<Record<string, EndpointPolicy>
     /**
      * The policy of a unit over these root fields, for the engine's request: none of its own
      * when no field has an entry; else the longest retention and lease, the shortest wait (a unit
-     * waits only as long as each of its fields allows), `reject` if any rejects.
+     * waits only as long as each of its fields allows), `reject` if any rejects, and `resume` only
+     * when every field resumes (a field that replays its failures must never run twice).
      */
     forUnit(coordinates: readonly string[]): EndpointPolicy {
       if (!coordinates.some((coordinate) => resolved.has(coordinate))) return {};
@@ -41,6 +56,7 @@ export function endpointPolicies(policy: Readonly<Record<string, EndpointPolicy>
         lease: Math.max(...entries.map((entry) => entry.leaseMs)),
         wait: Math.min(...entries.map((entry) => entry.waitMs)),
         expiredReuse: entries.some((entry) => entry.expiredReuse === 'reject') ? 'reject' : 'execute',
+        onFailure: entries.every((entry) => entry.onFailure === 'resume') ? 'resume' : 'replay',
       };
     },
 

@@ -118,7 +118,8 @@ export function asGraphQLError(error: unknown): GraphQLError {
   return new GraphQLError(String(error), { originalError: new Error(String(error)) });
 }
 
-function unexpectedCause(error: GraphQLError): Error | undefined {
+/** The non-GraphQL error a GraphQLError wraps (a plain `throw new Error(…)` in a resolver), if it wraps one. */
+export function unexpectedCause(error: GraphQLError): Error | undefined {
   let cause: unknown = error.originalError;
   while (cause instanceof GraphQLError) cause = cause.originalError;
   return cause instanceof Error ? cause : undefined;

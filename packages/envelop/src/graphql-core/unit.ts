@@ -12,8 +12,15 @@
  */
 import { defaultFieldResolver, type ExecutionArgs, type ExecutionResult, type GraphQLSchema } from 'graphql';
 import type { ClaimContext, ExecuteRequest } from '@idem/core';
-import { attachClaim, claimForPart, notStartedAnswer, saidNotStarted, type AdapterKit } from '@idem/core/adapter';
-import { resultCodec, rolledBackResult } from './result-codec.js';
+import {
+  attachClaim,
+  claimForPart,
+  finalFailure,
+  notStartedAnswer,
+  saidNotStarted,
+  type AdapterKit,
+} from '@idem/core/adapter';
+import { isFinalResult, resultCodec, rolledBackResult, rootFieldFailed } from './result-codec.js';
 import { asGraphQLError, fromStoredResult, underResponseKey } from './stored-result.js';
 import type { OutcomeSerializer } from '@idem/core';
 
@@ -59,18 +66,27 @@ async function runPart(unit: RunningUnit, claim: ClaimContext, resolve: () => un
   }
 }
 
-/** What the plugin asks of one unit: the engine's request, how many root fields it has, and the response key of a field's unit. */
+/**
+ * What the plugin asks of one unit: the engine's request, how many root fields it has, the
+ * response key of a field's unit, and whether its failures are resumed (E8: `onFailure: 'resume'`,
+ * the request's or else the engine's).
+ */
 export interface UnitRequest extends Omit<ExecuteRequest, 'codec' | 'serializer' | 'errors' | 'statusOf'> {
   serializer: OutcomeSerializer;
   parts: number;
   responseKey?: string;
+  resume: boolean;
 }
 
-/** A unit's answer: its result, whether it was replayed (E2), and whether it started (E4: nothing stored). */
+/**
+ * A unit's answer: its result, whether it was replayed (E2), whether it started (E4: nothing
+ * stored), and whether it failed and left its key resumable (E8).
+ */
 export interface UnitAnswer {
   result: ExecutionResult;
   replayed: boolean;
   started: boolean;
+  resumable: boolean;
 }
 
 /**
@@ -85,7 +101,7 @@ export async function runUnit(
   atomic: boolean,
   args: ExecutionArgs,
   execute: ExecuteFn,
-  { parts, responseKey, serializer, ...request }: UnitRequest,
+  { parts, responseKey, serializer, resume, ...request }: UnitRequest,
 ): Promise<UnitAnswer> {
   if (!wrappedSchemas.has(args.schema))
     throw new TypeError(
@@ -97,7 +113,7 @@ export async function runUnit(
       '[idem] useIdempotency: this mutation has no context object to carry its claim to the resolvers; nothing was executed.',
     );
   const source = args.document.loc?.source;
-  const codec = resultCodec(serializer, source, atomic);
+  const codec = resultCodec(serializer, source, { atomic, resume });
   const outcome = await kit.execute({ ...request, codec }, async (claim) => {
     const unit: RunningUnit = { claim, parts: parts > 1, started: false };
     runningUnits.set(context, unit);
@@ -109,21 +125,25 @@ export async function runUnit(
       attachClaim(context, undefined);
     }
     if (!unit.started) return notStartedAnswer(result);
-    return atomic ? rolledBackResult(result) : result;
+    const answer = atomic ? rolledBackResult(result) : result;
+    // E8: a failure the client caused, or one thrown as `finalFailure(…)`, is stored and replayed.
+    return resume && rootFieldFailed(result) && isFinalResult(result) ? finalFailure(answer) : answer;
   });
-  if ('notStarted' in outcome) return { result: outcome.answer, replayed: false, started: false };
+  if ('notStarted' in outcome) return { result: outcome.answer, replayed: false, started: false, resumable: false };
+  const resumable = outcome.resumable === true;
   if (!outcome.ok) {
     // What `execute` itself threw (rare: graphql-js reports errors in the result).
     const thrown = [asGraphQLError(outcome.error)];
     const result = responseKey === undefined ? { errors: thrown } : { data: { [responseKey]: null }, errors: thrown };
-    return { result, replayed: outcome.replayed, started: true };
+    return { result, replayed: outcome.replayed, started: true, resumable };
   }
-  if (!outcome.replayed) return { result: outcome.value, replayed: false, started: true };
+  if (!outcome.replayed) return { result: outcome.value, replayed: false, started: true, resumable };
   const stored = outcome.value;
   return {
     result: fromStoredResult(responseKey ? underResponseKey(stored, responseKey) : stored, source),
     replayed: true,
     started: true,
+    resumable: false,
   };
 }
 
