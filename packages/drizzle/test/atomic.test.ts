@@ -207,9 +207,10 @@ describe.each([
     expect(seen?.tx).toBeDefined();
     expect(seen?.claim.tx).toBe(seen?.tx);
     // The transaction of the current savepoint, as drizzle's own class (E8: a recovery point moves it on).
-    const drizzleClass = Object.getPrototypeOf(seen?.tx).constructor;
-    expect(seen?.tx).toBeInstanceOf(drizzleClass);
-    expect((seen?.tx as object).constructor).toBe(drizzleClass);
+    const tx = seen?.tx as object;
+    const drizzleClass = Object.getPrototypeOf(tx).constructor;
+    expect(tx).toBeInstanceOf(drizzleClass);
+    expect(tx.constructor).toBe(drizzleClass);
     expect(drizzleClass.name).toMatch(/Transaction$/);
     expect(seen?.claim).toMatchObject({ scope: req.scope, key: req.key, generation: 1 });
     expect(seen?.claim.deriveKey('channel')).toMatch(/^"idem-[\w-]{32}"$/);

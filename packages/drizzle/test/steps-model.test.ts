@@ -44,7 +44,12 @@ for (const { name, open } of opens) {
     });
 
     it(`E8/E6: random handlers of 1–5 steps, failures and crashes before, inside and after a step, retries and takeovers, replay and resume (${RUNS} runs): each step completes once per generation, the answer matches the steps, v1 outcomes never change`, async () => {
-      await checkStepsModel({ store: () => store, passTime: async (ms) => void (await sleep(ms)), leaseMs: LEASE_MS, numRuns: RUNS });
+      await checkStepsModel({
+        store: () => store,
+        passTime: async (ms) => void (await sleep(ms)),
+        leaseMs: LEASE_MS,
+        numRuns: RUNS,
+      });
     }, 600_000);
   });
 }
