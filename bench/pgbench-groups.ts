@@ -1,7 +1,7 @@
 /**
  * The grouped statements of the fresh path as pgbench scripts (issue 34): the store's claim
- * group (`INSERT … SELECT … FROM (VALUES …) ON CONFLICT DO NOTHING RETURNING` with the read of
- * the rows it conflicted with) and its completion group (`UPDATE … FROM (VALUES …)`), each for
+ * group (`INSERT … SELECT … FROM unnest(…) ON CONFLICT DO NOTHING RETURNING` with the read of
+ * the rows it conflicted with) and its completion group (`UPDATE … FROM unnest(…)`), each for
  * `size` requests. The SQL is not written by hand: the store sends it, over a logging drizzle
  * instance on a fresh migrated schema, for 4 lone calls (one per lane) and then `size` queued
  * calls, which the batcher sends as one group; the texts and their parameters are captured, and
@@ -26,8 +26,13 @@ interface Captured {
   params: unknown[];
 }
 
-/** A parameter as pgbench script text: keys and tokens made unique per transaction, the rest literal. */
+/**
+ * A parameter as pgbench script text: keys and tokens made unique per transaction, the rest
+ * literal; an array parameter (the group's column, `unnest`) as an `ARRAY[…]` of its elements.
+ */
 function literal(value: unknown, renamed: Map<string, string>): string {
+  if (Array.isArray(value)) return `ARRAY[${value.map((element) => literal(element, renamed)).join(', ')}]`;
+  if (value === null) return 'NULL';
   if (typeof value === 'number') return String(value);
   if (typeof value !== 'string') throw new Error(`[bench] pgbench-groups: unexpected parameter ${String(value)}`);
   const name = renamed.get(value);
@@ -76,8 +81,11 @@ export async function writeGroupScripts(dir: string, sizes: number[]): Promise<s
       const outcome = { kind: 'success' as const, status: 200, body: '{"id":"charge"}' };
       await Promise.all(requests.map(({ scope, key, token }) => store.complete({ scope, key, token, outcome })));
       const claim = captured.find((c) => c.sql.includes('idem_claimed'));
-      const complete = captured.find((c) => c.sql.startsWith('UPDATE') && c.sql.includes('idem_v'));
-      if (!claim || !complete || claim.params.length !== size * 11 || complete.params.length !== size * 7)
+      const complete = captured.find((c) => /^update/i.test(c.sql) && c.sql.includes('idem_v'));
+      // One array parameter per column, each with one element per request of the group.
+      const isGroup = (c: Captured | undefined) =>
+        c !== undefined && c.params.length > 0 && c.params.every((p) => Array.isArray(p) && p.length === size);
+      if (!isGroup(claim) || !isGroup(complete) || !claim || !complete)
         throw new Error(`[bench] pgbench-groups: the store did not send one group of ${size} claims and completions`);
       const file = join(dir, `group-${size}.sql`);
       writeFileSync(
