@@ -310,11 +310,10 @@ async function trpcBare(url: string): Promise<VariantServer> {
   const t = initTRPC.context<{ account: string }>().create({ isDev: false });
   const router = t.router({
     payments: t.router({
-      create: t.procedure
-        .input(paymentInput)
-        .mutation(({ input, ctx }) =>
-          channel.charge({ account: ctx.account, amount: input.amount, currency: input.currency }),
-        ),
+      create: t.procedure.input(paymentInput).mutation(({ input, ctx }) =>
+        // The example's payment without a claim: its reservation, then its charge (as + idem runs them).
+        channel.pay({ account: ctx.account, amount: input.amount, currency: input.currency }, undefined),
+      ),
     }),
   });
   const handler = createHTTPHandler({
@@ -367,11 +366,11 @@ async function honoBare(url: string): Promise<VariantServer> {
     }),
     async (c) => {
       const input = c.req.valid('json');
-      const charge = await channel.charge({
-        account: c.get('account'),
-        amount: input.amount,
-        currency: input.currency,
-      });
+      // The example's payment without a claim: its reservation, then its charge (as + idem runs them).
+      const charge = await channel.pay(
+        { account: c.get('account'), amount: input.amount, currency: input.currency },
+        undefined,
+      );
       return c.json(charge, 201, { location: `/v1/payments/${charge.id}` });
     },
   );
