@@ -175,8 +175,8 @@ export class PaymentChannel {
     const pg = this.#isPg();
     await this.#run(
       pg
-        ? sql`CREATE TABLE IF NOT EXISTS payments_ledger (seq bigserial PRIMARY KEY, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), downstream_key text UNIQUE)`
-        : sql`CREATE TABLE IF NOT EXISTS payments_ledger (seq integer PRIMARY KEY AUTOINCREMENT, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at text NOT NULL, downstream_key text UNIQUE)`,
+        ? sql`CREATE TABLE IF NOT EXISTS payments_ledger (seq bigserial PRIMARY KEY, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at timestamptz NOT NULL DEFAULT now(), downstream_key text UNIQUE, idempotency_key text)`
+        : sql`CREATE TABLE IF NOT EXISTS payments_ledger (seq integer PRIMARY KEY AUTOINCREMENT, id text NOT NULL UNIQUE, account text NOT NULL, amount integer NOT NULL, currency text NOT NULL, created_at text NOT NULL, downstream_key text UNIQUE, idempotency_key text)`,
     );
     const columns = (
       (pg
@@ -185,15 +185,22 @@ export class PaymentChannel {
           )
         : await this.#all(sql`SELECT name FROM pragma_table_info('payments_ledger')`)) as Array<{ name: string }>
     ).map((column) => column.name);
+    // A ledger made by an older version of the example lacks the later columns. Another server
+    // starting at the same moment may add one between this read and the ALTER: PostgreSQL skips
+    // it (IF NOT EXISTS), SQLite fails with "duplicate column name", which retryConcurrentDdl
+    // runs again from the top, where the read now finds the column.
+    const addColumn = (column: string) =>
+      pg
+        ? sql`ALTER TABLE payments_ledger ADD COLUMN IF NOT EXISTS ${sql.identifier(column)} text`
+        : sql`ALTER TABLE payments_ledger ADD COLUMN ${sql.identifier(column)} text`;
     if (!columns.includes('downstream_key')) {
-      await this.#run(sql`ALTER TABLE payments_ledger ADD COLUMN downstream_key text`);
+      await this.#run(addColumn('downstream_key'));
       await this.#run(
         sql`CREATE UNIQUE INDEX IF NOT EXISTS payments_ledger_downstream_key ON payments_ledger (downstream_key)`,
       );
     }
     // The idempotency key a charge was made for (its account is `account`): GET /v1/ledger?key=… counts by it.
-    if (!columns.includes('idempotency_key'))
-      await this.#run(sql`ALTER TABLE payments_ledger ADD COLUMN idempotency_key text`);
+    if (!columns.includes('idempotency_key')) await this.#run(addColumn('idempotency_key'));
     await this.#run(
       sql`CREATE INDEX IF NOT EXISTS payments_ledger_idempotency_key ON payments_ledger (account, idempotency_key)`,
     );

@@ -216,9 +216,11 @@ function mysqlColumnExists({ table, column }: AddedColumn): SQL {
 const DDL_ATTEMPTS = 5;
 
 /**
- * Runs idempotent DDL (`CREATE … IF NOT EXISTS`, a migrator) again when a concurrent process
- * created the same object first and PostgreSQL failed this one; other errors pass through.
- * Use it for your own start-up DDL next to `migrate()`.
+ * Runs idempotent DDL (`CREATE … IF NOT EXISTS`, a column added when a read found it missing, a
+ * migrator) again when a concurrent process created the same table, index, schema or column
+ * first and the database failed this one; other errors pass through. Use it for your own
+ * start-up DDL next to `migrate()`: the run starts again from the top, so a read of the catalog
+ * inside it sees what the other process created.
  */
 export async function retryConcurrentDdl<T>(run: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
@@ -230,13 +232,31 @@ export async function retryConcurrentDdl<T>(run: () => Promise<T>): Promise<T> {
     }
   }
 }
-/** SQLSTATEs of a concurrent `CREATE … IF NOT EXISTS`: unique_violation, duplicate_table, duplicate_object, duplicate_schema. */
-const CONCURRENT_DDL_CODES = new Set(['23505', '42P07', '42710', '42P06']);
+/**
+ * What a concurrent creation of the same object fails with:
+ * - PostgreSQL SQLSTATEs unique_violation (a catalog row), duplicate_table, duplicate_object,
+ *   duplicate_schema and duplicate_column;
+ * - MySQL's table, index and column exist already;
+ * - SQLite's "duplicate column name" (its code is the generic SQLITE_ERROR: the message tells).
+ */
+const CONCURRENT_DDL_CODES = new Set([
+  '23505',
+  '42P07',
+  '42710',
+  '42P06',
+  '42701',
+  'ER_TABLE_EXISTS_ERROR',
+  'ER_DUP_KEYNAME',
+  'ER_DUP_FIELDNAME',
+]);
+const SQLITE_DUPLICATE_COLUMN = /\bduplicate column name\b/i;
 
 function isConcurrentDdlConflict(error: unknown): boolean {
   for (let cause: unknown = error; cause instanceof Error; cause = cause.cause) {
     const code = (cause as { code?: unknown }).code;
     if (typeof code === 'string' && CONCURRENT_DDL_CODES.has(code)) return true;
+    if (typeof code === 'string' && code.startsWith('SQLITE_') && SQLITE_DUPLICATE_COLUMN.test(cause.message))
+      return true;
   }
   return false;
 }
