@@ -174,7 +174,7 @@ async function idemEngine(
   options: DrizzleStoreOptions = {},
   { localCache = false }: { localCache?: boolean } = {},
 ): Promise<VariantServer> {
-  const database = await openDatabase(url);
+  const database = await openDatabase(url, benchPool());
   const store = createDrizzleStore(database.db, options);
   const engine = createEngine({ store: localCache ? withLocalCache(store) : store });
   return plain(
@@ -290,7 +290,7 @@ function nodeIdempotencyStatus(code: IdempotencyErrorCodes): number {
 
 /** The example app: tRPC at /trpc with idem's middleware, over the example's channel. */
 async function trpcWithIdem(url: string, { atomic = false }: { atomic?: boolean } = {}): Promise<VariantServer> {
-  const database = await openDatabase(url);
+  const database = await openDatabase(url, benchPool());
   const app = createPaymentsApp({ db: database.db, retentionMs: 86_400_000, leaseMs: 30_000, atomic });
   await app.channel.migrate();
   return {
@@ -304,7 +304,7 @@ async function trpcWithIdem(url: string, { atomic = false }: { atomic?: boolean 
 
 /** The example's `payments.create` without idem: same input schema, same channel, same context. */
 async function trpcBare(url: string): Promise<VariantServer> {
-  const database = await openDatabase(url);
+  const database = await openDatabase(url, benchPool());
   const channel = new PaymentChannel(database.db);
   await channel.migrate();
   const t = initTRPC.context<{ account: string }>().create({ isDev: false });
@@ -327,7 +327,7 @@ async function trpcBare(url: string): Promise<VariantServer> {
 
 /** The example's `POST /v1/payments` (Hono, `@idem/fetch/hono`), over its channel. */
 async function honoWithIdem(url: string, { atomic = false }: { atomic?: boolean } = {}): Promise<VariantServer> {
-  const database = await openDatabase(url);
+  const database = await openDatabase(url, benchPool());
   const channel = new PaymentChannel(database.db);
   await channel.migrate();
   const rest = createPaymentsRest({
@@ -349,7 +349,7 @@ async function honoWithIdem(url: string, { atomic = false }: { atomic?: boolean 
 
 /** The same route without idem: the same authentication, body limit, validation, channel and answer. */
 async function honoBare(url: string): Promise<VariantServer> {
-  const database = await openDatabase(url);
+  const database = await openDatabase(url, benchPool());
   const channel = new PaymentChannel(database.db);
   await channel.migrate();
   const app = new Hono<{ Variables: { account: string } }>();
@@ -409,4 +409,13 @@ function send(res: ServerResponse, { status, body, headers = {} }: Reply): void 
   const text = JSON.stringify(body);
   res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
   res.end(text);
+}
+
+/**
+ * Development only: `BENCH_POOL_SIZE=32` opens every server's PostgreSQL pool with that many
+ * connections instead of `openDatabase`'s default (10), to measure pool sizing (issue 34).
+ */
+function benchPool(): { max?: number } {
+  const size = Number(process.env.BENCH_POOL_SIZE);
+  return Number.isInteger(size) && size > 0 ? { max: size } : {};
 }

@@ -5,6 +5,7 @@
  * are interleaved in rounds; req/s is reported with its ratio to the bare handler of the same
  * round (median over rounds).
  */
+import { resolve } from 'node:path';
 import { fork, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
@@ -279,9 +280,18 @@ function post(server: RunningServer, key: string): Promise<Response> {
 
 const SERVER_ENTRY = fileURLToPath(new URL('./http-server-process.ts', import.meta.url));
 
+/**
+ * Development only: `BENCH_CPU_PROF=<dir>` writes each server's V8 CPU profile under
+ * `<dir>/<variant>/` (summarize with `bench/profile-summary.ts`).
+ */
+function cpuProfileArgs(variant: string): string[] {
+  const dir = process.env.BENCH_CPU_PROF;
+  return dir ? ['--cpu-prof', `--cpu-prof-dir=${resolve(dir, variant.replace(/\W+/g, '_'))}`] : [];
+}
+
 function startServer(config: ServerConfig): Promise<RunningServer> {
   const child = fork(SERVER_ENTRY, [JSON.stringify(config)], {
-    execArgv: ['--import', 'tsx'],
+    execArgv: ['--import', 'tsx', ...cpuProfileArgs(config.variant)],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   return new Promise((resolve, reject) => {
