@@ -128,6 +128,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)(
       const claimsOpenAfterMs = Date.now() - startedAt;
       // Inside the open transaction: invisible to everyone else, nothing emitted yet.
       for (const c of cases) expect(await database.store.get(scopeOf(c), c.key)).toBeNull();
+      await doomed.settled();
       expect(doomed.events.filter((event) => cases.some((c) => c.key === event.key))).toEqual([]);
       await doomed.kill('SIGKILL');
       expect((await Promise.all(inFlight)).every((outcome) => outcome.startsWith('failed'))).toBe(true);
@@ -162,6 +163,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)(
         expect(await database.store.timeline(scopeOf(c), c.key)).toEqual([
           expect.objectContaining({ generation: 1, state: 'completed', status: 200, takeovers: 0 }),
         ]);
+        await restarted.settled();
         expect(restarted.events.filter((event) => event.key === c.key).map((event) => event.type)).toEqual([
           'claimed',
           'completed',

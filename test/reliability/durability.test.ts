@@ -132,6 +132,7 @@ describe.each(SHARED_DATABASES)('durability on $label', ({ label, available, ope
       // Nothing ran again after the restart: the ledger is what the first process charged.
       expect(await ledger(after.url)).toEqual(charged);
       expect(charged).toHaveLength(4);
+      await after.settled();
       expect(after.events.filter((event) => event.type === 'replayed')).toHaveLength(4);
       expect(after.events.filter((event) => event.type === 'claimed')).toHaveLength(0);
     },

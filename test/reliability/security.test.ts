@@ -219,6 +219,7 @@ describe.skipIf(!POSTGRES_SCHEMA.available)(
         secrets,
         'a 503 body',
       );
+      await server.settled();
       const storeErrors = server.events.filter((event) => event.type === 'storeError');
       expect(storeErrors.length).toBeGreaterThanOrEqual(2);
       expectNoSecretIn(

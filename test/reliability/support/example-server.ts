@@ -50,6 +50,15 @@ export interface ExampleServer {
   readonly events: readonly LoggedEvent[];
   /** Resolves with the first event (already logged or to come) that matches, or rejects after `timeoutMs`. */
   waitForEvent(match: (event: LoggedEvent) => boolean, timeoutMs?: number): Promise<LoggedEvent>;
+  /**
+   * Resolves once every `[idem]` line the server wrote before this call has been read into
+   * `events`. The lines come through a pipe that this process reads in its own time, so an HTTP
+   * answer can arrive before the lines the server wrote ahead of it (a CI run counted 360 of 500
+   * `waited` events right after the 500 answers). How: a `POST /v1/payments` without a key is
+   * refused (400, nothing runs) and logged as an `unkeyed` event; Linux writes stdout pipes
+   * synchronously and in order, so once that line is read, every earlier one is.
+   */
+  settled(timeoutMs?: number): Promise<void>;
   /** Kills the process (SIGKILL unless told otherwise) and resolves once it has exited. */
   kill(signal?: NodeJS.Signals): Promise<void>;
   readonly exited: boolean;
@@ -131,6 +140,28 @@ export class ExampleFleet {
       throw error;
     });
 
+    const waitForEvent: ExampleServer['waitForEvent'] = (match, timeoutMs = 10_000) => {
+      const found = events.find(match);
+      if (found) return Promise.resolve(found);
+      return new Promise<LoggedEvent>((resolve, reject) => {
+        const listener = (event: LoggedEvent) => {
+          if (!match(event)) return;
+          clearTimeout(timer);
+          listeners.delete(listener);
+          resolve(event);
+        };
+        const timer = setTimeout(() => {
+          listeners.delete(listener);
+          reject(
+            new Error(
+              `[reliability] ${name}: no matching [idem] event within ${timeoutMs} ms; saw ${JSON.stringify(events.map((event) => event.type))}`,
+            ),
+          );
+        }, timeoutMs);
+        listeners.add(listener);
+      });
+    };
+
     return {
       name,
       pid: child.pid!,
@@ -140,26 +171,22 @@ export class ExampleFleet {
       get exited() {
         return child.exitCode !== null || child.signalCode !== null;
       },
-      waitForEvent(match, timeoutMs = 10_000) {
-        const found = events.find(match);
-        if (found) return Promise.resolve(found);
-        return new Promise<LoggedEvent>((resolve, reject) => {
-          const listener = (event: LoggedEvent) => {
-            if (!match(event)) return;
-            clearTimeout(timer);
-            listeners.delete(listener);
-            resolve(event);
-          };
-          const timer = setTimeout(() => {
-            listeners.delete(listener);
-            reject(
-              new Error(
-                `[reliability] ${name}: no matching [idem] event within ${timeoutMs} ms; saw ${JSON.stringify(events.map((event) => event.type))}`,
-              ),
-            );
-          }, timeoutMs);
-          listeners.add(listener);
+      waitForEvent,
+      async settled(timeoutMs = 10_000) {
+        const before = events.filter((event) => event.type === 'unkeyed').length;
+        const marker = waitForEvent(
+          () => events.filter((event) => event.type === 'unkeyed').length > before,
+          timeoutMs,
+        );
+        const answer = await fetch(`http://127.0.0.1:${port}/v1/payments`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: 'Bearer acct_settle' },
+          body: JSON.stringify({ amount: 1, currency: 'EUR' }),
         });
+        await answer.arrayBuffer();
+        if (answer.status !== 400)
+          throw new Error(`[reliability] ${name}: the settle request was answered ${answer.status}, not 400`);
+        await marker;
       },
       async kill(signal = 'SIGKILL') {
         if (child.exitCode === null && child.signalCode === null) child.kill(signal);
