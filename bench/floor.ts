@@ -133,11 +133,10 @@ interface RawStatements {
 interface Captured {
   sql: string;
   params: unknown[];
+  /** The key and token the capture ran with: {@link bind} puts a run's own in their places. */
+  key?: string;
+  token?: string;
 }
-
-/** The key and token the capture ran with: {@link bind} puts a run's own in their places. */
-let capturedKey = '';
-let capturedToken = '';
 
 /**
  * The parameters the store bound to `statement` during the capture, with the capture's key and
@@ -146,7 +145,7 @@ let capturedToken = '';
  */
 function bind(statement: Captured, key: string, token = ''): Array<string | number> {
   return statement.params.map((value) =>
-    value === capturedKey ? key : value === capturedToken ? token : (value as string | number),
+    value === statement.key ? key : value === statement.token ? token : (value as string | number),
   );
 }
 
@@ -394,8 +393,6 @@ async function captureStoreSql(database: FloorDatabase): Promise<CapturedSql> {
   const store = createDrizzleStore(db);
   const key = `capture-${randomUUID()}`;
   const token = randomUUID();
-  capturedKey = key;
-  capturedToken = token;
   const request = {
     scope: SCOPE,
     key,
@@ -437,6 +434,7 @@ async function captureStoreSql(database: FloorDatabase): Promise<CapturedSql> {
   expectBinds(claim, [key, token]);
   expectBinds(complete, [key, token, BODY]);
   expectBinds(read, [key]);
+  for (const statement of [claim, complete, read]) Object.assign(statement, { key, token });
   return { claim, complete, read };
 }
 
@@ -452,8 +450,6 @@ async function captureMysqlSql(
   const store = createDrizzleStore(db);
   const key = `capture-${randomUUID()}`;
   const token = randomUUID();
-  capturedKey = key;
-  capturedToken = token;
   const request = {
     scope: SCOPE,
     key,
@@ -489,6 +485,7 @@ async function captureMysqlSql(
   expectBinds(claim, [key, token]);
   expectBinds(readBack, [key, token]);
   expectBinds(complete, [key, token, BODY]);
+  for (const statement of [read, claim, readBack, complete]) Object.assign(statement, { key, token });
   return { claim, complete, read, readBack };
 }
 
