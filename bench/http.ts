@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import { createClient } from '@redis/client';
 import { openBenchPostgres, openBenchSqlite, REDIS_URL, type BenchPostgres, type BenchSqlite } from './databases.ts';
+import { cpuPerRequest, cpuSnapshot, type CpuPerRequest } from './machine-cpu.ts';
 import { median, percentile } from './measure.ts';
 import { HTTP_VARIANTS, type HttpVariant, type ServerConfig } from './http-servers.ts';
 
@@ -54,6 +55,11 @@ export interface HttpRow {
   p99Ms: number;
   /** Median over rounds of the server process's CPU time (user + system) per answered request, µs. */
   serverCpuMicros: number;
+  /**
+   * Medians over rounds of the whole machine's CPU per answered request and of its database
+   * processes' and the load generator's shares (`machine-cpu.ts`); absent off Linux.
+   */
+  cpu?: CpuPerRequest;
   /** Median over rounds of this row's req/s over the bare handler's in the same round. */
   ratioToBare: number;
   /** tRPC + idem and hono + idem rows, fresh keys: the same ratio against the same route without idem. */
@@ -77,6 +83,7 @@ interface Sample {
   p50Ms: number;
   p99Ms: number;
   serverCpuMicros: number;
+  cpu: CpuPerRequest | undefined;
   non2xx: number;
   errors: number;
 }
@@ -172,6 +179,7 @@ export async function runHttp({ quick }: HttpOptions): Promise<HttpResult> {
             p50Ms: median(list.map((s) => s.p50Ms)),
             p99Ms: median(list.map((s) => s.p99Ms)),
             serverCpuMicros: median(list.map((s) => s.serverCpuMicros)),
+            ...medianCpu(list),
             ratioToBare: median(list.map((s, round) => s.requestsPerSecond / bare[round]!.requestsPerSecond)),
             non2xx: list.reduce((sum, s) => sum + s.non2xx, 0),
             errors: list.reduce((sum, s) => sum + s.errors, 0),
@@ -191,6 +199,19 @@ export async function runHttp({ quick }: HttpOptions): Promise<HttpResult> {
     for (const database of databases) await database.close();
     await deleteRedisKeys(redisPrefix);
   }
+}
+
+function medianCpu(list: readonly Sample[]): { cpu?: CpuPerRequest } {
+  const measured = list.flatMap((s) => (s.cpu ? [s.cpu] : []));
+  if (measured.length === 0) return {};
+  const of = (field: keyof CpuPerRequest) => median(measured.map((c) => c[field]));
+  return {
+    cpu: {
+      machineCpuMicros: of('machineCpuMicros'),
+      databaseCpuMicros: of('databaseCpuMicros'),
+      loadCpuMicros: of('loadCpuMicros'),
+    },
+  };
 }
 
 function push(samples: Map<string, Sample[]>, key: string, sample: Sample): void {
@@ -213,6 +234,7 @@ async function load(
   // autocannon's histogram keeps whole milliseconds; loopback latencies need the fractions.
   const latencies: number[] = [];
   const cpuBefore = await serverCpu(server);
+  const machineBefore = cpuSnapshot();
   const result = await new Promise<autocannon.Result>((resolve, reject) => {
     const instance = autocannon(
       {
@@ -235,10 +257,12 @@ async function load(
       if (statusCode >= 200 && statusCode < 300) latencies.push(responseTime);
     });
   });
+  const machineAfter = cpuSnapshot();
   const cpuMicros = (await serverCpu(server)) - cpuBefore;
   return {
     requestsPerSecond: result.requests.total / result.duration,
     serverCpuMicros: cpuMicros / Math.max(1, result.requests.total),
+    cpu: cpuPerRequest(machineBefore, machineAfter, result.requests.total),
     p50Ms: percentile(latencies, 50),
     p99Ms: percentile(latencies, 99),
     non2xx: result.non2xx,

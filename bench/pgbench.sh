@@ -45,22 +45,44 @@ UPDATE idem_keys SET state = 'completed', completed_at = date_trunc('millisecond
   RETURNING token;
 SQL
 
+# Busy clock ticks of the whole machine (user, nice, system, irq, softirq) and of PostgreSQL's
+# processes with their reaped children (a backend that exits is added to the postmaster's):
+# "machine database". pgbench itself is the rest.
+cpu_ticks() {
+  local machine database
+  machine="$(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8; exit}' /proc/stat)"
+  database="$(cat /proc/[0-9]*/stat 2>/dev/null | awk '$2 == "(postgres)" {sum += $14 + $15 + $16 + $17} END {print sum + 0}')"
+  echo "$machine $database"
+}
+tick_micros=$((1000000 / $(getconf CLK_TCK)))
+# "machine (database)" µs of CPU per request between two cpu_ticks readings, over REQUESTS requests.
+cpu_per_request() {
+  local before=($1) after=($2) requests=$3
+  printf '%.0f (%.0f)' "$(echo "(${after[0]} - ${before[0]}) * $tick_micros / $requests" | bc -l)" \
+    "$(echo "(${after[1]} - ${before[1]}) * $tick_micros / $requests" | bc -l)"
+}
+
 options="-c search_path=$schema"
 for clients in 1 64; do
   threads=$((clients < 2 ? 1 : 2))
+  before="$(cpu_ticks)"
   out="$(PGOPTIONS="$options" pgbench "$url" -n -M prepared -f "$work/pair.sql" -c "$clients" -j "$threads" -T "$seconds" 2>&1)" || {
     echo "$out" >&2
     exit 1
   }
+  after="$(cpu_ticks)"
   tps="$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p')"
   latency="$(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms/\1/p')"
-  printf '| pgbench, claim INSERT + completion UPDATE | %s | %.0f pairs/s | %s ms avg |\n' "$clients" "$tps" "$latency"
+  done_count="$(echo "$out" | sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p')"
+  printf '| pgbench, claim INSERT + completion UPDATE | %s | %.0f pairs/s | %s ms avg | %s |\n' "$clients" "$tps" "$latency" \
+    "$(cpu_per_request "$before" "$after" "$done_count")"
 done
 
 # The grouped ceiling (issue 34): the store's own claim group and completion group statements
 # (pgbench-groups.ts captures them from the store), SIZE requests per statement, each statement
-# its own commit, unprepared as the store sends them (-M simple: pgbench binds at most 255
-# parameters, and each key here is one; the store binds 11 per claim, unnamed, parsed each time). CLIENTS pgbench clients
+# its own commit. The store sends each as a named prepared statement with one array parameter per
+# column (unnest); pgbench cannot bind arrays, so here they are literals (-M simple), parsed each
+# time: the ceiling is a little lower than the store's own statements could reach. CLIENTS pgbench clients
 # stand for the batcher's lanes: 4 claim and 4 completion statements in flight at most.
 group_sizes="${GROUP_SIZES:-16 64}"
 if [ -n "$group_sizes" ]; then
@@ -68,14 +90,18 @@ if [ -n "$group_sizes" ]; then
   (cd "$here/.." && node --import tsx bench/pgbench-groups.ts "$work" $group_sizes) >/dev/null
   for size in $group_sizes; do
     for clients in 4 8; do
+      before="$(cpu_ticks)"
       out="$(PGOPTIONS="$options" pgbench "$url" -n -M simple -f "$work/group-$size.sql" -c "$clients" -j 2 -T "$seconds" 2>&1)" || {
         echo "$out" >&2
         exit 1
       }
+      after="$(cpu_ticks)"
       tps="$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p')"
       latency="$(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms/\1/p')"
-      printf '| pgbench, claim group + completion group, %s requests per statement | %s | %.0f requests/s (%.0f groups/s) | %s ms avg per group |\n' \
-        "$size" "$clients" "$(echo "$tps * $size" | bc -l)" "$tps" "$latency"
+      done_count="$(echo "$out" | sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p')"
+      printf '| pgbench, claim group + completion group, %s requests per statement | %s | %.0f requests/s (%.0f groups/s) | %s ms avg per group | %s |\n' \
+        "$size" "$clients" "$(echo "$tps * $size" | bc -l)" "$tps" "$latency" \
+        "$(cpu_per_request "$before" "$after" "$((done_count * size))")"
     done
   done
 fi

@@ -30,8 +30,8 @@ export function renderPgbench(result: PgbenchResult): string {
   return [
     "pgbench, the store's claim INSERT + completion UPDATE per simulated request (-M prepared), and the store's claim group + completion group statements for 16 and 64 requests each (the grouped ceiling; clients stand for the batcher's lanes):",
     '',
-    '| what | clients | throughput | latency |',
-    '| --- | --- | --- | --- |',
+    '| what | clients | throughput | latency | machine CPU µs/request (PostgreSQL) |',
+    '| --- | --- | --- | --- | --- |',
     ...result.rows,
   ].join('\n');
 }

@@ -26,6 +26,8 @@ export interface ProbeConfig {
   poolSize?: number;
   /** Wrap the store in `withLocalCache` (builds that have it). */
   localCache?: boolean;
+  /** SQLite's `synchronous` pragma (a diagnostic: what the commits' fsyncs cost). Defaults to SQLite's, FULL. */
+  synchronous?: string;
 }
 
 const config = JSON.parse(process.argv[2] ?? '{}') as ProbeConfig;
@@ -51,6 +53,7 @@ if (config.variant === 'idem') {
     const sqlite = new Database(config.url);
     sqlite.pragma('journal_mode = WAL');
     sqlite.pragma('busy_timeout = 0');
+    if (config.synchronous) sqlite.pragma(`synchronous = ${config.synchronous}`);
     db = drizzleSqlite(sqlite);
     close = async () => {
       sqlite.close();

@@ -7,9 +7,9 @@
  *   node --import tsx bench/probe.ts [--connections 1,64] [--seconds 3] [--rounds 3] [--replay]
  *     [--cpu-prof <dir>] target…
  *
- * A target is `label=<variant>,<db>[,root=<dir>][,nogroup][,cache][,pool=<n>]`: variant `bare` or
+ * A target is `label=<variant>,<db>[,root=<dir>][,nogroup][,cache][,pool=<n>][,sync=<mode>]`: variant `bare` or
  * `idem`, db `pg` or `sqlite`; `root` a checkout whose packages/core and packages/drizzle are
- * built (default: this one). `--cpu-prof` writes each server's V8 CPU profile there
+ * built (default: this one); `sync` SQLite's `synchronous` pragma (a diagnostic). `--cpu-prof` writes each server's V8 CPU profile there
  * (summarize with `bench/profile-summary.ts`).
  */
 import { fork, type ChildProcess } from 'node:child_process';
@@ -72,6 +72,7 @@ async function start(spec: string): Promise<Target> {
     groupCommit: !options.has('nogroup'),
     localCache: options.has('cache'),
     ...(options.has('pool') ? { poolSize: Number(options.get('pool')) } : {}),
+    ...(options.has('sync') ? { synchronous: options.get('sync') } : {}),
   };
   const profile = values['cpu-prof']
     ? ['--cpu-prof', `--cpu-prof-dir=${resolve(values['cpu-prof'], label.replace(/\W+/g, '_'))}`]

@@ -153,16 +153,19 @@ export function renderHttp(result: HttpResult): string {
         fixed(row.p50Ms, 2),
         fixed(row.p99Ms, 2),
         thousands(row.serverCpuMicros),
+        row.cpu
+          ? `${thousands(row.cpu.machineCpuMicros)} (${thousands(row.cpu.databaseCpuMicros)}, ${thousands(row.cpu.loadCpuMicros)})`
+          : '',
         `**${ratio(row.ratioToBare)}**`,
         row.ratioToRouteBare === undefined ? '' : ratio(row.ratioToRouteBare),
         row.non2xx + row.errors === 0 ? '0' : `${row.non2xx} non-2xx, ${row.errors} errors`,
       ]);
-    return `${connections} connection${connections === 1 ? '' : 's'}:\n\n${table(['variant', 'keys', 'req/s', 'p50 ms', 'p99 ms', 'server CPU µs/request', 'req/s × bare', '× same route bare', 'failures'], rows)}`;
+    return `${connections} connection${connections === 1 ? '' : 's'}:\n\n${table(['variant', 'keys', 'req/s', 'p50 ms', 'p99 ms', 'server CPU µs/request', 'machine CPU µs/request (database, load generator)', 'req/s × bare', '× same route bare', 'failures'], rows)}`;
   });
   const checks = Object.entries(result.checks)
     .map(([variant, check]) => `${variant}: ${check}`)
     .join('; ');
-  return `### 2. End to end over HTTP (autocannon, loopback)\n\n${sections.join('\n\n')}\n\n${result.rounds} round(s) × ${result.durationSeconds} s per run after a ${result.warmupSeconds} s warm-up; medians over rounds, ratios against the bare handler of the same round; server CPU: the variant's process's user + system CPU time over the run, per answered request (a figure the machine's load disturbs less than req/s). Fresh: a new key per request; replay: one key, stored before the run. Same key twice, per variant: ${checks}.`;
+  return `### 2. End to end over HTTP (autocannon, loopback)\n\n${sections.join('\n\n')}\n\n${result.rounds} round(s) × ${result.durationSeconds} s per run after a ${result.warmupSeconds} s warm-up; medians over rounds, ratios against the bare handler of the same round; server CPU: the variant's process's user + system CPU time over the run, per answered request (a figure the machine's load disturbs less than req/s); machine CPU: every core's busy time over the run per answered request, with the database processes' (PostgreSQL, Redis) and the load generator's (autocannon, in the bench's process) shares in brackets; the rest is the server and the kernel's loopback networking (bench/machine-cpu.ts). With every core busy, req/s is at most the cores' µs per second over the machine CPU per request. Fresh: a new key per request; replay: one key, stored before the run. Same key twice, per variant: ${checks}.`;
 }
 
 export function renderScale(result: ScaleResult): string {
