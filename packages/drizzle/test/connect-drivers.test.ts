@@ -5,12 +5,13 @@
  * does not resolve (fixtures/hide-packages.mjs), as in an app that never installed it.
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
 import { sql } from 'drizzle-orm';
+import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createDrizzleStore, migrate } from '../src/index.ts';
 import { DatabaseUrlError, openDatabase, parseDatabaseUrl } from '../src/connect.ts';
@@ -111,6 +112,48 @@ describe('openDatabase on each driver', () => {
         await opened.close();
       }
     }
+  });
+
+  // The class: a connection setting that depends on the file's history. better-sqlite3 left
+  // alone opens a new file with synchronous = FULL and a file already in WAL mode with NORMAL
+  // (SQLITE_DEFAULT_WAL_SYNCHRONOUS=1), so a file's first process and every later one differed.
+  it('synchronous is what was asked, or the driver’s default, whatever opened the file before (property)', async () => {
+    const LEVEL: Record<string, number> = { normal: 1, full: 2 };
+    const open = fc.record({
+      driver: fc.constantFrom('better-sqlite3' as const, 'libsql' as const),
+      synchronous: fc.constantFrom(undefined, 'normal' as const, 'full' as const, 'FULL' as const, 'Normal' as const),
+    });
+    await fc.assert(
+      fc.asyncProperty(fc.array(open, { minLength: 1, maxLength: 4 }), async (opens) => {
+        const file = scratchFile();
+        for (const { driver, synchronous } of opens) {
+          const opened = await openDatabase(`file:${file}`, {
+            driver,
+            ...(synchronous === undefined ? {} : { synchronous: synchronous as 'normal' | 'full' }),
+          });
+          try {
+            if (opened.dialect !== 'sqlite') throw new Error('expected SQLite');
+            const [row] = (await opened.db.all(sql`PRAGMA synchronous`)) as Array<{ synchronous: number }>;
+            const wanted = synchronous?.toLowerCase() ?? (driver === 'better-sqlite3' ? 'normal' : 'full');
+            expect(row?.synchronous).toBe(LEVEL[wanted]);
+          } finally {
+            await opened.close();
+          }
+        }
+      }),
+      { numRuns: 25 },
+    );
+  });
+
+  it('synchronous other than normal or full is a TypeError before any file is made; a remote libsql:// refuses it', async () => {
+    for (const synchronous of ['off', 'extra', '', 2, null]) {
+      const file = scratchFile();
+      await expect(openDatabase(`file:${file}`, { synchronous: synchronous as unknown as 'normal' })).rejects.toThrow(
+        /^\[idem\] openDatabase: synchronous must be 'normal' or 'full', got /,
+      );
+      expect(existsSync(file)).toBe(false);
+    }
+    await expect(openDatabase('libsql://example.turso.io', { synchronous: 'full' })).rejects.toThrow(TypeError);
   });
 
   it('libsql with create: false refuses a missing file instead of creating it', async () => {
