@@ -7,9 +7,9 @@
  *   node --import tsx bench/probe.ts [--connections 1,64] [--seconds 3] [--rounds 3] [--replay]
  *     [--cpu-prof <dir>] target…
  *
- * A target is `label=<variant>,<db>[,root=<dir>][,nogroup][,cache][,pool=<n>][,sync=<mode>]`: variant `bare` or
+ * A target is `label=<variant>,<db>[,root=<dir>][,nogroup][,cache][,pool=<n>][,sync=<mode>][,socket=<dir>]`: variant `bare` or
  * `idem`, db `pg` or `sqlite`; `root` a checkout whose packages/core and packages/drizzle are
- * built (default: this one); `sync` SQLite's `synchronous` pragma (a diagnostic). `--cpu-prof` writes each server's V8 CPU profile there
+ * built (default: this one); `sync` SQLite's `synchronous` pragma (a diagnostic); `socket` a PostgreSQL target over the Unix-domain socket in that directory. `--cpu-prof` writes each server's V8 CPU profile there
  * (summarize with `bench/profile-summary.ts`).
  */
 import { fork, type ChildProcess } from 'node:child_process';
@@ -60,6 +60,12 @@ async function start(spec: string): Promise<Target> {
     const database = await openBenchPostgres();
     databases.push(database);
     url = database.url;
+    // `socket=<dir>`: the same database over its Unix-domain socket instead of TCP.
+    if (options.has('socket')) {
+      const parsed = new URL(url);
+      parsed.searchParams.set('host', options.get('socket') ?? '/var/run/postgresql');
+      url = parsed.toString().replace(`@${parsed.host}/`, '@/');
+    }
   } else if (parts[1] === 'sqlite') {
     const database = await openBenchSqlite();
     databases.push(database);
