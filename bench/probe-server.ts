@@ -26,6 +26,8 @@ export interface ProbeConfig {
   poolSize?: number;
   /** Wrap the store in `withLocalCache` (builds that have it). */
   localCache?: boolean;
+  /** PostgreSQL: `postgres-js` instead of node-postgres (no pool statistics then). */
+  postgresJs?: boolean;
   /** SQLite's `synchronous` pragma (a diagnostic: what the commits' fsyncs cost). Defaults to SQLite's, FULL. */
   synchronous?: string;
 }
@@ -44,7 +46,13 @@ if (config.variant === 'idem') {
   const core = (await load('packages/core/dist/index.js')) as typeof import('@idem/core');
   const { createDrizzleStore } = (await load('packages/drizzle/dist/index.js')) as typeof import('@idem/drizzle');
   let db: Parameters<typeof createDrizzleStore>[0];
-  if (config.url.startsWith('postgres')) {
+  if (config.url.startsWith('postgres') && config.postgresJs) {
+    const { default: postgres } = await import('postgres');
+    const { drizzle: drizzlePostgresJs } = await import('drizzle-orm/postgres-js');
+    const client = postgres(config.url, { max: config.poolSize ?? 10, onnotice: () => {} });
+    db = drizzlePostgresJs(client);
+    close = () => client.end();
+  } else if (config.url.startsWith('postgres')) {
     const pool = new pg.Pool({ connectionString: config.url, max: config.poolSize ?? 10 });
     probe = new PoolProbe(pool);
     db = drizzlePg(pool);

@@ -7,9 +7,9 @@
  *   node --import tsx bench/probe.ts [--connections 1,64] [--seconds 3] [--rounds 3] [--replay]
  *     [--cpu-prof <dir>] target…
  *
- * A target is `label=<variant>,<db>[,root=<dir>][,nogroup][,cache][,pool=<n>][,sync=<mode>][,socket=<dir>]`: variant `bare` or
+ * A target is `label=<variant>,<db>[,root=<dir>][,nogroup][,cache][,pool=<n>][,sync=<mode>][,socket=<dir>][,postgresjs]`: variant `bare` or
  * `idem`, db `pg` or `sqlite`; `root` a checkout whose packages/core and packages/drizzle are
- * built (default: this one); `sync` SQLite's `synchronous` pragma (a diagnostic); `socket` a PostgreSQL target over the Unix-domain socket in that directory. `--cpu-prof` writes each server's V8 CPU profile there
+ * built (default: this one); `sync` SQLite's `synchronous` pragma (a diagnostic); `socket` a PostgreSQL target over the Unix-domain socket in that directory; `postgresjs` a PostgreSQL target on postgres-js instead of node-postgres. `--cpu-prof` writes each server's V8 CPU profile there
  * (summarize with `bench/profile-summary.ts`).
  */
 import { fork, type ChildProcess } from 'node:child_process';
@@ -79,6 +79,7 @@ async function start(spec: string): Promise<Target> {
     localCache: options.has('cache'),
     ...(options.has('pool') ? { poolSize: Number(options.get('pool')) } : {}),
     ...(options.has('sync') ? { synchronous: options.get('sync') } : {}),
+    ...(options.has('postgresjs') ? { postgresJs: true } : {}),
   };
   const profile = values['cpu-prof']
     ? ['--cpu-prof', `--cpu-prof-dir=${resolve(values['cpu-prof'], label.replace(/\W+/g, '_'))}`]
