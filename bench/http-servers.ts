@@ -36,6 +36,8 @@ import {
 import { withLocalCache } from '@idem/core/store';
 import { createDrizzleStore, type DrizzleStoreOptions } from '@idem/drizzle';
 import { openDatabase } from '@idem/drizzle/connect';
+import type pg from 'pg';
+import { PoolProbe } from './pool-probe.ts';
 import { accountOf } from '../examples/payments/src/account.ts';
 import { createPaymentsApp } from '../examples/payments/src/app.ts';
 import { PaymentChannel } from '../examples/payments/src/channel.ts';
@@ -174,7 +176,7 @@ async function idemEngine(
   options: DrizzleStoreOptions = {},
   { localCache = false }: { localCache?: boolean } = {},
 ): Promise<VariantServer> {
-  const database = await openDatabase(url, benchPool());
+  const database = await openBenchDatabase(url);
   const store = createDrizzleStore(database.db, options);
   const engine = createEngine({ store: localCache ? withLocalCache(store) : store });
   return plain(
@@ -290,7 +292,7 @@ function nodeIdempotencyStatus(code: IdempotencyErrorCodes): number {
 
 /** The example app: tRPC at /trpc with idem's middleware, over the example's channel. */
 async function trpcWithIdem(url: string, { atomic = false }: { atomic?: boolean } = {}): Promise<VariantServer> {
-  const database = await openDatabase(url, benchPool());
+  const database = await openBenchDatabase(url);
   const app = createPaymentsApp({ db: database.db, retentionMs: 86_400_000, leaseMs: 30_000, atomic });
   await app.channel.migrate();
   return {
@@ -304,7 +306,7 @@ async function trpcWithIdem(url: string, { atomic = false }: { atomic?: boolean 
 
 /** The example's `payments.create` without idem: same input schema, same channel, same context. */
 async function trpcBare(url: string): Promise<VariantServer> {
-  const database = await openDatabase(url, benchPool());
+  const database = await openBenchDatabase(url);
   const channel = new PaymentChannel(database.db);
   await channel.migrate();
   const t = initTRPC.context<{ account: string }>().create({ isDev: false });
@@ -327,7 +329,7 @@ async function trpcBare(url: string): Promise<VariantServer> {
 
 /** The example's `POST /v1/payments` (Hono, `@idem/fetch/hono`), over its channel. */
 async function honoWithIdem(url: string, { atomic = false }: { atomic?: boolean } = {}): Promise<VariantServer> {
-  const database = await openDatabase(url, benchPool());
+  const database = await openBenchDatabase(url);
   const channel = new PaymentChannel(database.db);
   await channel.migrate();
   const rest = createPaymentsRest({
@@ -349,7 +351,7 @@ async function honoWithIdem(url: string, { atomic = false }: { atomic?: boolean 
 
 /** The same route without idem: the same authentication, body limit, validation, channel and answer. */
 async function honoBare(url: string): Promise<VariantServer> {
-  const database = await openDatabase(url, benchPool());
+  const database = await openBenchDatabase(url);
   const channel = new PaymentChannel(database.db);
   await channel.migrate();
   const app = new Hono<{ Variables: { account: string } }>();
@@ -415,6 +417,20 @@ function send(res: ServerResponse, { status, body, headers = {} }: Reply): void 
  * Development only: `BENCH_POOL_SIZE=32` opens every server's PostgreSQL pool with that many
  * connections instead of `openDatabase`'s default (10), to measure pool sizing (issue 34).
  */
+/**
+ * Development only: `BENCH_POOL_PROBE=<file>` counts each PostgreSQL variant's statements at its
+ * `pg.Pool` (`pool-probe.ts`); `http-server-process.ts` appends them to the file, one line per
+ * `'cpu'` request, so the line after a load holds that load's statements.
+ */
+export const poolProbes: PoolProbe[] = [];
+
+async function openBenchDatabase(url: string) {
+  const database = await openDatabase(url, benchPool());
+  if (process.env.BENCH_POOL_PROBE && database.driver === 'node-postgres')
+    poolProbes.push(new PoolProbe((database.db as unknown as { $client: pg.Pool }).$client));
+  return database;
+}
+
 function benchPool(): { max?: number } {
   const size = Number(process.env.BENCH_POOL_SIZE);
   return Number.isInteger(size) && size > 0 ? { max: size } : {};

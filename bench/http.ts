@@ -96,14 +96,18 @@ interface RunningServer {
 
 /**
  * Development only: `BENCH_HTTP_VARIANTS='idem engine, PostgreSQL|powertools, Redis'` runs those
- * variants (and `bare`, every ratio's base) instead of all of them.
+ * variants (and `bare`, every ratio's base, and a route's variant without idem) instead of all of them.
  */
 function chosenVariants(): readonly HttpVariant[] {
   const chosen = process.env.BENCH_HTTP_VARIANTS?.split('|').map((name) => name.trim());
   if (!chosen) return HTTP_VARIANTS;
   const unknown = chosen.filter((name) => !(HTTP_VARIANTS as readonly string[]).includes(name));
   if (unknown.length > 0) throw new Error(`[bench] unknown HTTP variant(s): ${unknown.join(', ')}`);
-  return HTTP_VARIANTS.filter((variant) => variant === 'bare' || chosen.includes(variant));
+  // A row with idem is also divided by its route without idem: that one runs too.
+  const routeBares = chosen.flatMap((name) => ROUTE_BARE[name as HttpVariant] ?? []);
+  return HTTP_VARIANTS.filter(
+    (variant) => variant === 'bare' || chosen.includes(variant) || routeBares.includes(variant),
+  );
 }
 
 export async function runHttp({ quick }: HttpOptions): Promise<HttpResult> {
