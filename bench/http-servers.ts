@@ -414,10 +414,6 @@ function send(res: ServerResponse, { status, body, headers = {} }: Reply): void 
 }
 
 /**
- * Development only: `BENCH_POOL_SIZE=32` opens every server's PostgreSQL pool with that many
- * connections instead of `openDatabase`'s default (10), to measure pool sizing (issue 34).
- */
-/**
  * Development only: `BENCH_POOL_PROBE=<file>` counts each PostgreSQL variant's statements at its
  * `pg.Pool` (`pool-probe.ts`); `http-server-process.ts` appends them to the file, one line per
  * `'cpu'` request, so the line after a load holds that load's statements.
@@ -431,6 +427,10 @@ async function openBenchDatabase(url: string) {
   return database;
 }
 
+/**
+ * Development only: `BENCH_POOL_SIZE=32` opens every server's PostgreSQL pool with that many
+ * connections instead of `openDatabase`'s default (10), to measure pool sizing (issue 34).
+ */
 function benchPool(): { max?: number } {
   const size = Number(process.env.BENCH_POOL_SIZE);
   return Number.isInteger(size) && size > 0 ? { max: size } : {};
